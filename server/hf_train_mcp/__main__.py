@@ -1,0 +1,3 @@
+from hf_train_mcp.cli import main
+
+main()

@@ -1,0 +1,124 @@
+"""Hugging Face Jobs through huggingface_hub: the script travels inline (base64 in the job env)."""
+
+import base64
+import shlex
+import threading
+
+from hf_train_mcp.backends.base import JobRef, JobSpec, JobState
+from hf_train_mcp.errors import TrainError
+from hf_train_mcp.hub import hub_api, hub_error
+from hf_train_mcp.render import Script
+
+UV_IMAGE = "ghcr.io/astral-sh/uv:python3.12-bookworm"
+TRL_IMAGE = "huggingface/trl"  # trl + accelerate preinstalled: the seeds' multi-GPU launch
+SCRIPT_ENV = "HFTM_SCRIPT_B64"
+SCRIPT_PATH = "/tmp/train.py"
+# Linux caps one argv/env string at 128 KiB (MAX_ARG_STRLEN), "NAME=" included; keep a margin.
+MAX_INLINE_CHARS = 128 * 1024 - len(SCRIPT_ENV) - 1024
+LOG_DEADLINE_S = 3.0
+
+
+def _iso(value) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+class HfJobsBackend:
+    name = "hf"
+
+    def __init__(self, token: str | None):
+        self._token = token
+
+    def image(self, spec: JobSpec) -> str:
+        return TRL_IMAGE if spec.gpus > 1 else UV_IMAGE
+
+    def command(self, spec: JobSpec) -> list[str]:
+        decode = f'printf %s "${SCRIPT_ENV}" | base64 -d > {SCRIPT_PATH}'
+        if spec.gpus > 1:
+            # uv cannot hand a PEP 723 environment to `accelerate launch`; the TRL image has torch/trl/accelerate,
+            # so install only the rest of the header's dependencies next to them.
+            extra = [d for d in spec.dependencies if not d.startswith(("trl", "transformers", "accelerate", "torch"))]
+            install = f"pip install --no-cache-dir -q {' '.join(shlex.quote(d) for d in extra)} && " if extra else ""
+            run = f"{install}exec accelerate launch --num_processes {spec.gpus} {SCRIPT_PATH}"
+        else:
+            run = f"exec uv run {SCRIPT_PATH}"
+        return ["/bin/sh", "-c", f"{decode} && {run}"]
+
+    def environment(self, script: Script) -> dict[str, str]:
+        encoded = base64.b64encode(script.text.encode()).decode()
+        if len(encoded) > MAX_INLINE_CHARS:
+            raise TrainError(
+                f"the rendered script is {len(script.text)} bytes, over the {MAX_INLINE_CHARS * 3 // 4} bytes that fit "
+                "inline in a job; shorten reward_code"
+            )
+        return {SCRIPT_ENV: encoded, "PYTHONUNBUFFERED": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+
+    def volumes(self, spec: JobSpec) -> list:
+        from huggingface_hub import Volume
+
+        if not spec.output_bucket:
+            return []
+        return [Volume(type="bucket", source=spec.output_bucket, mount_path=spec.output_mount, read_only=False)]
+
+    def submit(self, script: Script, spec: JobSpec) -> JobRef:
+        api = hub_api(self._token)
+        try:
+            job = api.run_job(
+                image=self.image(spec),
+                command=self.command(spec),
+                env=self.environment(script),
+                secrets={"HF_TOKEN": self._token},
+                flavor=spec.flavor,
+                timeout=spec.timeout_seconds,
+                labels=spec.labels,
+                volumes=self.volumes(spec) or None,
+                namespace=spec.namespace,
+            )
+        except TrainError:
+            raise
+        except Exception as exc:
+            raise hub_error("submitting the job to Hugging Face Jobs", exc, self._token) from None
+        return JobRef(job.id, job.url, job.status.stage, _iso(job.created_at), namespace=job.owner.name)
+
+    def inspect(self, job_id: str, namespace: str | None) -> JobState:
+        from huggingface_hub.errors import JobNotFoundError
+
+        try:
+            job = hub_api(self._token).inspect_job(job_id=job_id, namespace=namespace)
+        except JobNotFoundError:
+            raise TrainError(
+                f"no job {job_id!r} in namespace {namespace!r}: pass a job_id from submit_training or list_jobs"
+            ) from None
+        except Exception as exc:
+            raise hub_error(f"reading job {job_id}", exc, self._token) from None
+        return JobState(
+            stage=str(job.status.stage.value if hasattr(job.status.stage, "value") else job.status.stage),
+            message=job.status.message,
+            created_at=_iso(job.created_at),
+            started_at=_iso(job.started_at),
+            finished_at=_iso(job.finished_at),
+            url=job.url,
+        )
+
+    def logs(self, job_id: str, namespace: str | None, *, tail: int | None, finished: bool) -> list[str]:
+        """At most LOG_DEADLINE_S of log reading: a silent running job must not stall job_status."""
+        lines: list[str] = []
+        api = hub_api(self._token)
+
+        def pump() -> None:
+            try:
+                for line in api.fetch_job_logs(job_id=job_id, namespace=namespace, tail=tail):
+                    lines.append(line)
+            except Exception:  # logs are best effort; the stage came from inspect
+                pass
+
+        reader = threading.Thread(target=pump, name=f"logs-{job_id}", daemon=True)
+        reader.start()
+        # A finished job's stream closes at once; a running one may stay silent until the client's 5 s timeout.
+        reader.join(LOG_DEADLINE_S * (2 if finished else 1))
+        return list(lines)
+
+    def cancel(self, job_id: str, namespace: str | None) -> None:
+        try:
+            hub_api(self._token).cancel_job(job_id=job_id, namespace=namespace)
+        except Exception as exc:
+            raise hub_error(f"canceling job {job_id}", exc, self._token) from None

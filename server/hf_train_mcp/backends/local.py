@@ -1,0 +1,150 @@
+"""Run the rendered script on this machine, detached, with the same status/logs/cancel as Jobs."""
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+from hf_train_mcp.backends.base import JobRef, JobSpec, JobState
+from hf_train_mcp.errors import TrainError
+from hf_train_mcp.ledger import now_iso
+from hf_train_mcp.local_runner import CANCEL_FILE, EXIT_FILE, LOG_FILE, STARTED_FILE, TIMEOUT_EXIT
+from hf_train_mcp.paths import jobs_dir
+from hf_train_mcp.render import Script
+
+TRAINING_PACKAGES = ("torch", "transformers", "trl", "datasets", "peft", "accelerate", "trackio")
+
+
+def has_training_stack() -> bool:
+    return all(importlib.util.find_spec(name) is not None for name in TRAINING_PACKAGES)
+
+
+def has_cuda() -> bool:
+    """Cheap check without importing torch (the server must stay light)."""
+    return shutil.which("nvidia-smi") is not None or os.path.exists("/dev/nvidia0")
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a finished child we have not reaped yet is a zombie: dead for our purposes
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _mtime_iso(path: Path) -> str:
+    return datetime.fromtimestamp(path.stat().st_mtime, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+class LocalBackend:
+    name = "local"
+    _children: dict[str, subprocess.Popen] = {}
+
+    def job_dir(self, job_id: str) -> Path:
+        if not job_id.startswith("local-") or not job_id[6:].isalnum():
+            raise TrainError(f"{job_id!r} is not a local job id (they look like 'local-1a2b3c4d5e6f')")
+        return jobs_dir() / job_id
+
+    def training_command(self) -> list[str]:
+        if has_training_stack():
+            return [sys.executable, "-u", "train.py"]
+        if shutil.which("uv"):
+            return ["uv", "run", "train.py"]
+        raise TrainError(
+            "local training needs the training stack: `pip install 'hf-train-mcp[train]'` "
+            "(or install uv so the script's own header can provision it)"
+        )
+
+    def command(self, spec: JobSpec) -> list[str]:
+        return self.training_command()
+
+    def submit(self, script: Script, spec: JobSpec) -> JobRef:
+        command = self.training_command()
+        job_id = f"local-{uuid.uuid4().hex[:12]}"
+        folder = jobs_dir() / job_id
+        folder.mkdir(parents=True)
+        (folder / "train.py").write_text(script.text)
+        launch = {
+            "command": command,
+            "timeout_seconds": spec.timeout_seconds,
+            "env": {
+                "PYTHONUNBUFFERED": "1",
+                "TRACKIO_DIR": str(folder / "trackio"),
+                "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+                "TOKENIZERS_PARALLELISM": "false",
+            },
+        }
+        (folder / "launch.json").write_text(json.dumps(launch, indent=2))
+        with open(os.devnull, "rb") as devnull:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "hf_train_mcp.local_runner", str(folder)],
+                cwd=folder, stdin=devnull, stdout=subprocess.DEVNULL, stderr=open(folder / "runner.err", "wb"),
+                start_new_session=True,  # survives the server; cancel kills the whole group
+            )
+        (folder / "pid").write_text(str(proc.pid))
+        self._children[job_id] = proc
+        return JobRef(job_id, folder.as_uri(), "RUNNING", now_iso(), job_dir=str(folder))
+
+    def inspect(self, job_id: str, namespace: str | None = None) -> JobState:
+        folder = self.job_dir(job_id)
+        if not folder.is_dir():
+            raise TrainError(f"no local job {job_id!r}: pass a job_id from submit_training or list_jobs")
+        child = self._children.get(job_id)
+        if child is not None:
+            child.poll()  # reap it so a finished runner is not mistaken for a live zombie
+        state = JobState(stage="RUNNING", created_at=_mtime_iso(folder / "launch.json"), url=folder.as_uri())
+        if (folder / STARTED_FILE).exists():
+            state.started_at = (folder / STARTED_FILE).read_text().strip()
+        if (folder / CANCEL_FILE).exists():
+            state.stage, state.message = "CANCELED", "canceled by request"
+            state.finished_at = _mtime_iso(folder / CANCEL_FILE)
+        elif (folder / EXIT_FILE).exists():
+            code = int((folder / EXIT_FILE).read_text().strip() or 1)
+            state.finished_at = _mtime_iso(folder / EXIT_FILE)
+            if code == 0:
+                state.stage, state.message = "COMPLETED", "training finished"
+            else:
+                state.stage = "ERROR"
+                state.message = "timed out" if code == TIMEOUT_EXIT else f"training exited with code {code}"
+        else:
+            pid = int((folder / "pid").read_text())
+            if not _process_alive(pid):
+                state.stage, state.message = "ERROR", "the training process died without an exit code (killed?)"
+                state.finished_at = _mtime_iso(folder / LOG_FILE) if (folder / LOG_FILE).exists() else None
+        return state
+
+    def read_log(self, job_id: str) -> list[str]:
+        log = self.job_dir(job_id) / LOG_FILE
+        if not log.exists():
+            return []
+        return log.read_text(errors="replace").splitlines()
+
+    def logs(self, job_id: str, namespace: str | None = None, *, tail: int | None, finished: bool) -> list[str]:
+        lines = self.read_log(job_id)
+        return lines[-tail:] if tail else lines
+
+    def cancel(self, job_id: str, namespace: str | None = None) -> None:
+        folder = self.job_dir(job_id)
+        (folder / CANCEL_FILE).write_text(now_iso())
+        pid = int((folder / "pid").read_text())
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        child = self._children.get(job_id)
+        if child is not None:
+            try:
+                child.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(pid, signal.SIGKILL)

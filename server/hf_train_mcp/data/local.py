@@ -1,0 +1,139 @@
+"""Sample rows from local .jsonl/.json/.csv/.parquet files (or folders of them) without loading them whole."""
+
+import csv
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from hf_train_mcp.errors import TrainError
+
+EXTENSIONS = (".jsonl", ".json", ".csv", ".parquet")
+HEAD_ROWS = 200
+SPREAD_ROWS = 100
+CHUNK = 1 << 22
+
+
+@dataclass
+class Sample:
+    columns: list[str]
+    rows: list[dict]
+    offsets: list[int]  # row index of each sampled row
+    num_rows: int | None
+
+
+def data_files(source: str) -> list[Path]:
+    path = Path(source).expanduser()
+    if path.is_file():
+        if path.suffix.lower() not in EXTENSIONS:
+            raise TrainError(f"{source}: unsupported file type; send .jsonl, .json, .csv or .parquet")
+        return [path]
+    files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in EXTENSIONS)
+    if not files:
+        raise TrainError(f"{source}: no .jsonl/.json/.csv/.parquet files in this folder")
+    return files
+
+
+def _line_index(path: Path) -> tuple[int, list[int]]:
+    """Number of lines and the cumulative line count at each CHUNK boundary (for locating sampled rows)."""
+    counts, total = [0], 0
+    with open(path, "rb") as f:
+        while block := f.read(CHUNK):
+            total += block.count(b"\n")
+            counts.append(total)
+        size = f.tell()
+    if size:
+        with open(path, "rb") as f:
+            f.seek(size - 1)
+            if f.read(1) != b"\n":
+                total += 1
+    return total, counts
+
+
+def _row_at(path: Path, offset: int, counts: list[int]) -> tuple[int, bytes] | None:
+    """The first whole line after byte `offset`, with its 0-based line number."""
+    with open(path, "rb") as f:
+        chunk_start = (offset // CHUNK) * CHUNK
+        f.seek(chunk_start)
+        before = f.read(offset - chunk_start).count(b"\n")
+        f.readline()  # finish the partial line
+        line = f.readline()
+    if not line.strip():
+        return None
+    return counts[offset // CHUNK] + before + 1, line
+
+
+def _jsonl(path: Path, seed: int) -> Sample:
+    total, counts = _line_index(path)
+    rows, offsets = [], []
+
+    def add(index: int, raw: bytes) -> None:
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise TrainError(f"{path.name} line {index + 1} is not valid JSON ({exc.msg})") from None
+        if not isinstance(value, dict):
+            raise TrainError(f"{path.name} line {index + 1} is not a JSON object")
+        rows.append(value)
+        offsets.append(index)
+
+    with open(path, "rb") as f:
+        for index, raw in enumerate(f):
+            if index >= HEAD_ROWS:
+                break
+            if raw.strip():
+                add(index, raw)
+    size = path.stat().st_size
+    if total > HEAD_ROWS and size:
+        rng = random.Random(seed)
+        seen = set(offsets)
+        for offset in sorted(rng.randrange(size) for _ in range(SPREAD_ROWS)):
+            found = _row_at(path, offset, counts)
+            if found and found[0] not in seen and found[0] >= HEAD_ROWS:
+                seen.add(found[0])
+                add(*found)
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    return Sample(columns, rows, offsets, total)
+
+
+def _json(path: Path) -> Sample:
+    data = json.loads(path.read_text())
+    if isinstance(data, dict):  # {"data": [...]} / {"train": [...]}: take the first list of objects
+        data = next((v for v in data.values() if isinstance(v, list)), [data])
+    if not isinstance(data, list) or not all(isinstance(r, dict) for r in data[:HEAD_ROWS]):
+        raise TrainError(f"{path.name}: expected a JSON array of objects (or JSON Lines)")
+    rows = data[:HEAD_ROWS]
+    return Sample(list(dict.fromkeys(k for r in rows for k in r)), rows, list(range(len(rows))), len(data))
+
+
+def _csv(path: Path) -> Sample:
+    total, _ = _line_index(path)
+    with open(path, newline="", encoding="utf-8", errors="replace") as f:
+        reader = csv.DictReader(f)
+        rows = [dict(r) for _, r in zip(range(HEAD_ROWS), reader, strict=False)]
+        columns = list(reader.fieldnames or [])
+    return Sample(columns, rows, list(range(len(rows))), max(0, total - 1))
+
+
+def _parquet(path: Path) -> Sample:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise TrainError("reading .parquet needs pyarrow: pip install 'hf-train-mcp[train]'") from None
+    pf = pq.ParquetFile(path)
+    table = next(pf.iter_batches(batch_size=HEAD_ROWS), None)
+    rows = table.to_pylist() if table is not None else []
+    return Sample(pf.schema_arrow.names, rows, list(range(len(rows))), pf.metadata.num_rows)
+
+
+def sample_local(source: str, seed: int = 0) -> Sample:
+    files = data_files(source)
+    readers = {".jsonl": lambda p: _jsonl(p, seed), ".json": _json, ".csv": _csv, ".parquet": _parquet}
+    first = readers[files[0].suffix.lower()](files[0])
+    total = first.num_rows or 0
+    for other in files[1:]:
+        extra = readers[other.suffix.lower()](other)
+        total += extra.num_rows or 0
+    first.num_rows = total
+    return first
+

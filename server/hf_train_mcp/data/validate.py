@@ -1,0 +1,90 @@
+"""validate_dataset end to end: sample (Hub viewer or local files), map columns, detect, check, count tokens."""
+
+from pathlib import Path
+from typing import Any
+
+from hf_train_mcp.data import rules
+from hf_train_mcp.data.local import sample_local
+from hf_train_mcp.data.tokens import token_stats
+from hf_train_mcp.data.viewer import sample_hub
+from hf_train_mcp.defaults import MAX_LENGTH
+from hf_train_mcp.schemas import DatasetIssue, DatasetReport
+
+SAMPLE_CELL_CHARS = 300
+
+
+def is_local(dataset: str) -> bool:
+    return Path(dataset).expanduser().exists() or dataset.startswith(("/", "./", "../", "~"))
+
+
+def _short(value: Any) -> Any:
+    if isinstance(value, str):
+        return value if len(value) <= SAMPLE_CELL_CHARS else value[:SAMPLE_CELL_CHARS] + "…"
+    if isinstance(value, list):
+        return [_short(v) for v in value[:6]]
+    if isinstance(value, dict):
+        return {k: _short(v) for k, v in value.items()}
+    return value
+
+
+def validate_dataset(
+    dataset: str,
+    method: str,
+    *,
+    split: str = "train",
+    config: str | None = None,
+    column_mapping: dict[str, str] | None = None,
+    model: str | None = None,
+    max_length: int | None = None,
+    token: str | None = None,
+) -> DatasetReport:
+    if is_local(dataset):
+        sample, chosen_config = sample_local(dataset), None
+    else:
+        sample = sample_hub(dataset, config=config, split=split, token=token)
+        chosen_config = sample.config
+    columns = sample.columns
+    issues: list[DatasetIssue] = []
+    mapping = dict(column_mapping or {})
+    missing = [src for src in mapping.values() if src not in columns]
+    if missing:
+        issues.append(DatasetIssue(severity="error", message=f"column_mapping names columns that do not exist: "
+                                   f"{missing}; columns are {columns}"))
+        mapping = {t: s for t, s in mapping.items() if s in columns}
+    suggested = {**rules.suggest_mapping(method, [c for c in columns if c not in mapping.values()], sample.rows),
+                 **mapping}
+    rows = rules.apply_mapping(sample.rows, suggested)
+    renamed = {source: target for target, source in suggested.items()}
+    mapped_columns = {renamed.get(c, c) for c in columns} | set().union(*(r.keys() for r in rows))
+    fmt = rules.detect_format(mapped_columns, rows[0] if rows else {})
+    if fmt == "messages":  # ShareGPT turns are converted by the script: check them as they will be
+        from_sharegpt = [r for r in rows if rules.is_conversation(r.get("messages"))
+                         and "from" in r["messages"][0]]
+        if from_sharegpt:
+            rows = [{**r, "messages": [{"role": rules.SHAREGPT_ROLES.get(str(m.get("from")).lower(), m.get("from")),
+                                        "content": m.get("value")} for m in r["messages"]]}
+                    if rules.is_conversation(r.get("messages")) else r for r in rows]
+    issues += rules.method_verdict(method, fmt, mapped_columns)
+    if fmt in rules.ACCEPTED[method]:
+        issues += rules.check_rows(method, fmt, rows, sample.offsets)
+    if not sample.rows:
+        issues.append(DatasetIssue(severity="error", message="the dataset has no rows"))
+    limit = max_length or MAX_LENGTH[method]
+    stats = token_stats(model, token, rows, fmt, limit, sample.num_rows) if model and rows else None
+    if stats and stats.share_over_max_length > 0.1:
+        issues.append(DatasetIssue(severity="warning", message=f"{stats.share_over_max_length:.0%} of sampled rows "
+                                   f"exceed max_length={limit} tokens (p95 {stats.p95}): raise max_length or accept "
+                                   "truncation"))
+    return DatasetReport(
+        valid=not any(i.severity == "error" for i in issues),
+        dataset=dataset,
+        config=chosen_config,
+        split=split,
+        num_rows=sample.num_rows,
+        columns=columns,
+        detected_format=fmt,
+        issues=issues,
+        suggested_column_mapping=suggested or None,
+        sample_rows=[_short(r) for r in sample.rows[:3]],
+        token_stats=stats,
+    )

@@ -1,0 +1,38 @@
+"""Job timeouts: parse what users type ("90m", "2h", "1h30m", 5400) and print them back compactly."""
+
+import math
+import re
+
+_UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+_PART = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
+
+
+def parse_duration(value: str | int | float) -> int:
+    """Seconds in `value`; raises ValueError with the accepted forms when it cannot be read."""
+    if isinstance(value, bool):
+        raise ValueError("a timeout is a duration, not a boolean")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        text = value.strip().lower().replace(" ", "")
+        if re.fullmatch(r"\d+(\.\d+)?", text):
+            seconds = float(text)
+        elif text and _PART.sub("", text) == "" and re.fullmatch(r"(\d+(?:\.\d+)?[dhms])+", text):
+            seconds = sum(float(n) * _UNIT_SECONDS[u] for n, u in _PART.findall(text))
+        else:
+            raise ValueError(f"cannot read timeout {value!r}: send e.g. '90m', '2h', '1h30m' or a number of seconds")
+    if not math.isfinite(seconds) or seconds < 60:
+        raise ValueError(f"timeout {value!r} is under a minute: send e.g. '30m' or more")
+    if seconds > 7 * 86400:
+        raise ValueError(f"timeout {value!r} is over 7 days: split the run and resume from a checkpoint")
+    return int(math.ceil(seconds))
+
+
+def format_duration(seconds: float) -> str:
+    """'2h30m' style text that Jobs (and parse_duration) read back as the same number of minutes."""
+    minutes = int(math.ceil(seconds / 60))
+    hours, minutes = divmod(minutes, 60)
+    if hours and minutes:
+        return f"{hours}h{minutes}m"
+    return f"{hours}h" if hours else f"{minutes}m"
+

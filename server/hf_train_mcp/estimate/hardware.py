@@ -1,0 +1,97 @@
+"""The Jobs hardware catalog: live from the Hub (cached per process), else the built-in table."""
+
+import logging
+import re
+import threading
+from dataclasses import dataclass
+
+from hf_train_mcp.estimate.constants import FALLBACK_FLAVORS, GPU_FACTS, GpuFacts
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FlavorInfo:
+    name: str
+    gpu: GpuFacts | None
+    gpus: int
+    usd_per_hour: float
+
+    @property
+    def gpu_memory_gb(self) -> float:
+        return self.gpu.memory_gb if self.gpu else 0.0
+
+    @property
+    def total_gpu_memory_gb(self) -> float:
+        return self.gpu_memory_gb * self.gpus
+
+
+@dataclass(frozen=True)
+class Catalog:
+    flavors: dict[str, FlavorInfo]
+    source: str  # "live" or "built-in"
+
+
+_lock = threading.Lock()
+_cached: Catalog | None = None
+
+
+def fallback_catalog() -> Catalog:
+    flavors = {
+        name: FlavorInfo(name, GPU_FACTS[model] if model else None, count, price)
+        for name, model, count, price in FALLBACK_FLAVORS
+    }
+    return Catalog(flavors, "built-in")
+
+
+def _gpu_for(model: str, vram: str) -> GpuFacts | None:
+    key = re.sub(r"^(nvidia|NVIDIA)\s+", "", model).strip()
+    for name, facts in GPU_FACTS.items():
+        if key.upper().startswith(name.upper()):
+            match = re.search(r"(\d+(?:\.\d+)?)", vram or "")
+            return facts if not match else GpuFacts(**{**facts.__dict__, "memory_gb": float(match.group(1))})
+    return None
+
+
+def live_catalog(token: str | None) -> Catalog:
+    """Prices and accelerators from `list_jobs_hardware()`; GPU facts the API lacks come from GPU_FACTS."""
+    from huggingface_hub import HfApi
+
+    built_in = fallback_catalog().flavors
+    flavors: dict[str, FlavorInfo] = {}
+    for hw in HfApi(token=token or False).list_jobs_hardware():
+        per_hour = hw.unit_cost_usd * {"minute": 60, "hour": 1, "second": 3600}.get(hw.unit_label, 60)
+        acc = hw.accelerator
+        if acc is None:
+            flavors[hw.name] = FlavorInfo(hw.name, None, 0, per_hour)
+            continue
+        count = int(acc.quantity) if str(acc.quantity).isdigit() else 1
+        # The API reports total VRAM for multi-GPU flavors on some entries: trust our per-GPU facts then.
+        gpu = _gpu_for(acc.model, "") if count > 1 else _gpu_for(acc.model, acc.vram)
+        if gpu is None and hw.name in built_in:
+            gpu = built_in[hw.name].gpu
+        flavors[hw.name] = FlavorInfo(hw.name, gpu, count, per_hour)
+    if not flavors:
+        raise ValueError("empty hardware list")
+    return Catalog(flavors, "live")
+
+
+def get_catalog(token: str | None = None, *, offline: bool = False) -> Catalog:
+    """The catalog for this process: fetched once, or the built-in table when the Hub is unreachable."""
+    global _cached
+    if offline:
+        return fallback_catalog()
+    with _lock:
+        if _cached is None:
+            try:
+                _cached = live_catalog(token)
+            except Exception as exc:  # any failure (offline, 5xx, odd payload) falls back: prices are advisory
+                log.info("hardware catalog unavailable (%s); using the built-in table", exc)
+                return fallback_catalog()
+        return _cached
+
+
+def reset_cache() -> None:
+    global _cached
+    with _lock:
+        _cached = None

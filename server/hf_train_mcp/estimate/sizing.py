@@ -1,0 +1,149 @@
+"""How big a model is (Hub metadata, a local config.json, or its name) and how much GPU memory training takes."""
+
+import json
+import logging
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from hf_train_mcp.estimate import constants as C
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    params: int
+    layers: int
+    hidden: int
+    vocab: int
+    intermediate: int
+    source: str  # "hub safetensors metadata", "config.json", "model name", ...
+
+    @property
+    def billions(self) -> float:
+        return self.params / 1e9
+
+
+def params_from_config(cfg: dict) -> int:
+    """Dense decoder parameter count from a transformers config (embeddings, attention with GQA, gated MLP)."""
+    cfg = cfg.get("text_config", cfg)
+    h, layers, vocab = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
+    inter = cfg.get("intermediate_size", 4 * h)
+    heads = cfg.get("num_attention_heads", max(1, h // 64))
+    kv_dim = h // heads * cfg.get("num_key_value_heads", heads)
+    attention = 2 * h * h + 2 * h * kv_dim
+    mlp = 3 * h * inter
+    embeddings = vocab * h * (1 if cfg.get("tie_word_embeddings", False) else 2)
+    return embeddings + layers * (attention + mlp)
+
+
+def _from_config(cfg: dict, params: int | None, source: str) -> ModelSize:
+    text = cfg.get("text_config", cfg)
+    h = text["hidden_size"]
+    return ModelSize(
+        params=params or params_from_config(cfg),
+        layers=text["num_hidden_layers"],
+        hidden=h,
+        vocab=text["vocab_size"],
+        intermediate=text.get("intermediate_size", 4 * h),
+        source=source,
+    )
+
+
+def _guess_architecture(params: int, source: str) -> ModelSize:
+    """Typical decoder shapes for a parameter count, when only the count is known."""
+    layers = 24 if params < 1e9 else 28 if params < 4e9 else 32 if params < 15e9 else 48 if params < 40e9 else 80
+    vocab = 128_000
+    body = max(params - vocab * 1024, params * 0.5)  # leave room for embeddings on small models
+    hidden = max(256, int(round(math.sqrt(body / (12 * layers)) / 64) * 64))
+    return ModelSize(params, layers, hidden, vocab, int(hidden * 3.5), source)
+
+
+_NAME_SIZE = re.compile(r"(?<![A-Za-z0-9.])(\d+(?:\.\d+)?)\s*([bBmM])(?![A-Za-z])")
+
+
+def params_from_name(name: str) -> int | None:
+    """'Qwen2.5-0.5B' -> 5e8, 'SmolLM2-135M' -> 1.35e8; mixture-of-experts 'AxB' names count all experts."""
+    base = name.rsplit("/", 1)[-1]
+    moe = re.search(r"(\d+)x(\d+(?:\.\d+)?)[bB]", base)
+    if moe:
+        return int(int(moe.group(1)) * float(moe.group(2)) * 1e9)
+    found = _NAME_SIZE.findall(base)
+    if not found:
+        return None
+    number, unit = found[-1]
+    return int(float(number) * (1e9 if unit.lower() == "b" else 1e6))
+
+
+def model_size(model: str, token: str | None = None, *, offline: bool = False) -> ModelSize:
+    """Parameters and shape of `model`: local config.json, else Hub metadata, else its name."""
+    path = Path(model).expanduser()
+    if (path / "config.json").is_file():
+        return _from_config(json.loads((path / "config.json").read_text()), None, "local config.json")
+    hub_params: int | None = None
+    if not offline and not path.exists():
+        try:
+            from huggingface_hub import HfApi, hf_hub_download
+
+            info = HfApi(token=token or False).model_info(model, expand=["safetensors"])
+            if info.safetensors is not None:
+                hub_params = int(info.safetensors.total)
+            cfg_path = hf_hub_download(model, "config.json", token=token or False)
+            return _from_config(json.loads(Path(cfg_path).read_text()), hub_params, "hub config.json + safetensors")
+        except Exception as exc:  # metadata is a nicety: fall through to what we have
+            log.info("could not read Hub metadata of %s: %s", model, exc)
+    if hub_params:
+        return _guess_architecture(hub_params, "hub safetensors metadata (shape guessed)")
+    from_name = params_from_name(model)
+    if from_name:
+        return _guess_architecture(from_name, "model name (shape guessed)")
+    raise ValueError(
+        f"cannot tell the size of {model!r}: no local config.json, no Hub metadata, no size in its name. "
+        "Send a Hub model id with safetensors weights, a local model folder, or a name such as 'org/Model-7B'."
+    )
+
+
+@dataclass(frozen=True)
+class MemoryNeed:
+    gb: float
+    weights_gb: float
+    training_state_gb: float
+    activations_gb: float
+    trainable_params: int
+
+
+def memory_need(
+    size: ModelSize,
+    *,
+    method: str,
+    peft: str,
+    batch: int,
+    seq_len: int,
+    bf16: bool,
+    num_generations: int = 1,
+) -> MemoryNeed:
+    """Peak GPU memory of one data-parallel replica (each GPU holds a full copy), with gradient checkpointing."""
+    if peft == "qlora":
+        weight_bytes = C.WEIGHT_BYTES["4bit"]
+    elif peft == "full" and not bf16:
+        weight_bytes = C.WEIGHT_BYTES["fp32"]  # no bf16: full fine-tuning keeps fp32 weights under fp16 AMP
+    else:
+        weight_bytes = C.WEIGHT_BYTES["bf16"]
+    weights = size.params * weight_bytes
+    if method == "dpo" and peft == "full":
+        weights += size.params * C.WEIGHT_BYTES["bf16"]  # a frozen reference copy (PEFT disables adapters instead)
+    trainable = size.params if peft == "full" else int(size.params * C.LORA_TRAINABLE_SHARE)
+    state = trainable * C.TRAINABLE_EXTRA_BYTES
+    sequences = batch * (2 if method in ("dpo", "reward") else 1)
+    act_bytes = 2.0
+    # checkpointed hidden states of every layer + the working set of the one layer being recomputed
+    acts = sequences * seq_len * size.hidden * act_bytes * size.layers
+    acts += sequences * seq_len * (size.hidden * 16 + size.intermediate * 3) * act_bytes
+    if method != "reward":  # LM head logits (bf16) + their fp32 upcast for the loss
+        acts += sequences * seq_len * size.vocab * 6
+    if method == "grpo":  # KV cache while generating
+        acts += batch * num_generations * seq_len * size.layers * size.hidden * 2 * act_bytes / max(1, num_generations)
+    total = (weights + state + acts) / 1e9 * C.MEMORY_SAFETY + C.CUDA_CONTEXT_GB
+    return MemoryNeed(round(total, 1), round(weights / 1e9, 2), round(state / 1e9, 2), round(acts / 1e9, 2), trainable)

@@ -1,0 +1,69 @@
+"""The one place that builds huggingface_hub clients, and keeps tokens out of everything we say."""
+
+import os
+
+from hf_train_mcp.errors import TrainError
+
+
+def hub_endpoint() -> str:
+    """Read at call time (huggingface_hub reads HF_ENDPOINT once at import; tests and users may set it later)."""
+    return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+
+
+def hub_token() -> str | None:
+    from huggingface_hub import get_token
+
+    return get_token()
+
+
+def hub_api(token: str | None):
+    from huggingface_hub import HfApi
+
+    return HfApi(endpoint=hub_endpoint(), token=token or False)
+
+
+def scrub(text: str, token: str | None) -> str:
+    """Remove the token from any text that leaves the process (error messages can echo headers)."""
+    if token:
+        text = text.replace(token, "hf_***")
+    return text
+
+
+def hub_error(action: str, exc: Exception, token: str | None) -> TrainError:
+    """A TrainError for a failed Hub call, worded for the agent and never carrying the token."""
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    detail = scrub(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, token)
+    advice = {
+        401: "the token was rejected: log in again (`hf auth login`) or set a valid HF_TOKEN",
+        403: "the token may not act in this namespace: use a token with write access to it",
+        404: "not found: check the id and namespace",
+        429: "rate-limited by the Hub: wait a minute and retry",
+    }.get(status or 0, "retry later; if it persists, check https://status.huggingface.co")
+    return TrainError(f"{action} failed ({detail}); {advice}")
+
+
+class Identity:
+    """Who the token belongs to and whether it can write (checked once per submission)."""
+
+    def __init__(self, name: str, role: str | None):
+        self.name = name
+        self.role = role
+
+
+def resolve_identity(token: str | None) -> Identity:
+    if not token:
+        raise TrainError(
+            "no Hugging Face token found: run `hf auth login` or set HF_TOKEN (a token with write access), "
+            "or submit with backend='local' to train on this machine"
+        )
+    try:
+        info = hub_api(token).whoami()
+    except Exception as exc:
+        raise hub_error("checking the Hugging Face token", exc, token) from None
+    role = ((info.get("auth") or {}).get("accessToken") or {}).get("role")
+    if role == "read":
+        raise TrainError(
+            "the Hugging Face token is read-only, so the trained model could not be pushed and would be lost: "
+            "create a token with write access at https://huggingface.co/settings/tokens and set HF_TOKEN"
+        )
+    return Identity(info["name"], role)

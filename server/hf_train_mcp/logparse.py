@@ -1,0 +1,106 @@
+"""Training logs -> progress, last metrics, and a one-line error with what to do about it.
+
+Reads the HFTM_ status lines our templates print, and falls back to what any transformers Trainer prints
+(`{'loss': 1.2, ...}` dicts and tqdm `12/200 [..]` bars), so jobs not rendered by us still get a progress.
+"""
+
+import ast
+import json
+import re
+from dataclasses import dataclass, field
+
+from hf_train_mcp.schemas import Progress
+
+_TQDM = re.compile(r"(\d+)/(\d+) \[")
+_EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)|torch\.\w+\.OutOfMemoryError)\b:?\s*(.*)$")
+_METRIC_KEYS = ("loss", "learning_rate", "grad_norm", "eval_loss", "reward", "rewards/accuracies",
+                "rewards/margins", "mean_token_accuracy", "accuracy", "kl", "entropy", "train_loss")
+
+
+@dataclass
+class ParsedLog:
+    progress: Progress = field(default_factory=Progress)
+    metrics: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+    hint: str | None = None
+    done: bool = False
+
+
+def _numbers(record: dict) -> dict[str, float]:
+    out = {}
+    for key, value in record.items():
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            continue
+        if key in _METRIC_KEYS or key.startswith(("eval_", "rewards/", "reward")):
+            out[key] = number
+    return out
+
+
+def _update_progress(progress: Progress, step: int | None, total: int | None, epoch: float | None) -> None:
+    if step is not None:
+        progress.step = step
+    if total:
+        progress.total_steps = total
+    if epoch is not None:
+        progress.epoch = round(epoch, 3)
+    if progress.step is not None and progress.total_steps:
+        progress.percent = round(100.0 * progress.step / progress.total_steps, 1)
+
+
+def _hint(text: str) -> str | None:
+    lowered = text.lower()
+    if "out of memory" in lowered or "outofmemoryerror" in lowered:
+        return ("The GPU ran out of memory: resubmit with peft='lora' or 'qlora', a smaller per_device_batch_size "
+                "(raise gradient_accumulation), a shorter max_length, or a larger flavor (see estimate_cost).")
+    if "timeout" in lowered or "timed out" in lowered or "deadline" in lowered:
+        return "The job hit its time limit: resubmit with a longer timeout (estimate_cost recommends one) and resume_from."
+    if "401" in text or "403" in text or "unauthorized" in lowered or "forbidden" in lowered:
+        return "The Hub refused the token: make sure HF_TOKEN has write access to the target repo, then resubmit."
+    if "keyerror" in lowered or "column" in lowered or "features" in lowered:
+        return "The dataset columns do not match the method: run validate_dataset and pass its column_mapping."
+    return None
+
+
+def parse_log(lines: list[str]) -> ParsedLog:
+    parsed = ParsedLog()
+    traceback_tail: str | None = None
+    for raw in lines:
+        line = raw.strip()
+        if line.startswith("HFTM_"):
+            kind, _, payload = line.partition(" ")
+            try:
+                record = json.loads(payload)
+            except json.JSONDecodeError:
+                continue
+            if kind == "HFTM_LOG":
+                _update_progress(parsed.progress, record.get("step"), record.get("total_steps"), record.get("epoch"))
+                parsed.metrics.update(_numbers(record))
+            elif kind == "HFTM_ERROR":
+                parsed.error = f"{record.get('type')}: {record.get('message')}".strip()
+            elif kind == "HFTM_DONE":
+                parsed.done = True
+            continue
+        if line.startswith("{") and ("'loss'" in line or "'eval_loss'" in line or "'train_runtime'" in line):
+            try:
+                record = ast.literal_eval(line)
+            except (ValueError, SyntaxError):
+                record = None
+            if isinstance(record, dict):
+                parsed.metrics.update(_numbers(record))
+                _update_progress(parsed.progress, None, None, record.get("epoch"))
+            continue
+        bar = _TQDM.findall(line)
+        if bar:
+            step, total = bar[-1]
+            _update_progress(parsed.progress, int(step), int(total), None)
+            continue
+        match = _EXCEPTION.match(line)
+        if match:
+            traceback_tail = line
+    if parsed.error is None and traceback_tail:
+        parsed.error = traceback_tail
+    if parsed.error:
+        parsed.hint = _hint(parsed.error) or _hint("\n".join(lines[-30:]))
+    return parsed

@@ -1,0 +1,294 @@
+"""TrainingRequest -> RunPlan: every default resolved, flavor and timeout chosen, the script's CONFIG built."""
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+
+from hf_train_mcp import defaults as D
+from hf_train_mcp.backends.base import JobSpec
+from hf_train_mcp.durations import format_duration
+from hf_train_mcp.errors import TrainError
+from hf_train_mcp.estimate import constants as EC
+from hf_train_mcp.estimate.cost import FlavorEstimate, Workload, estimate_on, how_to_fit
+from hf_train_mcp.estimate.hardware import Catalog
+from hf_train_mcp.estimate.sizing import ModelSize
+from hf_train_mcp.render import Script, render_script
+from hf_train_mcp.request import TrainingRequest
+
+METHOD_TITLES = {"sft": "SFT", "dpo": "DPO", "grpo": "GRPO", "reward": "reward modeling"}
+KEEP_COLUMNS = {"sft": None, "dpo": ["prompt", "chosen", "rejected"], "reward": ["prompt", "chosen", "rejected"],
+                "grpo": None}
+BASE_DEPENDENCIES = ["trl>=1.0", "transformers>=5.0", "datasets>=4.0", "accelerate>=1.4", "peft>=0.15",
+                     "trackio>=0.4", "torch"]
+HF_OUTPUT_DIR = "/tmp/outputs"
+BUCKET_MOUNT = "/outputs"
+DEFAULT_LOCAL_TIMEOUT_S = 6 * 3600
+
+
+@dataclass(frozen=True)
+class DataFacts:
+    """What validation learned about the dataset, for sizing the run."""
+
+    num_rows: int | None = None
+    mean_tokens: float | None = None
+
+
+@dataclass
+class RunPlan:
+    request: TrainingRequest
+    backend: str
+    flavor: str
+    gpus: int
+    timeout_seconds: int
+    effective_batch_size: int
+    estimate: FlavorEstimate | None
+    config: dict
+    dependencies: list[str]
+    namespace: str | None
+    trackio_space_id: str | None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def method(self) -> str:
+        return self.request.method
+
+    def render(self) -> Script:
+        return render_script(self.method, {
+            "config": self.config,
+            "dependencies": self.dependencies,
+            "flavor": self.flavor,
+            "jobs_table": self.backend == "hf",
+            "timeout": format_duration(self.timeout_seconds),
+            "method_title": METHOD_TITLES[self.method],
+            "reward_code": self.request.reward_code,
+        })
+
+    def job_spec(self) -> JobSpec:
+        request_hash = hashlib.sha256(
+            json.dumps(self.request.model_dump(mode="json"), sort_keys=True).encode()
+        ).hexdigest()[:12]
+        return JobSpec(
+            method=self.method,
+            flavor=self.flavor,
+            gpus=self.gpus,
+            timeout_seconds=self.timeout_seconds,
+            labels={"hf-train-mcp": "1", "method": self.method, "request": request_hash},
+            dependencies=self.dependencies,
+            namespace=self.namespace,
+            output_bucket=self.request.output_bucket,
+            output_mount=BUCKET_MOUNT if self.request.output_bucket else None,
+        )
+
+
+def _dependencies(req: TrainingRequest) -> list[str]:
+    deps = list(BASE_DEPENDENCIES)
+    if req.peft == "qlora":
+        deps.append("bitsandbytes>=0.45")
+    if req.use_liger_kernel:
+        deps.append("liger-kernel>=0.5")
+    return deps
+
+
+@dataclass(frozen=True)
+class Hyper:
+    """The hyperparameters that size a run (a TrainingRequest or an estimate_cost call), before defaults."""
+
+    method: str
+    peft: str
+    epochs: float | None = None
+    max_steps: int | None = None
+    max_length: int | None = None
+    per_device_batch_size: int | None = None
+    gradient_accumulation: int | None = None
+    packing: bool = False
+    num_generations: int | None = None
+    max_completion_length: int | None = None
+    eval_split: float | None = None
+    save_steps: int | None = None
+
+    @classmethod
+    def of(cls, req: TrainingRequest) -> "Hyper":
+        return cls(**{f: getattr(req, f) for f in cls.__dataclass_fields__})
+
+    @property
+    def generations(self) -> int:
+        return self.num_generations or D.GRPO_NUM_GENERATIONS
+
+    def schedule(self, billions: float, gpus: int) -> D.Schedule:
+        return D.schedule(self.method, billions, gpus, batch=self.per_device_batch_size,
+                          accumulation=self.gradient_accumulation, num_generations=self.generations)
+
+    def workload(self, size: ModelSize, gpus: int, data: DataFacts) -> Workload:
+        sched = self.schedule(size.billions, gpus)
+        return Workload(
+            method=self.method, peft=self.peft,
+            num_examples=data.num_rows or EC.DEFAULT_NUM_EXAMPLES,
+            tokens_per_example=data.mean_tokens or EC.DEFAULT_TOKENS_PER_EXAMPLE[self.method],
+            epochs=self.epochs or D.EPOCHS[self.method], max_steps=self.max_steps,
+            max_length=self.max_length or D.MAX_LENGTH[self.method],
+            per_device_batch_size=sched.per_device_batch_size, gradient_accumulation=sched.gradient_accumulation,
+            packing=self.packing, num_generations=self.generations,
+            max_completion_length=self.max_completion_length or D.GRPO_MAX_COMPLETION_LENGTH,
+            eval_split=self.eval_split or 0.0, save_steps=self.save_steps or D.SAVE_STEPS,
+        )
+
+
+def estimate_flavors(hyper: Hyper, size: ModelSize, catalog: Catalog, data: DataFacts) -> list[FlavorEstimate]:
+    """Every GPU flavor with its own schedule (accumulation shrinks as GPUs grow), cheapest first."""
+    results = [estimate_on(size, hyper.workload(size, f.gpus, data), f)
+               for f in catalog.flavors.values() if f.gpu is not None]
+    return sorted(results, key=lambda e: (e.cost_usd, e.hours))
+
+
+def choose_flavor(hyper: Hyper, size: ModelSize, catalog: Catalog, data: DataFacts) -> FlavorEstimate:
+    """The cheapest GPU flavor whose memory fits; a clear error with what would fit otherwise."""
+    ranked = estimate_flavors(hyper, size, catalog, data)
+    fitting = [e for e in ranked if e.fits]
+    if not fitting:
+        largest = max(ranked, key=lambda e: e.gpu_memory_gb)
+        raise TrainError(
+            f"no Jobs flavor fits this run (~{largest.memory.gb:.0f} GB per GPU needed, the largest GPU has "
+            f"{largest.gpu_memory_gb:.0f} GB). " + how_to_fit(hyper.workload(size, 1, data), None)
+        )
+    return fitting[0]
+
+
+def plan_run(
+    req: TrainingRequest,
+    *,
+    backend: str,
+    size: ModelSize,
+    catalog: Catalog,
+    namespace: str | None,
+    data: DataFacts,
+    local_cuda: bool = False,
+    resume_repo: str | None = None,
+) -> RunPlan:
+    warnings: list[str] = []
+    method, billions = req.method, size.billions
+    lr_full, lr_lora = D.LEARNING_RATE[method]
+    learning_rate = req.learning_rate or (lr_full if req.peft == "full" else lr_lora)
+    epochs = req.epochs or D.EPOCHS[method]
+    max_length = req.max_length or D.MAX_LENGTH[method]
+    generations = req.num_generations or D.GRPO_NUM_GENERATIONS
+    completion = req.max_completion_length or D.GRPO_MAX_COMPLETION_LENGTH
+    push = backend == "hf"
+    if push and not req.hub_model_id:
+        raise TrainError("hub_model_id is required for backend='hf' (e.g. 'your-name/qwen-sft'): without a push "
+                         "the trained model is lost when the job ends")
+
+    if backend == "local":
+        if req.peft == "qlora" and not local_cuda:
+            raise TrainError("peft='qlora' needs a CUDA GPU (bitsandbytes 4-bit) and this machine has none: "
+                             "send peft='lora', or backend='hf' with a GPU flavor")
+        if req.flavor:
+            warnings.append(f"flavor {req.flavor!r} is ignored by the local backend")
+        flavor, gpus, estimate = ("local-cuda" if local_cuda else "local-cpu"), 1, None
+    else:
+        if req.flavor and req.flavor.startswith("cpu-"):
+            if req.peft == "qlora":
+                raise TrainError(f"peft='qlora' needs a GPU flavor, not {req.flavor!r}")
+            flavor, gpus, estimate = req.flavor, 1, None
+            warnings.append(f"{req.flavor} has no GPU: fine for a smoke test of a tiny model, far too slow otherwise")
+        else:
+            hyper = Hyper.of(req)
+            if req.flavor:
+                info = catalog.flavors.get(req.flavor)
+                if info is None or info.gpu is None:
+                    raise TrainError(f"flavor {req.flavor!r} is not in the Jobs hardware catalog; see list_hardware")
+                work = hyper.workload(size, info.gpus, data)
+                estimate = estimate_on(size, work, info)
+                if not estimate.fits:
+                    warnings.append(f"{req.flavor} is likely too small: {estimate.reasons[0]}. {how_to_fit(work, None)}")
+            else:
+                estimate = choose_flavor(hyper, size, catalog, data)
+            flavor = estimate.flavor
+            gpus = catalog.flavors[flavor].gpus
+            if flavor.startswith("t4"):
+                warnings.append("T4 has no bf16: the script trains in fp16 mixed precision (can overflow); "
+                                "l4x1 has bf16 for a similar price")
+            if estimate.hours > 4:
+                warnings.append(f"estimated {estimate.hours:.1f} h: checkpoints are pushed to the Hub every "
+                                f"{req.save_steps or D.SAVE_STEPS} steps; resume_from can continue after a timeout")
+
+    sched = Hyper.of(req).schedule(billions, gpus)
+    effective = sched.effective(gpus)
+    if method == "grpo" and effective % generations:
+        raise TrainError(f"GRPO needs per_device_batch_size x gradient_accumulation x GPUs ({effective}) divisible "
+                         f"by num_generations ({generations}); change one of them")
+
+    if req.timeout is not None:
+        timeout = req.timeout
+        if estimate and timeout < estimate.train_seconds + estimate.overhead_seconds:
+            warnings.append(f"timeout {format_duration(timeout)} is below the estimated "
+                            f"{format_duration(estimate.train_seconds + estimate.overhead_seconds)}: the job will "
+                            f"likely be killed; {estimate.recommended_timeout} is recommended")
+        elif estimate and timeout < estimate.recommended_timeout_seconds:
+            warnings.append(f"timeout {format_duration(timeout)} leaves little margin; "
+                            f"{estimate.recommended_timeout} is recommended")
+    elif estimate is not None:
+        timeout = estimate.recommended_timeout_seconds
+    else:
+        timeout = DEFAULT_LOCAL_TIMEOUT_S if backend == "local" else 3600
+
+    if req.max_cost_usd is not None and estimate is not None and estimate.cost_usd > req.max_cost_usd:
+        raise TrainError(f"estimated cost ${estimate.cost_usd:.2f} on {flavor} is over max_cost_usd="
+                         f"{req.max_cost_usd}; lower max_steps/epochs, use peft='lora', or raise max_cost_usd")
+
+    if backend == "local" and req.hub_model_id:
+        warnings.append("the local backend keeps the model in the job folder; hub_model_id is not pushed")
+    trackio_space = None
+    if backend == "hf":
+        trackio_space = req.trackio_space_id or f"{namespace or req.hub_model_id.split('/')[0]}/trackio"
+    steps = (estimate.steps if estimate else None) or req.max_steps
+    run_name = req.run_name or f"{method}-{os.path.basename(req.model.rstrip('/'))}"[:96]
+    output_dir = BUCKET_MOUNT if req.output_bucket else (HF_OUTPUT_DIR if backend == "hf" else "output")
+
+    config = {
+        "method": method,
+        "model": req.model,
+        "dataset": req.dataset,
+        "dataset_config": req.dataset_config,
+        "dataset_split": req.dataset_split,
+        "column_mapping": req.column_mapping or {},
+        "keep_columns": KEEP_COLUMNS[method],
+        "eval_split": req.eval_split,
+        "seed": req.seed,
+        "peft": req.peft,
+        "lora": {
+            "r": req.lora_r or D.LORA["r"],
+            "alpha": req.lora_alpha or D.LORA["alpha"],
+            "dropout": D.LORA["dropout"] if req.lora_dropout is None else req.lora_dropout,
+            "target_modules": req.lora_target_modules or D.LORA["target_modules"],
+        },
+        "learning_rate": learning_rate,
+        "epochs": epochs,
+        "max_steps": req.max_steps,
+        "per_device_batch_size": sched.per_device_batch_size,
+        "gradient_accumulation": sched.gradient_accumulation,
+        "max_length": max_length,
+        "packing": req.packing,
+        "use_liger_kernel": req.use_liger_kernel,
+        "logging_steps": 1 if steps and steps <= 50 else 10,
+        "save_steps": req.save_steps or D.SAVE_STEPS,
+        "save_total_limit": req.save_total_limit or D.SAVE_TOTAL_LIMIT,
+        "output_dir": output_dir,
+        "trackio": True,
+        "trackio_space_id": trackio_space,
+        "project": req.project or "hf-train-mcp",
+        "run_name": run_name,
+        "push_to_hub": push,
+        "hub_model_id": req.hub_model_id if push else None,
+        "private": req.private,
+        "resume_from_repo": resume_repo,
+        "beta": req.beta or D.DPO_BETA,
+        "num_generations": generations,
+        "max_completion_length": completion,
+        "reward_funcs": req.reward_funcs or (["think_format", "length"] if not req.reward_code else []),
+    }
+    return RunPlan(
+        request=req, backend=backend, flavor=flavor, gpus=gpus, timeout_seconds=timeout,
+        effective_batch_size=effective, estimate=estimate, config=config, dependencies=_dependencies(req),
+        namespace=namespace, trackio_space_id=trackio_space, warnings=warnings,
+    )

@@ -1,0 +1,117 @@
+"""What a caller may ask of a training run, validated before anything is rendered or launched."""
+
+import ast
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from hf_train_mcp.schemas import (
+    BackendName,
+    ColumnMapping,
+    DatasetRef,
+    Flavor,
+    HubRepoId,
+    Method,
+    ModelRef,
+    Peft,
+    Timeout,
+)
+
+RewardName = Literal["think_format", "length", "accuracy"]
+Label = Annotated[str, Field(pattern=r"^[\w.\- ]{1,96}$")]
+
+
+def check_reward_code(source: str) -> str:
+    """User reward code must be one function definition (plus imports): nothing that runs at import time."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        raise ValueError(f"reward_code does not parse: {exc.msg} (line {exc.lineno})") from None
+    functions = []
+    for node in tree.body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            continue
+        if isinstance(node, ast.FunctionDef):
+            if node.decorator_list:
+                raise ValueError("reward_code: decorators run at import time; remove them")
+            for arg in [*node.args.defaults, *node.args.kw_defaults]:
+                if arg is not None and not isinstance(arg, ast.Constant):
+                    raise ValueError("reward_code: default values must be constants (they run at import time)")
+            functions.append(node.name)
+            continue
+        raise ValueError(
+            f"reward_code line {node.lineno}: only imports and one `def reward(completions, **kwargs)` are allowed "
+            "at module level"
+        )
+    if functions != ["reward"]:
+        raise ValueError(
+            "reward_code must define exactly one function named `reward(completions, **kwargs)` returning a list "
+            f"of floats; found {functions or 'none'}"
+        )
+    return source
+
+
+class TrainingRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: ModelRef
+    dataset: DatasetRef
+    method: Method = "sft"
+    hub_model_id: HubRepoId | None = None
+    flavor: Flavor | None = None
+    timeout: Timeout | None = None
+    peft: Peft = "lora"
+    epochs: Annotated[float, Field(gt=0, le=100)] | None = None
+    max_steps: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+    learning_rate: Annotated[float, Field(gt=0, lt=1)] | None = None
+    max_length: Annotated[int, Field(ge=32, le=131_072)] | None = None
+    per_device_batch_size: Annotated[int, Field(ge=1, le=512)] | None = None
+    gradient_accumulation: Annotated[int, Field(ge=1, le=1024)] | None = None
+    column_mapping: ColumnMapping | None = None
+    eval_split: Annotated[float, Field(gt=0, lt=0.5)] | None = None
+    dataset_config: Annotated[str, Field(max_length=128)] | None = None
+    dataset_split: Annotated[str, Field(pattern=r"^[\w.\-\[\]:%]{1,64}$")] = "train"
+    trackio_space_id: HubRepoId | None = None
+    project: Label | None = None
+    run_name: Label | None = None
+    private: bool = True
+    seed: Annotated[int, Field(ge=0, le=2**31 - 1)] = 42
+    packing: bool = False
+    use_liger_kernel: bool = False
+    lora_r: Annotated[int, Field(ge=1, le=1024)] | None = None
+    lora_alpha: Annotated[int, Field(ge=1, le=4096)] | None = None
+    lora_dropout: Annotated[float, Field(ge=0, lt=1)] | None = None
+    lora_target_modules: list[Annotated[str, Field(pattern=r"^[\w.\-]{1,64}$")]] | None = None
+    save_steps: Annotated[int, Field(ge=1)] | None = None
+    save_total_limit: Annotated[int, Field(ge=1, le=100)] | None = None
+    beta: Annotated[float, Field(gt=0, le=10)] | None = None
+    num_generations: Annotated[int, Field(ge=2, le=64)] | None = None
+    max_completion_length: Annotated[int, Field(ge=8, le=32_768)] | None = None
+    reward_funcs: list[RewardName] | None = None
+    reward_code: Annotated[str, Field(max_length=20_000)] | None = None
+    resume_from: Annotated[str, Field(max_length=256)] | None = None
+    output_bucket: HubRepoId | None = None
+    backend: BackendName | None = None
+    dry_run: bool = False
+    max_cost_usd: Annotated[float, Field(gt=0)] | None = None
+    idempotency_key: Annotated[str, Field(min_length=1, max_length=128)] | None = None
+    skip_validation: bool = False
+
+    @field_validator("reward_code")
+    @classmethod
+    def _reward_code(cls, value: str | None) -> str | None:
+        return None if value is None else check_reward_code(value)
+
+    @model_validator(mode="after")
+    def _method_options(self) -> "TrainingRequest":
+        if self.method != "grpo" and (self.reward_funcs or self.reward_code or self.num_generations):
+            raise ValueError("reward_funcs, reward_code and num_generations apply to method='grpo' only")
+        if self.method != "dpo" and self.beta is not None:
+            raise ValueError("beta applies to method='dpo' only")
+        if self.packing and self.method != "sft":
+            raise ValueError("packing applies to method='sft' only")
+        if self.peft == "full" and any(
+            v is not None for v in (self.lora_r, self.lora_alpha, self.lora_dropout, self.lora_target_modules)
+        ):
+            raise ValueError("lora_* options need peft='lora' or 'qlora', not 'full'")
+        return self

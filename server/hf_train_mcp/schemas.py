@@ -1,0 +1,200 @@
+"""The tool contract in one place: parameter types shared by tools and core, and every result model."""
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field
+
+from hf_train_mcp.durations import parse_duration
+
+Method = Literal["sft", "dpo", "grpo", "reward"]
+Peft = Literal["lora", "qlora", "full"]
+BackendName = Literal["hf", "local"]
+Stage = Literal["SCHEDULING", "RUNNING", "COMPLETED", "CANCELED", "ERROR", "DELETED"]
+
+# Kept in sync with huggingface_hub.JobHardware by a test; a literal here keeps `tools/list` import-light.
+FLAVORS: tuple[str, ...] = (
+    "cpu-basic", "cpu-upgrade", "cpu-performance", "cpu-xl", "t4-small", "t4-medium", "l4x1", "l4x4",
+    "l40sx1", "l40sx4", "l40sx8", "a10g-small", "a10g-large", "a10g-largex2", "a10g-largex4", "a100-large",
+    "a100x4", "a100x8", "h200", "h200x2", "h200x4", "h200x8", "rtx-pro-6000", "rtx-pro-6000x2",
+    "rtx-pro-6000x4", "rtx-pro-6000x8",
+)  # fmt: skip
+
+
+def _check_flavor(value: str) -> str:
+    if value not in FLAVORS:
+        raise ValueError(f"unknown flavor {value!r}; send one of: {', '.join(FLAVORS)}")
+    return value
+
+
+def _check_timeout(value: str | int) -> int:
+    return parse_duration(value)
+
+
+_HUB_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$"
+
+ModelRef = Annotated[str, Field(min_length=1, max_length=512, description="Hub model id or local path")]
+DatasetRef = Annotated[str, Field(min_length=1, max_length=512, description="Hub dataset id or local file/folder")]
+HubRepoId = Annotated[str, Field(pattern=_HUB_ID, description="'owner/name' repo to push to")]
+Flavor = Annotated[str, AfterValidator(_check_flavor), Field(description="Jobs hardware, e.g. 'a10g-large'")]
+Timeout = Annotated[
+    int,
+    BeforeValidator(_check_timeout),
+    Field(description="'90m', '2h', '1h30m' or seconds", json_schema_extra={"type": ["string", "integer"]}),
+]
+ColumnMapping = Annotated[
+    dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")], Annotated[str, Field(max_length=128)]],
+    Field(description="target column <- source column, e.g. {'prompt': 'question'}"),
+]
+
+
+class Progress(BaseModel):
+    step: int | None = None
+    total_steps: int | None = None
+    epoch: float | None = None
+    percent: float | None = None
+
+
+class Submission(BaseModel):
+    job_id: str | None = Field(description="handle for job_status; null on dry_run")
+    backend: BackendName
+    stage: Stage | None
+    job_url: str | None
+    hub_model_id: str | None
+    model_url: str | None
+    trackio_url: str | None
+    flavor: str
+    timeout: str
+    estimated_hours: float | None
+    estimated_cost_usd: float | None
+    effective_batch_size: int
+    script_sha256: str
+    warnings: list[str]
+    script: str | None = Field(default=None, description="dry_run only: the full rendered script")
+    command: list[str] | None = Field(default=None, description="dry_run only: what would run")
+
+
+class JobReport(BaseModel):
+    job_id: str
+    backend: BackendName
+    stage: Stage
+    message: str | None = None
+    job_url: str | None = None
+    created_at: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    progress: Progress = Field(default_factory=Progress)
+    last_metrics: dict[str, float] = Field(default_factory=dict)
+    log_tail: list[str] = Field(default_factory=list)
+    error: str | None = None
+    trackio_url: str | None = None
+    model_url: str | None = None
+    next_step: str
+
+
+class JobSummary(BaseModel):
+    job_id: str
+    backend: BackendName
+    stage: Stage
+    created_at: str | None = None
+    model: str | None = None
+    method: str | None = None
+    hub_model_id: str | None = None
+    job_url: str | None = None
+
+
+class JobList(BaseModel):
+    jobs: list[JobSummary]
+
+
+class LogPage(BaseModel):
+    job_id: str
+    offset: int
+    lines: list[str]
+    next_offset: int
+    finished: bool = Field(description="true when the job has ended and no more lines will come")
+
+
+class CancelResult(BaseModel):
+    job_id: str
+    stage: Stage
+    message: str
+
+
+def plain(value: Any) -> Any:
+    """Pydantic models and containers as plain JSON-able data (for the ledger and rendered literals)."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    return value
+
+
+class FlavorOption(BaseModel):
+    flavor: str
+    fits: bool
+    hours: float
+    cost_usd: float
+
+
+class CostEstimate(BaseModel):
+    flavor: str
+    fits: bool
+    memory_gb_needed: float
+    gpu_memory_gb: float
+    hours: float
+    cost_usd: float
+    recommended_timeout: str
+    steps: int
+    effective_batch_size: int
+    alternatives: list[FlavorOption] = Field(description="other flavors, cheapest first")
+    fastest: FlavorOption | None = None
+    assumptions: dict[str, Any]
+    warnings: list[str]
+
+
+class HardwareRow(BaseModel):
+    flavor: str
+    gpu: str | None
+    gpus: int
+    gpu_memory_gb: float
+    bf16: bool
+    usd_per_hour: float
+
+
+class HardwareList(BaseModel):
+    source: str = Field(description="'live' (Hub API) or 'built-in' (offline table)")
+    flavors: list[HardwareRow]
+
+
+class DatasetIssue(BaseModel):
+    severity: Literal["error", "warning"]
+    message: str
+    column: str | None = None
+    row: int | None = None
+
+
+class TokenStats(BaseModel):
+    tokenizer: str
+    sampled_rows: int
+    p50: int
+    p95: int
+    max: int
+    mean: float
+    share_over_max_length: float
+    max_length: int
+    estimated_total_tokens: int | None = None
+
+
+class DatasetReport(BaseModel):
+    valid: bool
+    dataset: str
+    config: str | None = None
+    split: str
+    num_rows: int | None = None
+    columns: list[str]
+    detected_format: Literal[
+        "messages", "text", "prompt_completion", "conversational_prompt_completion", "preference",
+        "implicit_preference", "prompt_only", "unknown",
+    ]
+    issues: list[DatasetIssue]
+    suggested_column_mapping: dict[str, str] | None = None
+    sample_rows: list[dict[str, Any]] = Field(default_factory=list)
+    token_stats: TokenStats | None = None

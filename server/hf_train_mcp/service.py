@@ -1,0 +1,345 @@
+"""The core both shells call: one method per tool, plain pydantic in and out, TrainError for fixable problems."""
+
+import json
+import logging
+import os
+
+from hf_train_mcp.backends.base import TERMINAL_STAGES, Backend, JobState
+from hf_train_mcp.backends.hf_jobs import HfJobsBackend
+from hf_train_mcp.backends.local import LocalBackend, has_cuda
+from hf_train_mcp.data.validate import is_local, validate_dataset
+from hf_train_mcp.durations import format_duration
+from hf_train_mcp.errors import TrainError
+from hf_train_mcp.estimate import constants as EC
+from hf_train_mcp.estimate.hardware import get_catalog
+from hf_train_mcp.estimate.sizing import ModelSize, model_size
+from hf_train_mcp.hub import hub_endpoint, hub_token, resolve_identity
+from hf_train_mcp.ledger import JobRecord, Ledger, now_iso
+from hf_train_mcp.logparse import parse_log
+from hf_train_mcp.estimate.cost import how_to_fit
+from hf_train_mcp.planning import DataFacts, Hyper, estimate_flavors, plan_run
+from hf_train_mcp.request import TrainingRequest
+from hf_train_mcp.schemas import (
+    CancelResult,
+    CostEstimate,
+    FlavorOption,
+    DatasetReport,
+    HardwareList,
+    HardwareRow,
+    JobList,
+    JobReport,
+    JobSummary,
+    LogPage,
+    Submission,
+)
+
+log = logging.getLogger(__name__)
+STATUS_LOG_LINES = 300  # read more than we show: the last HFTM_LOG line may sit above warnings
+
+
+def default_backend() -> str:
+    chosen = os.environ.get("HF_TRAIN_BACKEND")
+    if chosen in ("hf", "local"):
+        return chosen
+    return "hf" if hub_token() else "local"
+
+
+class Core:
+    def __init__(self, ledger: Ledger | None = None):
+        self._ledger = ledger
+        self._local = LocalBackend()
+
+    @property
+    def ledger(self) -> Ledger:
+        if self._ledger is None:  # opened on first use: tools/list must not touch the disk
+            self._ledger = Ledger()
+        return self._ledger
+
+    def backend(self, name: str) -> Backend:
+        return self._local if name == "local" else HfJobsBackend(hub_token())
+
+    # --- validate_dataset -------------------------------------------------------------------------------
+    def validate_dataset(self, dataset: str, method: str, *, split: str = "train", config: str | None = None,
+                         column_mapping: dict[str, str] | None = None, model: str | None = None,
+                         max_length: int | None = None) -> DatasetReport:
+        return validate_dataset(dataset, method, split=split, config=config, column_mapping=column_mapping,
+                                model=model, max_length=max_length, token=hub_token())
+
+    # --- submit_training --------------------------------------------------------------------------------
+    def _model_size(self, model: str, token: str | None, offline: bool) -> ModelSize:
+        try:
+            return model_size(model, token, offline=offline)
+        except ValueError as exc:
+            raise TrainError(str(exc)) from None
+
+    def _resume_repo(self, req: TrainingRequest) -> str | None:
+        if not req.resume_from:
+            return None
+        previous = self.ledger.get(req.resume_from)
+        if previous is not None:
+            if previous.hub_model_id:
+                return previous.hub_model_id
+            raise TrainError(f"job {req.resume_from} pushed no model repo to resume from; pass a Hub repo id")
+        if "/" in req.resume_from:
+            return req.resume_from
+        raise TrainError(f"resume_from={req.resume_from!r} is neither a known job id nor a Hub repo 'owner/name'")
+
+    def submit_training(self, req: TrainingRequest) -> Submission:
+        backend_name = req.backend or default_backend()
+        if req.idempotency_key and not req.dry_run:
+            existing = self.ledger.by_idempotency_key(req.idempotency_key)
+            if existing is not None:
+                return self._submission(existing, extra_warnings=[
+                    f"idempotency_key matched job {existing.job_id}: returned it instead of submitting again"])
+        if backend_name == "hf":
+            for ref, kind in ((req.model, "model"), (req.dataset, "dataset")):
+                if is_local(ref):
+                    raise TrainError(f"{kind} {ref!r} is a local path, which a Hugging Face job cannot read: push it "
+                                     "to the Hub first, or use backend='local'")
+        token = hub_token() if backend_name == "hf" else None
+        namespace = None
+        if backend_name == "hf":
+            if token or not req.dry_run:
+                namespace = resolve_identity(token).name
+            elif req.hub_model_id:
+                namespace = req.hub_model_id.split("/")[0]
+        data = DataFacts()
+        warnings: list[str] = []
+        if not req.skip_validation:
+            report = validate_dataset(req.dataset, req.method, split=req.dataset_split, config=req.dataset_config,
+                                      column_mapping=req.column_mapping, token=token or hub_token(),
+                                      max_length=req.max_length)
+            if not report.valid:
+                errors = "; ".join(f"{i.message}" + (f" (row {i.row})" if i.row is not None else "")
+                                   for i in report.issues if i.severity == "error")
+                mapping = f" Suggested column_mapping: {json.dumps(report.suggested_column_mapping)}." \
+                    if report.suggested_column_mapping else ""
+                raise TrainError(f"dataset {req.dataset!r} will not train with {req.method}: {errors}.{mapping} "
+                                 "Fix the data or pass column_mapping; nothing was submitted.")
+            if report.suggested_column_mapping and not req.column_mapping:
+                req = req.model_copy(update={"column_mapping": report.suggested_column_mapping})
+                warnings.append(f"applied column_mapping {json.dumps(report.suggested_column_mapping)} from validation")
+            if req.dataset_config is None and report.config and report.config != "default":
+                req = req.model_copy(update={"dataset_config": report.config})
+            data = DataFacts(num_rows=report.num_rows,
+                             mean_tokens=report.token_stats.mean if report.token_stats else None)
+        size = self._model_size(req.model, token, offline=backend_name == "local")
+        catalog = get_catalog(token, offline=backend_name == "local")
+        plan = plan_run(req, backend=backend_name, size=size, catalog=catalog, namespace=namespace, data=data,
+                        local_cuda=has_cuda(), resume_repo=self._resume_repo(req))
+        plan.warnings[:0] = warnings
+        script = plan.render()
+        spec = plan.job_spec()
+        backend = self.backend(backend_name)
+        endpoint = hub_endpoint()
+        model_url = f"{endpoint}/{req.hub_model_id}" if backend_name == "hf" else None
+        trackio_url = f"{endpoint}/spaces/{plan.trackio_space_id}" if plan.trackio_space_id else None
+        estimate = plan.estimate
+        common = dict(
+            backend=backend_name, hub_model_id=req.hub_model_id if backend_name == "hf" else None,
+            flavor=plan.flavor, timeout=format_duration(plan.timeout_seconds),
+            estimated_hours=round(estimate.hours, 2) if estimate else None,
+            estimated_cost_usd=estimate.cost_usd if estimate else None,
+            effective_batch_size=plan.effective_batch_size, script_sha256=script.sha256, warnings=plan.warnings,
+        )
+        if req.dry_run:
+            return Submission(job_id=None, stage=None, job_url=None, model_url=model_url, trackio_url=trackio_url,
+                              script=script.text, command=backend.command(spec), **common)
+        ref = backend.submit(script, spec)
+        if backend_name == "local":
+            model_url = f"{ref.url}/output"
+            trackio_url = f"{ref.url}/trackio"
+        record = JobRecord(
+            job_id=ref.job_id, backend=backend_name, namespace=ref.namespace, method=req.method, model=req.model,
+            dataset=req.dataset, request_json=req.model_dump_json(), script_sha256=script.sha256,
+            script_path=f"{ref.job_dir}/train.py" if ref.job_dir else None, job_dir=ref.job_dir, stage=ref.stage,
+            flavor=plan.flavor, timeout=common["timeout"], job_url=ref.url, hub_model_id=common["hub_model_id"],
+            model_url=model_url, trackio_url=trackio_url, output_bucket=req.output_bucket,
+            estimated_hours=common["estimated_hours"], estimated_cost_usd=common["estimated_cost_usd"],
+            effective_batch_size=plan.effective_batch_size, warnings_json=json.dumps(plan.warnings),
+            idempotency_key=req.idempotency_key, created_at=ref.created_at or now_iso(),
+        )
+        self.ledger.record(record)
+        return self._submission(record)
+
+    @staticmethod
+    def _submission(record: JobRecord, extra_warnings: list[str] | None = None) -> Submission:
+        return Submission(
+            job_id=record.job_id, backend=record.backend, stage=record.stage, job_url=record.job_url,
+            hub_model_id=record.hub_model_id, model_url=record.model_url, trackio_url=record.trackio_url,
+            flavor=record.flavor or "", timeout=record.timeout or "", estimated_hours=record.estimated_hours,
+            estimated_cost_usd=record.estimated_cost_usd, effective_batch_size=record.effective_batch_size or 0,
+            script_sha256=record.script_sha256, warnings=[*(extra_warnings or []), *record.warnings],
+        )
+
+    # --- job_status and friends -------------------------------------------------------------------------
+    def _locate(self, job_id: str) -> tuple[str, str, str | None, JobRecord | None]:
+        """(backend, bare job id, namespace, ledger record) for a job id or 'namespace/job_id'."""
+        job_id = job_id.strip()
+        record = self.ledger.get(job_id)
+        if record is not None:
+            return record.backend, job_id, record.namespace, record
+        if job_id.startswith("local-"):
+            return "local", job_id, None, None
+        if "/" in job_id:
+            namespace, bare = job_id.rsplit("/", 1)
+            return "hf", bare, namespace, self.ledger.get(bare)
+        return "hf", job_id, resolve_identity(hub_token()).name, None
+
+    def _state(self, job_id: str) -> tuple[Backend, str, str | None, JobRecord | None, JobState]:
+        backend_name, bare, namespace, record = self._locate(job_id)
+        backend = self.backend(backend_name)
+        state = backend.inspect(bare, namespace)
+        if record is not None and record.stage != state.stage:
+            self.ledger.update_stage(bare, state.stage, state.finished_at)
+        return backend, bare, namespace, record, state
+
+    def job_status(self, job_id: str, tail: int = 20) -> JobReport:
+        backend, bare, namespace, record, state = self._state(job_id)
+        lines: list[str] = []
+        if state.stage != "SCHEDULING":
+            lines = backend.logs(bare, namespace, tail=max(tail, STATUS_LOG_LINES),
+                                 finished=state.stage in TERMINAL_STAGES)
+        parsed = parse_log(lines)
+        error = None
+        if state.stage == "ERROR":
+            error = parsed.error or state.message or "the job failed without an error line; read log_tail"
+        trackio_url = record.trackio_url if record else None
+        model_url = record.model_url if record else None
+        return JobReport(
+            job_id=bare, backend=backend.name, stage=state.stage, message=state.message,
+            job_url=state.url or (record.job_url if record else None), created_at=state.created_at,
+            started_at=state.started_at, finished_at=state.finished_at, progress=parsed.progress,
+            last_metrics=parsed.metrics, log_tail=lines[-tail:] if tail else [], error=error,
+            trackio_url=trackio_url, model_url=model_url,
+            next_step=self._next_step(state.stage, parsed, bare, trackio_url, model_url),
+        )
+
+    @staticmethod
+    def _next_step(stage: str, parsed, job_id: str, trackio_url: str | None, model_url: str | None) -> str:
+        if stage == "SCHEDULING":
+            return ("Waiting for hardware: check again in a minute. If it stays in SCHEDULING for over 15 minutes, "
+                    "cancel_job and resubmit on another flavor.")
+        if stage == "RUNNING":
+            where = f" Live curves: {trackio_url}." if trackio_url else ""
+            done = f"{parsed.progress.percent}% done" if parsed.progress.percent is not None else "starting up"
+            return f"Training is {done}; check again in a few minutes (do not poll in a tight loop).{where}"
+        if stage == "COMPLETED":
+            return f"Finished. The model is at {model_url}." if model_url else "Finished."
+        if stage == "ERROR":
+            return parsed.hint or (f"Read error and log_tail, fix the cause, then resubmit (resume_from='{job_id}' "
+                                   "continues from the last pushed checkpoint).")
+        if stage == "CANCELED":
+            return f"Canceled. Resubmit with resume_from='{job_id}' to continue from the last pushed checkpoint."
+        return "The job no longer exists."
+
+    def job_logs(self, job_id: str, offset: int = 0, limit: int = 200) -> LogPage:
+        backend, bare, namespace, _, state = self._state(job_id)
+        finished = state.stage in TERMINAL_STAGES
+        lines = [] if state.stage == "SCHEDULING" else backend.logs(bare, namespace, tail=None, finished=finished)
+        page = lines[offset:offset + limit]
+        next_offset = offset + len(page)
+        return LogPage(job_id=bare, offset=offset, lines=page, next_offset=next_offset,
+                       finished=finished and next_offset >= len(lines))
+
+    def cancel_job(self, job_id: str) -> CancelResult:
+        backend, bare, namespace, record, state = self._state(job_id)
+        if state.stage in TERMINAL_STAGES:
+            return CancelResult(job_id=bare, stage=state.stage, message=f"already {state.stage}; nothing to cancel")
+        backend.cancel(bare, namespace)
+        after = backend.inspect(bare, namespace)
+        if record is not None:
+            self.ledger.update_stage(bare, after.stage, after.finished_at or now_iso())
+        return CancelResult(job_id=bare, stage=after.stage, message="cancel requested; billing stops when the job ends")
+
+    def list_jobs(self, stage: str | None = None, limit: int = 20) -> JobList:
+        jobs = []
+        for record in self.ledger.list(limit=limit * 3 if stage else limit):
+            current = record.stage
+            if current not in TERMINAL_STAGES:
+                try:
+                    current = self.backend(record.backend).inspect(record.job_id, record.namespace).stage
+                    if current != record.stage:
+                        self.ledger.update_stage(record.job_id, current)
+                except TrainError as exc:
+                    log.info("could not refresh %s: %s", record.job_id, exc)
+            if stage and current != stage:
+                continue
+            jobs.append(JobSummary(job_id=record.job_id, backend=record.backend, stage=current,
+                                   created_at=record.created_at, model=record.model, method=record.method,
+                                   hub_model_id=record.hub_model_id, job_url=record.job_url))
+            if len(jobs) >= limit:
+                break
+        return JobList(jobs=jobs)
+
+    # --- hardware and cost ------------------------------------------------------------------------------
+    def list_hardware(self) -> HardwareList:
+        catalog = get_catalog(hub_token())
+        rows = [HardwareRow(flavor=f.name, gpu=f.gpu.model if f.gpu else None, gpus=f.gpus,
+                            gpu_memory_gb=f.gpu_memory_gb, bf16=bool(f.gpu and f.gpu.bf16),
+                            usd_per_hour=round(f.usd_per_hour, 2))
+                for f in catalog.flavors.values()]
+        return HardwareList(source=catalog.source, flavors=sorted(rows, key=lambda r: r.usd_per_hour))
+
+
+    def estimate_cost(self, *, model: str, hyper: Hyper, flavor: str | None = None, dataset: str | None = None,
+                      num_examples: int | None = None, tokens_per_example: float | None = None) -> CostEstimate:
+        token = hub_token()
+        size = self._model_size(model, token, offline=False)
+        warnings: list[str] = []
+        rows, mean, token_source = num_examples, tokens_per_example, "stated" if tokens_per_example else None
+        if dataset and (rows is None or mean is None):
+            report = validate_dataset(dataset, hyper.method, model=model, max_length=hyper.max_length, token=token)
+            rows = rows or report.num_rows
+            if mean is None and report.token_stats:
+                mean, token_source = report.token_stats.mean, f"{report.token_stats.sampled_rows} sampled rows"
+            if not report.valid:
+                warnings.append("the dataset has format errors for this method: run validate_dataset")
+        if rows is None and not hyper.max_steps:
+            warnings.append(f"no dataset size given: assumed {EC.DEFAULT_NUM_EXAMPLES} examples; pass dataset or "
+                            "num_examples")
+        if mean is None:
+            mean, token_source = EC.DEFAULT_TOKENS_PER_EXAMPLE[hyper.method], "default for the method"
+            warnings.append(f"no token statistics: assumed {mean} tokens per example; pass tokens_per_example or a "
+                            "dataset with a reachable tokenizer")
+        data = DataFacts(num_rows=rows, mean_tokens=mean)
+        catalog = get_catalog(token)
+        ranked = estimate_flavors(hyper, size, catalog, data)
+        if flavor:
+            if flavor not in catalog.flavors or catalog.flavors[flavor].gpu is None:
+                raise TrainError(f"{flavor!r} is not a GPU flavor in the catalog; see list_hardware")
+            chosen = next(e for e in ranked if e.flavor == flavor)
+        else:
+            fitting = [e for e in ranked if e.fits]
+            chosen = fitting[0] if fitting else max(ranked, key=lambda e: e.gpu_memory_gb)
+        fitting = [e for e in ranked if e.fits]
+        fastest = min(fitting, key=lambda e: e.hours) if fitting else None
+        work = hyper.workload(size, catalog.flavors[chosen.flavor].gpus, data)
+        if not chosen.fits:
+            warnings.append(f"does not fit: {chosen.reasons[0]}. "
+                            + how_to_fit(work, fitting[0] if fitting else None))
+        if chosen.flavor.startswith("t4"):
+            warnings.append("T4 has no bf16 (fp16 mixed precision instead, which can overflow); l4x1 has bf16")
+        if chosen.hours > 4:
+            warnings.append(f"over 4 h ({chosen.hours:.1f} h): make sure checkpoints are pushed (the default) and "
+                            "consider a multi-GPU flavor")
+        gpus = catalog.flavors[chosen.flavor].gpus
+        return CostEstimate(
+            flavor=chosen.flavor, fits=chosen.fits, memory_gb_needed=chosen.memory.gb,
+            gpu_memory_gb=chosen.gpu_memory_gb, hours=round(chosen.hours, 2), cost_usd=chosen.cost_usd,
+            recommended_timeout=chosen.recommended_timeout, steps=chosen.steps,
+            effective_batch_size=hyper.schedule(size.billions, gpus).effective(gpus),
+            alternatives=[FlavorOption(flavor=e.flavor, fits=e.fits, hours=round(e.hours, 2), cost_usd=e.cost_usd)
+                          for e in ranked if e.flavor != chosen.flavor][:8],
+            fastest=FlavorOption(flavor=fastest.flavor, fits=True, hours=round(fastest.hours, 2),
+                                 cost_usd=fastest.cost_usd) if fastest else None,
+            assumptions={
+                "params_billions": round(size.billions, 3), "params_source": size.source,
+                "num_examples": rows, "tokens_per_example": mean, "tokens_source": token_source,
+                "tokens_total": int(chosen.tokens), "tokens_per_second": int(chosen.tokens_per_second),
+                "per_device_batch_size": work.per_device_batch_size,
+                "gradient_accumulation": work.gradient_accumulation, "max_length": work.max_length,
+                "overhead_minutes": round(chosen.overhead_seconds / 60, 1), "prices": catalog.source,
+            },
+            warnings=warnings,
+        )
