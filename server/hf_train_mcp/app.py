@@ -6,9 +6,11 @@ from typing import Annotated, Any, TypeVar
 import anyio.to_thread
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import Tool as MCPTool
 from mcp.types import ToolAnnotations
 from pydantic import Field, ValidationError
 
+from hf_train_mcp.compact_schema import compact
 from hf_train_mcp.errors import TrainError
 from hf_train_mcp.schemas import (
     BackendName,
@@ -50,9 +52,22 @@ def _readable(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
+class CompactMCPServer(MCPServer):
+    """MCPServer whose tools/list carries compacted schemas (arguments are still validated by the full models)."""
+
+    async def list_tools(self) -> list[MCPTool]:
+        return [
+            tool.model_copy(update={
+                "input_schema": compact(tool.input_schema),
+                "output_schema": compact(tool.output_schema, output=True) if tool.output_schema else None,
+            })
+            for tool in await super().list_tools()
+        ]
+
+
 def build_server(core: Any | None = None) -> MCPServer:
     """The MCP server. `core` is created lazily so that tools/list never touches disk, network or heavy imports."""
-    mcp = MCPServer("hf-train-mcp", instructions=INSTRUCTIONS)
+    mcp = CompactMCPServer("hf-train-mcp", instructions=INSTRUCTIONS)
     state: dict[str, Any] = {"core": core}
 
     def get_core() -> Any:
@@ -80,9 +95,8 @@ def build_server(core: Any | None = None) -> MCPServer:
         model: Annotated[str | None, Field(description="tokenizer to count tokens with")] = None,
         max_length: Annotated[int | None, Field(ge=32)] = None,
     ) -> DatasetReport:
-        """Check that a dataset (Hub id, read via the dataset viewer without downloading, or a local
-        .jsonl/.json/.csv/.parquet file or folder) fits a TRL method. Returns the detected format, errors and
-        warnings with row numbers, and suggested_column_mapping to pass to submit_training as-is."""
+        """Check a dataset (Hub id via the viewer API, no download; or local .jsonl/.json/.csv/.parquet)
+        against a TRL method: format, errors/warnings with rows, suggested_column_mapping for submit_training."""
         return await call(lambda c: c.validate_dataset(dataset, method, split=split, config=config,
                                                        column_mapping=column_mapping, model=model,
                                                        max_length=max_length))
@@ -102,9 +116,8 @@ def build_server(core: Any | None = None) -> MCPServer:
         per_device_batch_size: Annotated[int | None, Field(ge=1)] = None,
         packing: bool = False,
     ) -> CostEstimate:
-        """Estimate hours, dollars and GPU memory of a run on Jobs hardware. Without flavor, picks the cheapest
-        flavor that fits (plus the fastest). Gives recommended_timeout, the assumptions used, and how to fit
-        when memory is short."""
+        """Hours, dollars, GPU memory fit and recommended_timeout on Jobs hardware. Without flavor: the
+        cheapest flavor that fits, plus the fastest."""
         from hf_train_mcp.planning import Hyper
 
         hyper = Hyper(method=method, peft=peft, epochs=epochs, max_steps=max_steps, max_length=max_length,
@@ -157,11 +170,9 @@ def build_server(core: Any | None = None) -> MCPServer:
         idempotency_key: str | None = None,
         skip_validation: bool = False,
     ) -> Submission:
-        """Render a TRL training script and start it on Hugging Face Jobs (backend='hf', needs hub_model_id
-        and a write token) or on this machine (backend='local'). Returns at once with job_id and URLs; it
-        never waits. Validates the dataset first and refuses one with errors. Flavor and timeout default to
-        the cheapest fitting flavor and a safe timeout from estimate_cost. dry_run=True returns the script
-        and command without launching anything."""
+        """Start a TRL training job on HF Jobs (backend='hf': needs hub_model_id, write token) or this machine
+        (backend='local'). Returns job_id and URLs at once. Validates the dataset first; flavor/timeout default
+        to the cheapest fitting flavor and a safe timeout. dry_run=True: script and command, nothing launched."""
         arguments = {k: v for k, v in locals().items() if v is not None and k not in ("call", "get_core")}
         return await call(lambda c: c.submit_training(_request(arguments)))
 
@@ -170,8 +181,7 @@ def build_server(core: Any | None = None) -> MCPServer:
         job_id: Annotated[str, Field(min_length=1, max_length=200)],
         tail: Annotated[int, Field(ge=0, le=500, description="log lines to include")] = 20,
     ) -> JobReport:
-        """Stage, progress (step/total, %), last loss and metrics, log tail, and on failure the error with a
-        next_step. One quick call; it never waits for the job to change."""
+        """Stage, progress, last metrics, log tail, error and next_step of a job. Quick; never waits."""
         return await call(lambda c: c.job_status(job_id, tail))
 
     @mcp.tool(title="Job logs", annotations=READ_ONLY)

@@ -30,11 +30,26 @@ def _check_timeout(value: str | int) -> int:
     return parse_duration(value)
 
 
-_HUB_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$"
+_HUB_ID = r"^[\w.-]{1,96}/[\w.-]{1,96}$"
+
+
+def _check_hub_id(value: str) -> str:
+    owner, name = value.split("/")
+    for part in (owner, name):
+        if part[0] in ".-" or part.endswith((".", "-")) or ".." in part or "--" in part:
+            raise ValueError(f"{value!r} is not a valid Hub repo id: use 'owner/name' (letters, digits, '-', '_', '.')")
+    return value
+
+
+def _check_mapping(value: dict[str, str]) -> dict[str, str]:
+    for target, source in value.items():
+        if not target.isidentifier() or len(target) > 64 or not 0 < len(source) <= 128:
+            raise ValueError(f"column_mapping entry {target!r}: {source!r} is not 'target_column': 'source_column'")
+    return value
 
 ModelRef = Annotated[str, Field(min_length=1, max_length=512, description="Hub model id or local path")]
 DatasetRef = Annotated[str, Field(min_length=1, max_length=512, description="Hub dataset id or local file/folder")]
-HubRepoId = Annotated[str, Field(pattern=_HUB_ID, description="'owner/name' repo to push to")]
+HubRepoId = Annotated[str, Field(pattern=_HUB_ID, description="'owner/name'"), AfterValidator(_check_hub_id)]
 Flavor = Annotated[str, AfterValidator(_check_flavor), Field(description="Jobs hardware, e.g. 'a10g-large'")]
 Timeout = Annotated[
     int,
@@ -42,7 +57,8 @@ Timeout = Annotated[
     Field(description="'90m', '2h', '1h30m' or seconds", json_schema_extra={"type": ["string", "integer"]}),
 ]
 ColumnMapping = Annotated[
-    dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")], Annotated[str, Field(max_length=128)]],
+    dict[str, str],
+    AfterValidator(_check_mapping),
     Field(description="target column <- source column, e.g. {'prompt': 'question'}"),
 ]
 

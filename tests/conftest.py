@@ -1,0 +1,74 @@
+"""Shared fixtures: the Hub/Jobs emulator on 127.0.0.1, isolated data dirs, a tiny local model."""
+
+import importlib.util
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.emulator import TOKENS, Emulator
+
+# Never read a developer's real token or cache, never phone home.
+os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
+os.environ.pop("HF_TOKEN", None)
+os.environ.pop("HUGGING_FACE_HUB_TOKEN", None)
+os.environ.pop("HF_TRAIN_BACKEND", None)
+
+WRITE_TOKEN = next(t for t, role in TOKENS.items() if role == "write")
+READ_TOKEN = next(t for t, role in TOKENS.items() if role == "read")
+HAS_TRAINING_STACK = all(importlib.util.find_spec(m) for m in ("torch", "transformers", "trl", "peft", "datasets"))
+needs_training = pytest.mark.skipif(not HAS_TRAINING_STACK, reason="the 'train' extra (torch, trl, ...) is absent")
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def emulator() -> Iterator[Emulator]:
+    emu = Emulator().start()
+    emu.models["Qwen/Qwen2-0.5B-Instruct"] = 494_032_768
+    emu.models["meta-llama/Llama-3.1-8B"] = 8_030_261_248
+    yield emu
+    emu.stop()
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own ledger/jobs dir and HF cache; the hardware cache starts empty."""
+    from hf_train_mcp.estimate.hardware import reset_cache
+
+    home = tmp_path / "hf-train-home"
+    monkeypatch.setenv("HF_TRAIN_HOME", str(home))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    reset_cache()
+    return home
+
+
+@pytest.fixture
+def hub(emulator: Emulator, monkeypatch: pytest.MonkeyPatch) -> Emulator:
+    """The Hub is the emulator, and a write token is configured."""
+    monkeypatch.setenv("HF_ENDPOINT", emulator.url)
+    monkeypatch.setenv("HF_TRAIN_DATASETS_SERVER", emulator.url)
+    monkeypatch.setenv("HF_TOKEN", WRITE_TOKEN)
+    return emulator
+
+
+@pytest.fixture
+def offline(monkeypatch: pytest.MonkeyPatch, emulator: Emulator) -> None:
+    """No token; any Hub call would go to a closed emulator port, never the internet."""
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("HF_TRAIN_DATASETS_SERVER", "http://127.0.0.1:9")
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not HAS_TRAINING_STACK:
+        pytest.skip("the 'train' extra is absent")
+    from hf_train_mcp.tiny import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-qwen2")

@@ -1,0 +1,357 @@
+"""A local emulator of the Hub endpoints hf-train-mcp uses: Jobs API, whoami, hardware, model info, dataset viewer.
+
+It speaks the wire format of shared/reference/hf-jobs-wire-contract.md so that the real huggingface_hub
+client can be pointed at it with HF_ENDPOINT. Jobs move SCHEDULING -> RUNNING -> final stage on a clock;
+their log lines are released over the running period and streamed as SSE; the stream closes at the end.
+"""
+
+import json
+import re
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+FLAVORS = (
+    "cpu-basic", "cpu-upgrade", "cpu-performance", "cpu-xl", "t4-small", "t4-medium", "l4x1", "l4x4", "l40sx1",
+    "l40sx4", "l40sx8", "a10g-small", "a10g-large", "a10g-largex2", "a10g-largex4", "a100-large", "a100x4",
+    "a100x8", "h200", "h200x2", "h200x4", "h200x8", "rtx-pro-6000", "rtx-pro-6000x2", "rtx-pro-6000x4",
+    "rtx-pro-6000x8",
+)  # fmt: skip
+
+# (name, accelerator model or None, count, vram per card, $/minute): prices deliberately differ from the built-in
+# table so tests can tell the live catalog was used.
+HARDWARE = (
+    ("cpu-basic", None, 0, "", 0.0002), ("t4-small", "T4", 1, "16 GB", 0.0070), ("l4x1", "L4", 1, "24 GB", 0.0140),
+    ("l4x4", "L4", 4, "96 GB", 0.0640), ("a10g-small", "A10G", 1, "24 GB", 0.0170),
+    ("a10g-large", "A10G", 1, "24 GB", 0.0250), ("a10g-largex2", "A10G", 2, "48 GB", 0.0500),
+    ("a100-large", "A100", 1, "80 GB", 0.0420), ("h200", "H200", 1, "141 GB", 0.0840),
+)  # fmt: skip
+
+TOKENS = {"hf_emu_write_token_0123456789": "write", "hf_emu_read_token_0123456789": "read"}
+USER = "emu-user"
+ORGS = ("emu-org",)
+
+
+def hub_time(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{int(ts * 1000) % 1000:03d}Z"
+
+
+@dataclass
+class JobPlan:
+    """How an emulated job behaves: seconds in each stage, the final stage, and its log lines."""
+
+    scheduling_s: float = 0.2
+    running_s: float = 1.0
+    final_stage: str = "COMPLETED"
+    log_lines: list[str] = field(default_factory=lambda: ["HFTM_START {}", "HFTM_DONE {}"])
+    message: str | None = None
+
+
+@dataclass
+class Job:
+    id: str
+    namespace: str
+    spec: dict
+    plan: JobPlan
+    created: float
+    canceled_at: float | None = None
+
+    def stage(self, now: float) -> str:
+        if self.canceled_at is not None:
+            return "CANCELED"
+        elapsed = now - self.created
+        if elapsed < self.plan.scheduling_s:
+            return "SCHEDULING"
+        if elapsed < self.plan.scheduling_s + self.plan.running_s:
+            return "RUNNING"
+        return self.plan.final_stage
+
+    def started(self) -> float:
+        return self.created + self.plan.scheduling_s
+
+    def finished(self, now: float) -> float | None:
+        if self.canceled_at is not None:
+            return self.canceled_at
+        end = self.started() + self.plan.running_s
+        return end if now >= end else None
+
+    def released_lines(self, now: float) -> list[tuple[float, str]]:
+        """Lines printed so far, each with its timestamp, spread evenly over the running period."""
+        lines = self.plan.log_lines
+        out = []
+        cutoff = min(now, self.canceled_at or now)
+        for i, line in enumerate(lines):
+            at = self.started() + self.plan.running_s * (i + 0.5) / max(1, len(lines))
+            if at <= cutoff:
+                out.append((at, line))
+        return out
+
+    def info(self, now: float) -> dict:
+        stage = self.stage(now)
+        data = {
+            "id": self.id,
+            "createdAt": hub_time(self.created),
+            "dockerImage": self.spec.get("dockerImage"),
+            "command": self.spec.get("command"),
+            "arguments": self.spec.get("arguments", []),
+            "environment": self.spec.get("environment", {}),
+            "secrets": {k: None for k in self.spec.get("secrets", {})},  # names only, never values
+            "flavor": self.spec.get("flavor"),
+            "labels": self.spec.get("labels", {}),
+            "volumes": self.spec.get("volumes"),
+            "owner": {"id": "u-" + self.namespace, "name": self.namespace, "type": "user"},
+            "status": {"stage": stage, "message": self.plan.message if stage == "ERROR" else None},
+        }
+        if stage != "SCHEDULING":
+            data["startedAt"] = hub_time(self.started())
+        finished = self.finished(now)
+        if finished is not None and stage in ("COMPLETED", "ERROR", "CANCELED"):
+            data["finishedAt"] = hub_time(finished)
+        return data
+
+
+@dataclass
+class ViewerDataset:
+    """A dataset as the dataset viewer API sees it."""
+
+    configs: dict[str, dict[str, list[dict]]]  # config -> split -> rows
+    access: str = "public"  # public | private (needs a token) | gated (401 always) | broken (viewer unavailable)
+
+
+class Emulator:
+    def __init__(self) -> None:
+        self.jobs: dict[str, Job] = {}
+        self.plans: list[JobPlan] = []
+        self.requests: list[dict[str, Any]] = []
+        self.models: dict[str, int] = {}  # repo id -> parameter count
+        self.datasets: dict[str, ViewerDataset] = {}
+        self.lock = threading.Lock()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def start(self) -> "Emulator":
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def plan_next(self, plan: JobPlan) -> None:
+        """The next submitted job follows `plan` (else a quick successful default)."""
+        with self.lock:
+            self.plans.append(plan)
+
+    def posted_jobs(self) -> list[dict]:
+        return [r["json"] for r in self.requests if r["method"] == "POST" and re.fullmatch(r"/api/jobs/[^/]+", r["path"])]
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        emu = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:  # keep test output clean
+                pass
+
+            def _send(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+                raw = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def _error(self, status: int, message: str) -> None:
+                self._send(status, {"error": message}, {"X-Error-Message": message})
+
+            def _token(self) -> str | None:
+                auth = self.headers.get("authorization", "")
+                return auth[7:] if auth.lower().startswith("bearer ") else None
+
+            def _role(self) -> str | None:
+                return TOKENS.get(self._token() or "")
+
+            def _record(self, body: bytes | None) -> None:
+                parsed = urlparse(self.path)
+                entry = {"method": self.command, "path": parsed.path, "query": parse_qs(parsed.query),
+                         "headers": dict(self.headers.items()), "json": None}
+                if body:
+                    try:
+                        entry["json"] = json.loads(body)
+                    except ValueError:
+                        entry["json"] = None
+                with emu.lock:
+                    emu.requests.append(entry)
+
+            def do_GET(self) -> None:
+                self._record(None)
+                self._route("GET", None)
+
+            def do_HEAD(self) -> None:
+                self._record(None)
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                self._record(body)
+                self._route("POST", json.loads(body) if body else None)
+
+            def _route(self, method: str, body: Any) -> None:
+                parsed = urlparse(self.path)
+                path, query = parsed.path, parse_qs(parsed.query)
+                if path in ("/is-valid", "/splits", "/first-rows", "/size", "/rows"):
+                    return self._viewer(path, query)
+                if path == "/api/whoami-v2":
+                    role = self._role()
+                    if role is None:
+                        return self._error(401, "Invalid credentials in Authorization header")
+                    return self._send(200, {"type": "user", "id": "u-1", "name": USER, "fullname": "Emu User",
+                                            "orgs": [{"name": o} for o in ORGS],
+                                            "auth": {"accessToken": {"displayName": "emu", "role": role}}})
+                if path == "/api/jobs/hardware":
+                    return self._send(200, [_hardware(h) for h in HARDWARE])
+                match = re.fullmatch(r"/api/models/(.+)", path)
+                if match:
+                    repo = match.group(1)
+                    if repo not in emu.models:
+                        return self._error(404, "Repository not found")
+                    n = emu.models[repo]
+                    return self._send(200, {"id": repo, "modelId": repo,
+                                            "safetensors": {"parameters": {"BF16": n}, "total": n}})
+                match = re.fullmatch(r"/api/jobs/([^/]+)(?:/([^/]+)(?:/(logs|cancel))?)?", path)
+                if not match:
+                    return self._error(404, f"no route {method} {path}")
+                if self._role() is None:
+                    return self._error(401, "Invalid credentials in Authorization header")
+                namespace, job_id, action = match.groups()
+                if namespace not in (USER, *ORGS):
+                    return self._error(403, f"You are not allowed to run jobs in {namespace}")
+                if job_id is None:
+                    return self._create(namespace, body) if method == "POST" else self._list(namespace, query)
+                job = emu.jobs.get(job_id)
+                if job is None or job.namespace != namespace:
+                    return self._error(404, f"Job {job_id} not found")
+                if action == "logs":
+                    return self._logs(job, query)
+                if action == "cancel" and method == "POST":
+                    with emu.lock:
+                        if job.stage(time.time()) in ("SCHEDULING", "RUNNING"):
+                            job.canceled_at = time.time()
+                    return self._send(200, job.info(time.time()))
+                return self._send(200, job.info(time.time()))
+
+            def _create(self, namespace: str, spec: dict) -> None:
+                if self._role() != "write":
+                    return self._error(403, "This token does not have write access")
+                if spec.get("flavor") not in FLAVORS:
+                    return self._error(400, f"Invalid flavor {spec.get('flavor')!r}")
+                if not isinstance(spec.get("command"), list) or not spec.get("dockerImage"):
+                    return self._error(400, "command (list) and dockerImage are required")
+                timeout = spec.get("timeoutSeconds")
+                if timeout is not None and (not isinstance(timeout, int) or timeout <= 0):
+                    return self._error(400, "Invalid timeoutSeconds")
+                for key, value in (spec.get("labels") or {}).items():
+                    if not re.fullmatch(r"[\w.\-]{1,63}", key) or not re.fullmatch(r"[\w.\-=]{0,63}", str(value)):
+                        return self._error(400, f"Invalid label {key}={value}")
+                with emu.lock:
+                    plan = emu.plans.pop(0) if emu.plans else JobPlan()
+                    job = Job(uuid.uuid4().hex[:24], namespace, spec, plan, time.time())
+                    emu.jobs[job.id] = job
+                return self._send(200, job.info(time.time()))
+
+            def _list(self, namespace: str, query: dict) -> None:
+                now = time.time()
+                stages = set(query.get("stage", []))
+                labels = dict(item.split("=", 1) for item in query.get("label", []))
+                out = [j.info(now) for j in emu.jobs.values() if j.namespace == namespace
+                       and (not stages or j.stage(now) in stages)
+                       and all(j.spec.get("labels", {}).get(k) == v for k, v in labels.items())]
+                return self._send(200, out)
+
+            def _logs(self, job: Job, query: dict) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.close_connection = True
+                tail = int(query["tail"][0]) if "tail" in query else None
+                sent = 0
+                try:
+                    self.wfile.write(b"data: " + json.dumps({"timestamp": hub_time(job.created),
+                                                            "data": "===== Job started ====="}).encode() + b"\n\n")
+                    first = True
+                    while True:
+                        now = time.time()
+                        lines = job.released_lines(now)
+                        if first and tail is not None:
+                            sent = max(0, len(lines) - tail)
+                            first = False
+                        for at, line in lines[sent:]:
+                            self.wfile.write(b"data: " + json.dumps({"timestamp": hub_time(at), "data": line}).encode()
+                                             + b"\n\n")
+                        sent = len(lines)
+                        self.wfile.flush()
+                        if job.stage(now) in ("COMPLETED", "ERROR", "CANCELED"):
+                            return
+                        time.sleep(0.05)
+                except (BrokenPipeError, ConnectionResetError):
+                    return
+
+            def _viewer(self, path: str, query: dict) -> None:
+                name = (query.get("dataset") or [""])[0]
+                ds = emu.datasets.get(name)
+                if ds is None:
+                    return self._error(404, "The dataset does not exist, or is not accessible without authentication")
+                if ds.access == "gated" or (ds.access == "private" and self._token() is None):
+                    return self._error(401, "The dataset is gated or private: authentication needed")
+                if ds.access == "private" and self._role() is None:
+                    return self._error(403, "Forbidden")
+                if path == "/is-valid":
+                    ok = ds.access != "broken"
+                    return self._send(200, {"viewer": ok, "preview": ok, "search": ok, "filter": ok})
+                if ds.access == "broken":
+                    return self._error(501, "The dataset viewer is not available for this dataset")
+                if path == "/splits":
+                    return self._send(200, {"splits": [{"dataset": name, "config": c, "split": s}
+                                                       for c, splits in ds.configs.items() for s in splits]})
+                config = (query.get("config") or [None])[0]
+                if path == "/size":
+                    splits = [{"dataset": name, "config": c, "split": s, "num_rows": len(rows)}
+                              for c, sp in ds.configs.items() for s, rows in sp.items() if config in (None, c)]
+                    return self._send(200, {"size": {"splits": splits}, "partial": False})
+                split = (query.get("split") or [None])[0]
+                if config not in ds.configs or split not in ds.configs[config]:
+                    return self._error(404, "Not found: config or split")
+                rows = ds.configs[config][split][:100]
+                features = [{"feature_idx": i, "name": k, "type": {}} for i, k in enumerate(rows[0])] if rows else []
+                return self._send(200, {"dataset": name, "config": config, "split": split, "features": features,
+                                        "rows": [{"row_idx": i, "row": r, "truncated_cells": []}
+                                                 for i, r in enumerate(rows)], "truncated": False})
+
+        return Handler
+
+
+def _hardware(entry: tuple) -> dict:
+    name, model, count, vram, per_minute = entry
+    accelerator = None
+    if model:
+        accelerator = {"type": "gpu", "model": model, "quantity": str(count), "vram": vram, "manufacturer": "Nvidia"}
+    return {"name": name, "prettyName": name, "cpu": "8 vCPU", "ram": "32 GB", "ephemeralStorage": "100 GB",
+            "accelerator": accelerator, "unitCostMicroUSD": int(per_minute * 1e6), "unitCostUSD": per_minute,
+            "unitLabel": "minute"}
