@@ -21,6 +21,15 @@ RewardName = Literal["think_format", "length", "accuracy"]
 Label = Annotated[str, Field(pattern=r"^[\w.\- ]{1,96}$")]
 
 
+# Top-level names of the rendered GRPO script: user imports must not rebind them (a test keeps this in sync).
+RESERVED_NAMES = frozenset({
+    "json", "os", "sys", "CONFIG", "is_main_process", "emit", "completion_text", "think_format_reward",
+    "length_reward", "final_answer", "accuracy_reward", "reward_functions", "load_training_data", "to_role_content",
+    "precision", "model_kwargs", "peft_config", "load_tokenizer", "common_args", "resume_checkpoint",
+    "status_callback", "build_trainer", "main",
+})
+
+
 def check_reward_code(source: str) -> str:
     """User reward code must be one function definition (plus imports): nothing that runs at import time."""
     try:
@@ -30,6 +39,12 @@ def check_reward_code(source: str) -> str:
     functions = []
     for node in tree.body:
         if isinstance(node, ast.Import | ast.ImportFrom):
+            for alias in node.names:
+                bound = alias.asname or alias.name.split(".")[0]
+                same_module = isinstance(node, ast.Import) and alias.asname is None  # `import os` rebinds os to os
+                if (bound in RESERVED_NAMES and not same_module) or alias.name == "*":
+                    raise ValueError(f"reward_code: `import {alias.name}` would replace the script's own "
+                                     f"`{bound}`; import it under another name")
             continue
         if isinstance(node, ast.FunctionDef):
             if node.decorator_list:
