@@ -29,22 +29,29 @@ class ParsedLog:
 def _numbers(record: dict) -> dict[str, float]:
     out = {}
     for key, value in record.items():
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
+        number = _number(value)
+        if number is None:
             continue
         if key in _METRIC_KEYS or key.startswith(("eval_", "rewards/", "reward")):
             out[key] = number
     return out
 
 
-def _update_progress(progress: Progress, step: int | None, total: int | None, epoch: float | None) -> None:
-    if step is not None:
-        progress.step = step
-    if total:
-        progress.total_steps = total
-    if epoch is not None:
-        progress.epoch = round(epoch, 3)
+def _number(value: object) -> float | None:
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+
+
+def _update_progress(progress: Progress, step: object, total: object, epoch: object) -> None:
+    step_n, total_n, epoch_n = _number(step), _number(total), _number(epoch)
+    if step_n is not None:
+        progress.step = int(step_n)
+    if total_n:
+        progress.total_steps = int(total_n)
+    if epoch_n is not None:
+        progress.epoch = round(epoch_n, 3)
     if progress.step is not None and progress.total_steps:
         progress.percent = round(100.0 * progress.step / progress.total_steps, 1)
 
