@@ -49,7 +49,10 @@ def _mtime_iso(path: Path) -> str:
 
 class LocalBackend:
     name = "local"
-    _children: dict[str, subprocess.Popen] = {}
+
+    def __init__(self) -> None:
+        # processes this server started, polled so that finished ones are reaped (not left as zombies)
+        self._children: dict[str, subprocess.Popen] = {}
 
     def job_dir(self, job_id: str) -> Path:
         if not job_id.startswith("local-") or not job_id[6:].isalnum():
@@ -86,10 +89,11 @@ class LocalBackend:
             },
         }
         (folder / "launch.json").write_text(json.dumps(launch, indent=2))
-        with open(os.devnull, "rb") as devnull:
+        (folder / LOG_FILE).touch()
+        with open(os.devnull, "rb") as devnull, open(folder / "runner.err", "wb") as errors:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "hf_train_mcp.local_runner", str(folder)],
-                cwd=folder, stdin=devnull, stdout=subprocess.DEVNULL, stderr=open(folder / "runner.err", "wb"),
+                cwd=folder, stdin=devnull, stdout=subprocess.DEVNULL, stderr=errors,
                 start_new_session=True,  # survives the server; cancel kills the whole group
             )
         (folder / "pid").write_text(str(proc.pid))
