@@ -1,0 +1,116 @@
+"""The real server process over stdio and streamable HTTP, driven by the SDK's own client."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from mcp import Client, StdioServerParameters
+
+pytestmark = pytest.mark.anyio
+
+EXPECTED_TOOLS = {"validate_dataset", "estimate_cost", "submit_training", "job_status", "job_logs", "cancel_job",
+                  "list_jobs", "list_hardware"}
+
+
+def server_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_TOKEN")}
+    env.update(HF_ENDPOINT="http://127.0.0.1:9", HF_TRAIN_DATASETS_SERVER="http://127.0.0.1:9")
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_server(*extra: str) -> Iterator[str]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "hf_train_mcp", "serve", "--transport", "http", "--port",
+                             str(port), *extra], env=server_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    try:
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture
+def http_url() -> Iterator[str]:
+    yield from http_server()
+
+
+@pytest.fixture
+def http_url_with_auth() -> Iterator[str]:
+    yield from http_server("--auth-token", "s3cret-bearer")
+
+
+async def test_the_stdio_server_lists_tools_and_answers_a_call() -> None:
+    params = StdioServerParameters(command=sys.executable, args=["-m", "hf_train_mcp", "serve"], env=server_env())
+    async with Client(params) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        assert set(tools) == EXPECTED_TOOLS
+        hints = tools["submit_training"].annotations
+        assert hints.read_only_hint is False and hints.destructive_hint is False and hints.open_world_hint is True
+        result = await client.call_tool("estimate_cost", {"model": "org/Model-7B", "num_examples": 1000,
+                                                          "tokens_per_example": 400})
+        assert not result.is_error, result.content[0].text
+        assert result.structured_content["fits"] and result.structured_content["assumptions"]["prices"] == "built-in"
+
+
+async def test_the_http_server_serves_the_same_tools(http_url: str) -> None:
+    async with Client(http_url) as client:
+        assert {t.name for t in (await client.list_tools()).tools} == EXPECTED_TOOLS
+        result = await client.call_tool("job_status", {"job_id": "local-000000000000"})
+        assert result.is_error and "no local job" in result.content[0].text
+
+
+async def test_the_http_server_refuses_requests_without_the_bearer_token(http_url_with_auth: str) -> None:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    async with httpx.AsyncClient() as http:
+        denied = await http.post(http_url_with_auth, json=body)
+        assert denied.status_code == 401
+        allowed = await http.post(http_url_with_auth, json=body, headers={
+            "Authorization": "Bearer s3cret-bearer", "Accept": "application/json, text/event-stream"})
+        assert allowed.status_code != 401
+
+
+def test_listing_tools_imports_no_training_library() -> None:
+    code = (
+        "import sys, anyio\n"
+        "from mcp import Client\n"
+        "from hf_train_mcp.app import build_server\n"
+        "async def main():\n"
+        "    async with Client(build_server()) as c:\n"
+        "        await c.list_tools()\n"
+        "anyio.run(main)\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'trl', 'datasets', 'peft') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=server_env(), timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+async def test_the_tool_list_stays_small_enough_for_every_agent_turn() -> None:
+    from hf_train_mcp.app import build_server
+
+    async with Client(build_server()) as client:
+        listed = await client.list_tools()
+    size = len(listed.model_dump_json(by_alias=True, exclude_none=True))
+    assert size < 12_500, size
+    for tool in listed.tools:
+        a = tool.annotations
+        assert None not in (a.read_only_hint, a.destructive_hint, a.idempotent_hint, a.open_world_hint), tool.name
