@@ -55,11 +55,11 @@ def _gpu_for(model: str, vram: str) -> GpuFacts | None:
 
 def live_catalog(token: str | None) -> Catalog:
     """Prices and accelerators from `list_jobs_hardware()`; GPU facts the API lacks come from GPU_FACTS."""
-    from huggingface_hub import HfApi
+    from hf_train_mcp.hub import hub_api
 
     built_in = fallback_catalog().flavors
     flavors: dict[str, FlavorInfo] = {}
-    for hw in HfApi(token=token or False).list_jobs_hardware():
+    for hw in hub_api(token).list_jobs_hardware():
         per_hour = hw.unit_cost_usd * {"minute": 60, "hour": 1, "second": 3600}.get(hw.unit_label, 60)
         acc = hw.accelerator
         if acc is None:

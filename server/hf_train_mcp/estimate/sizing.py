@@ -85,12 +85,14 @@ def model_size(model: str, token: str | None = None, *, offline: bool = False) -
     hub_params: int | None = None
     if not offline and not path.exists():
         try:
-            from huggingface_hub import HfApi, hf_hub_download
+            from huggingface_hub import hf_hub_download
 
-            info = HfApi(token=token or False).model_info(model, expand=["safetensors"])
+            from hf_train_mcp.hub import hub_api, hub_endpoint
+
+            info = hub_api(token).model_info(model, expand=["safetensors"])
             if info.safetensors is not None:
                 hub_params = int(info.safetensors.total)
-            cfg_path = hf_hub_download(model, "config.json", token=token or False)
+            cfg_path = hf_hub_download(model, "config.json", token=token or False, endpoint=hub_endpoint())
             return _from_config(json.loads(Path(cfg_path).read_text()), hub_params, "hub config.json + safetensors")
         except Exception as exc:  # metadata is a nicety: fall through to what we have
             log.info("could not read Hub metadata of %s: %s", model, exc)
