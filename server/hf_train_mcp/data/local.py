@@ -11,6 +11,7 @@ from hf_train_mcp.errors import TrainError
 EXTENSIONS = (".jsonl", ".json", ".csv", ".parquet")
 HEAD_ROWS = 200
 SPREAD_ROWS = 100
+FULL_SCAN_ROWS = 20_000  # smaller files are checked row by row; larger ones by head + spread sample
 CHUNK = 1 << 22
 
 
@@ -77,14 +78,15 @@ def _jsonl(path: Path, seed: int) -> Sample:
         rows.append(value)
         offsets.append(index)
 
+    head = total if total <= FULL_SCAN_ROWS else HEAD_ROWS
     with open(path, "rb") as f:
         for index, raw in enumerate(f):
-            if index >= HEAD_ROWS:
+            if index >= head:
                 break
             if raw.strip():
                 add(index, raw)
     size = path.stat().st_size
-    if total > HEAD_ROWS and size:
+    if total > head and size:
         rng = random.Random(seed)
         seen = set(offsets)
         for offset in sorted(rng.randrange(size) for _ in range(SPREAD_ROWS)):

@@ -11,6 +11,7 @@ from hf_train_mcp.defaults import MAX_LENGTH
 from hf_train_mcp.schemas import DatasetIssue, DatasetReport
 
 SAMPLE_CELL_CHARS = 300
+TOKEN_SAMPLE_ROWS = 1000
 
 
 def is_local(dataset: str) -> bool:
@@ -70,7 +71,7 @@ def validate_dataset(
     if not sample.rows:
         issues.append(DatasetIssue(severity="error", message="the dataset has no rows"))
     limit = max_length or MAX_LENGTH[method]
-    stats = token_stats(model, token, rows, fmt, limit, sample.num_rows) if model and rows else None
+    stats = token_stats(model, token, rows[:TOKEN_SAMPLE_ROWS], fmt, limit, sample.num_rows) if model and rows else None
     if stats and stats.share_over_max_length > 0.1:
         issues.append(DatasetIssue(severity="warning", message=f"{stats.share_over_max_length:.0%} of sampled rows "
                                    f"exceed max_length={limit} tokens (p95 {stats.p95}): raise max_length or accept "
