@@ -248,3 +248,21 @@ async def test_cancel_and_list_jobs_work_on_hf_jobs(hub: Emulator) -> None:
     assert canceled["stage"] == "CANCELED"
     listed = (await call("list_jobs", {"stage": "CANCELED"})).structured_content["jobs"]
     assert [j["job_id"] for j in listed] == [job["job_id"]]
+
+
+async def test_resume_from_a_bucket_job_mounts_the_same_bucket(hub: Emulator) -> None:
+    first = (await call("submit_training", {**BASE, "max_steps": 50, "output_bucket": "emu-user/ckpts"}))
+    result = await call("submit_training", {**BASE, "max_steps": 100, "resume_from": first.structured_content["job_id"]})
+    assert not result.is_error, result.content[0].text
+    spec = hub.posted_jobs()[-1]
+    assert spec["volumes"][0]["source"] == "emu-user/ckpts"
+    assert "'resume_from_repo': None" in decoded_script(spec) and "'output_dir': '/outputs'" in decoded_script(spec)
+
+
+def test_a_script_too_large_for_the_job_env_is_refused() -> None:
+    from hf_train_mcp.backends.hf_jobs import HfJobsBackend
+    from hf_train_mcp.errors import TrainError
+    from hf_train_mcp.render import Script
+
+    with pytest.raises(TrainError, match="fit inline"):
+        HfJobsBackend("hf_x").environment(Script("#" * 100_000, "0" * 64))

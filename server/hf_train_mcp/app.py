@@ -20,7 +20,6 @@ from hf_train_mcp.schemas import (
     DatasetRef,
     DatasetReport,
     Flavor,
-    HardwareList,
     HubRepoId,
     JobList,
     JobReport,
@@ -155,6 +154,13 @@ def build_server(core: Any | None = None) -> MCPServer:
         private: bool = True,
         packing: bool = False,
         lora_r: Annotated[int | None, Field(ge=1)] = None,
+        lora_alpha: Annotated[int | None, Field(ge=1)] = None,
+        lora_dropout: Annotated[float | None, Field(ge=0, lt=1)] = None,
+        lora_target_modules: list[str] | None = None,
+        use_liger_kernel: bool = False,
+        seed: int = 42,
+        save_steps: Annotated[int | None, Field(ge=1)] = None,
+        save_total_limit: Annotated[int | None, Field(ge=1)] = None,
         beta: Annotated[float | None, Field(gt=0, description="DPO only")] = None,
         num_generations: Annotated[int | None, Field(ge=2, description="GRPO only")] = None,
         max_completion_length: Annotated[int | None, Field(ge=8, description="GRPO only")] = None,
@@ -206,11 +212,6 @@ def build_server(core: Any | None = None) -> MCPServer:
     async def list_jobs(stage: Stage | None = None, limit: Annotated[int, Field(ge=1, le=100)] = 20) -> JobList:
         """Jobs submitted through this server (both backends), newest first."""
         return await call(lambda c: c.list_jobs(stage, limit))
-
-    @mcp.tool(title="List Jobs hardware", annotations=READ_ONLY)
-    async def list_hardware() -> HardwareList:
-        """Jobs flavors with GPU, memory, bf16 support and price per hour."""
-        return await call(lambda c: c.list_hardware())
 
     @mcp.resource("hf-train://templates/{method}", mime_type="text/x-python")
     def template(method: str) -> str:

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 from hf_train_mcp.schemas import Progress
 
-_TQDM = re.compile(r"(\d+)/(\d+) \[")
+# a Trainer progress bar (no description before the percentage; datasets' bars say "Map: 100%|..")
+_TQDM = re.compile(r"(?:^|\r)\s*\d+%\|[^|]*\|\s*(\d+)/(\d+) \[[^\]]*it/s\]")
 _EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)|torch\.\w+\.OutOfMemoryError)\b:?\s*(.*)$")
 _METRIC_KEYS = ("loss", "learning_rate", "grad_norm", "eval_loss", "reward", "rewards/accuracies",
                 "rewards/margins", "mean_token_accuracy", "accuracy", "kl", "entropy", "train_loss")

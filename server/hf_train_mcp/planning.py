@@ -196,7 +196,7 @@ def plan_run(
             if req.flavor:
                 info = catalog.flavors.get(req.flavor)
                 if info is None or info.gpu is None:
-                    raise TrainError(f"flavor {req.flavor!r} is not in the Jobs hardware catalog; see list_hardware")
+                    raise TrainError(f"flavor {req.flavor!r} is not in the Jobs hardware catalog; estimate_cost lists the flavors that exist")
                 work = hyper.workload(size, info.gpus, data)
                 estimate = estimate_on(size, work, info)
                 if not estimate.fits:

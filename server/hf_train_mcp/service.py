@@ -77,6 +77,8 @@ class Core:
             return None
         previous = self.ledger.get(req.resume_from)
         if previous is not None:
+            if previous.output_bucket and previous.output_bucket == req.output_bucket:
+                return None  # the same bucket is mounted as output_dir: the script finds its checkpoints there
             if previous.hub_model_id:
                 return previous.hub_model_id
             raise TrainError(f"job {req.resume_from} pushed no model repo to resume from; pass a Hub repo id")
@@ -123,6 +125,10 @@ class Core:
                 req = req.model_copy(update={"dataset_config": report.config})
             data = DataFacts(num_rows=report.num_rows,
                              mean_tokens=report.token_stats.mean if report.token_stats else None)
+        if req.resume_from and not req.output_bucket:
+            previous = self.ledger.get(req.resume_from)
+            if previous is not None and previous.output_bucket:  # resume where its checkpoints are
+                req = req.model_copy(update={"output_bucket": previous.output_bucket})
         size = self._model_size(req.model, token, offline=backend_name == "local")
         catalog = get_catalog(token, offline=backend_name == "local")
         plan = plan_run(req, backend=backend_name, size=size, catalog=catalog, namespace=namespace, data=data,
@@ -307,7 +313,7 @@ class Core:
         ranked = estimate_flavors(hyper, size, catalog, data)
         if flavor:
             if flavor not in catalog.flavors or catalog.flavors[flavor].gpu is None:
-                raise TrainError(f"{flavor!r} is not a GPU flavor in the catalog; see list_hardware")
+                raise TrainError(f"{flavor!r} is not a GPU flavor in the catalog; estimate_cost lists the flavors that exist")
             chosen = next(e for e in ranked if e.flavor == flavor)
         else:
             fitting = [e for e in ranked if e.fits]

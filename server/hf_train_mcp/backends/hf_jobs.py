@@ -50,7 +50,8 @@ class HfJobsBackend:
                 f"the rendered script is {len(script.text)} bytes, over the {MAX_INLINE_CHARS * 3 // 4} bytes that fit "
                 "inline in a job; shorten reward_code"
             )
-        return {SCRIPT_ENV: encoded, "PYTHONUNBUFFERED": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+        return {SCRIPT_ENV: encoded, "PYTHONUNBUFFERED": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+                "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
 
     def volumes(self, spec: JobSpec) -> list:
         from huggingface_hub import Volume

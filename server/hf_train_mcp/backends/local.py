@@ -85,6 +85,7 @@ class LocalBackend:
                 "PYTHONUNBUFFERED": "1",
                 "TRACKIO_DIR": str(folder / "trackio"),
                 "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+                "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
                 "TOKENIZERS_PARALLELISM": "false",
             },
         }

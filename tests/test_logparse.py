@@ -1,0 +1,51 @@
+"""Trainer logs -> progress, metrics and errors."""
+
+from hf_train_mcp.logparse import parse_log
+
+
+def test_our_status_lines_give_progress_and_the_latest_metrics() -> None:
+    parsed = parse_log([
+        'HFTM_LOG {"step": 10, "total_steps": 40, "epoch": 0.25, "loss": 1.5, "learning_rate": 0.0002}',
+        "some warning line",
+        'HFTM_LOG {"step": 20, "total_steps": 40, "epoch": 0.5, "loss": 1.2, "eval_loss": 1.3}',
+    ])
+    assert (parsed.progress.step, parsed.progress.total_steps, parsed.progress.percent) == (20, 40, 50.0)
+    assert parsed.metrics == {"loss": 1.2, "learning_rate": 0.0002, "eval_loss": 1.3}
+
+
+def test_plain_trainer_output_is_understood_too() -> None:
+    parsed = parse_log([
+        "Map: 100%|██████████| 32/32 [00:00<00:00, 5297.93 examples/s]",
+        " 25%|██▌       | 5/20 [00:02<00:06,  2.41it/s]",
+        "{'loss': '2.25', 'grad_norm': '1.1', 'learning_rate': '1e-05', 'epoch': '0.25'}",
+    ])
+    assert (parsed.progress.step, parsed.progress.total_steps, parsed.progress.epoch) == (5, 20, 0.25)
+    assert parsed.metrics["loss"] == 2.25 and parsed.metrics["learning_rate"] == 1e-05
+
+
+def test_a_traceback_gives_its_last_line_and_a_hint() -> None:
+    parsed = parse_log([
+        "Traceback (most recent call last):",
+        '  File "train.py", line 3, in <module>',
+        "KeyError: 'prompt'",
+    ])
+    assert parsed.error == "KeyError: 'prompt'" and "validate_dataset" in parsed.hint
+
+
+def test_our_error_line_wins_over_the_traceback() -> None:
+    parsed = parse_log([
+        'HFTM_ERROR {"type": "OutOfMemoryError", "message": "CUDA out of memory. Tried to allocate 1 GiB"}',
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1 GiB",
+    ])
+    assert parsed.error.startswith("OutOfMemoryError: CUDA out of memory") and "qlora" in parsed.hint
+
+
+def test_a_timeout_and_an_auth_failure_get_their_own_hints() -> None:
+    assert "longer timeout" in parse_log(['HFTM_ERROR {"type": "Timeout", "message": "job timed out"}']).hint
+    auth = parse_log(["huggingface_hub.errors.HfHubHTTPError: 403 Forbidden: you cannot push"])
+    assert "write access" in auth.hint
+
+
+def test_nothing_to_parse_is_fine() -> None:
+    parsed = parse_log([])
+    assert parsed.error is None and parsed.progress.step is None and parsed.metrics == {}
