@@ -77,6 +77,7 @@ async def test_a_local_sft_job_runs_to_completion_through_the_mcp_tools(tiny_mod
         assert "loss" in report["last_metrics"] or "train_loss" in report["last_metrics"]
         assert (job_dir / "output" / "adapter_model.safetensors").exists()
         assert any((job_dir / "trackio").rglob("*.db"))
+        assert f"TRACKIO_DIR={job_dir}/trackio trackio show" in report["next_step"]
         logs = await call(client, "job_logs", {"job_id": sub["job_id"], "limit": 5})
         assert logs["lines"][0].startswith("HFTM_START") and logs["next_offset"] == 5
         listed = await call(client, "list_jobs", {"stage": "COMPLETED"})
@@ -192,3 +193,20 @@ def test_qlora_on_a_machine_without_cuda_is_refused(tmp_path: Path, offline) -> 
     with pytest.raises(TrainError, match="qlora' needs a CUDA GPU"):
         Core().submit_training(TrainingRequest(model="org/Model-1B", dataset=str(data), peft="qlora",
                                                backend="local"))
+
+
+def test_the_local_backend_picks_this_python_then_uv_then_explains_the_install(monkeypatch) -> None:
+    import sys as _sys
+
+    from hf_train_mcp.backends import local
+    from hf_train_mcp.errors import TrainError
+
+    backend = local.LocalBackend()
+    monkeypatch.setattr(local, "has_training_stack", lambda: True)
+    assert backend.training_command() == [_sys.executable, "-u", "train.py"]
+    monkeypatch.setattr(local, "has_training_stack", lambda: False)
+    monkeypatch.setattr(local.shutil, "which", lambda name: "/usr/bin/uv" if name == "uv" else None)
+    assert backend.training_command() == ["uv", "run", "train.py"]
+    monkeypatch.setattr(local.shutil, "which", lambda name: None)
+    with pytest.raises(TrainError, match=r"pip install 'hf-train-mcp\[train\]'"):
+        backend.training_command()

@@ -226,12 +226,17 @@ class Core:
         if stage == "SCHEDULING":
             return ("Waiting for hardware: check again in a minute. If it stays in SCHEDULING for over 15 minutes, "
                     "cancel_job and resubmit on another flavor.")
+        if trackio_url and trackio_url.startswith("file://"):
+            folder = trackio_url.removeprefix("file://")
+            dashboard = f" Dashboard: TRACKIO_DIR={folder} trackio show --project hf-train-mcp."
+        else:
+            dashboard = f" Live curves: {trackio_url}." if trackio_url else ""
         if stage == "RUNNING":
-            where = f" Live curves: {trackio_url}." if trackio_url else ""
+            where = dashboard
             done = f"{parsed.progress.percent}% done" if parsed.progress.percent is not None else "starting up"
             return f"Training is {done}; check again in a few minutes (do not poll in a tight loop).{where}"
         if stage == "COMPLETED":
-            return f"Finished. The model is at {model_url}." if model_url else "Finished."
+            return (f"Finished. The model is at {model_url}." if model_url else "Finished.") + dashboard
         if stage == "ERROR":
             return parsed.hint or (f"Read error and log_tail, fix the cause, then resubmit (resume_from='{job_id}' "
                                    "continues from the last pushed checkpoint).")

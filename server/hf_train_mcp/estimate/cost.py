@@ -63,7 +63,7 @@ def achieved_flops(flavor: FlavorInfo) -> float:
     """Training FLOP/s of the whole flavor (calibrated; see constants)."""
     gpu = flavor.gpu
     assert gpu is not None
-    per_gpu = min(C.MFU * gpu.peak_tflops, C.FLOPS_PER_BYTE * gpu.bandwidth_tbps) * 1e12
+    per_gpu = min((gpu.mfu or C.MFU) * gpu.peak_tflops, C.FLOPS_PER_BYTE * gpu.bandwidth_tbps) * 1e12
     scale = flavor.gpus * (C.MULTI_GPU_EFFICIENCY if flavor.gpus > 1 else 1.0)
     return per_gpu * scale
 
