@@ -130,6 +130,7 @@ class Emulator:
         self.requests: list[dict[str, Any]] = []
         self.models: dict[str, int] = {}  # repo id -> parameter count
         self.datasets: dict[str, ViewerDataset] = {}
+        self.faults: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
@@ -151,6 +152,21 @@ class Emulator:
         """The next submitted job follows `plan` (else a quick successful default)."""
         with self.lock:
             self.plans.append(plan)
+
+    def fail_next(self, method: str, path_regex: str, status: int, *, count: int = 1, after: bool = False) -> None:
+        """The next `count` matching requests get `status`; with after=True the request is served first (a job
+        created, then a 500: what a proxy timeout looks like to the client)."""
+        with self.lock:
+            self.faults.append({"method": method, "path": re.compile(path_regex), "status": status, "count": count,
+                                "after": after})
+
+    def _fault(self, method: str, path: str) -> dict | None:
+        with self.lock:
+            for fault in self.faults:
+                if fault["method"] == method and fault["path"].fullmatch(path) and fault["count"] > 0:
+                    fault["count"] -= 1
+                    return fault
+        return None
 
     def posted_jobs(self) -> list[dict]:
         return [r["json"] for r in self.requests if r["method"] == "POST" and re.fullmatch(r"/api/jobs/[^/]+", r["path"])]
@@ -196,6 +212,10 @@ class Emulator:
                 with emu.lock:
                     emu.requests.append(entry)
 
+            def setup(self) -> None:
+                super().setup()
+                self._real_wfile = self.wfile
+
             def do_GET(self) -> None:
                 self._record(None)
                 self._route("GET", None)
@@ -215,6 +235,16 @@ class Emulator:
             def _route(self, method: str, body: Any) -> None:
                 parsed = urlparse(self.path)
                 path, query = parsed.path, parse_qs(parsed.query)
+                fault = emu._fault(method, path)
+                if fault is not None:
+                    if fault["after"]:
+                        self.wfile = _Discard()  # serve the request, drop its answer
+                        self._dispatch(method, body, path, query)
+                        self.wfile = self._real_wfile
+                    return self._error(fault["status"], "injected failure")
+                return self._dispatch(method, body, path, query)
+
+            def _dispatch(self, method: str, body: Any, path: str, query: dict) -> None:
                 if path in ("/is-valid", "/splits", "/first-rows", "/size", "/rows"):
                     return self._viewer(path, query)
                 if path == "/api/whoami-v2":
@@ -345,6 +375,14 @@ class Emulator:
                                                  for i, r in enumerate(rows)], "truncated": False})
 
         return Handler
+
+
+class _Discard:
+    def write(self, data: bytes) -> int:
+        return len(data)
+
+    def flush(self) -> None:
+        pass
 
 
 def _hardware(entry: tuple) -> dict:

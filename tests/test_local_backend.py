@@ -210,3 +210,21 @@ def test_the_local_backend_picks_this_python_then_uv_then_explains_the_install(m
     monkeypatch.setattr(local.shutil, "which", lambda name: None)
     with pytest.raises(TrainError, match=r"pip install 'hf-train-mcp\[train\]'"):
         backend.training_command()
+
+
+def _claim(home: str, key: str, results) -> None:
+    os.environ["HF_TRAIN_HOME"] = home
+    results.put(Ledger().reserve(key) is None)
+
+
+def test_only_one_of_two_processes_can_claim_an_idempotency_key(isolated_home: Path) -> None:
+    Ledger()
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    workers = [context.Process(target=_claim, args=(str(isolated_home), "same-key", results)) for _ in range(2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(60)
+    assert sorted(results.get(timeout=5) for _ in workers) == [False, True]
+    assert Ledger().list() == []  # a reservation is not a job

@@ -101,6 +101,7 @@ def test_every_method_and_peft_option_renders_a_parsable_script(method: str, pef
 def test_the_header_matches_the_submission() -> None:
     text = render(flavor="l4x1", timeout="3h")
     assert '# flavor = "l4x1"' in text and '# timeout = "3h"' in text
+    assert '# timeout = "150m"' in render(timeout="2h30m")  # `hf jobs` reads one number and one unit
     assert "max_seq_length" not in text and "max_length=CONFIG" in text
 
 

@@ -266,3 +266,31 @@ def test_a_script_too_large_for_the_job_env_is_refused() -> None:
 
     with pytest.raises(TrainError, match="fit inline"):
         HfJobsBackend("hf_x").environment(Script("#" * 100_000, "0" * 64))
+
+
+async def test_a_transient_500_is_retried_and_launches_exactly_one_job(hub: Emulator) -> None:
+    before = len(hub.jobs)
+    hub.fail_next("POST", r"/api/jobs/emu-user", 503)
+    result = await call("submit_training", {**BASE, "max_steps": 5})
+    assert not result.is_error, result.content[0].text
+    assert len(hub.jobs) == before + 1
+
+
+async def test_a_500_after_the_job_was_created_finds_that_job_instead_of_launching_another(hub: Emulator) -> None:
+    before = len(hub.jobs)
+    hub.fail_next("POST", r"/api/jobs/emu-user", 500, after=True)
+    result = await call("submit_training", {**BASE, "max_steps": 5})
+    assert not result.is_error, result.content[0].text
+    assert len(hub.jobs) == before + 1
+    assert result.structured_content["job_id"] in hub.jobs
+
+
+async def test_a_persistent_500_is_an_error_after_a_few_attempts(hub: Emulator) -> None:
+    before = len(hub.jobs)
+    hub.fail_next("POST", r"/api/jobs/emu-user", 500, count=3)
+    result = await call("submit_training", {**BASE, "max_steps": 5, "idempotency_key": "flaky"})
+    assert result.is_error and "3 attempts" in result.content[0].text
+    assert len(hub.jobs) == before
+    retry = await call("submit_training", {**BASE, "max_steps": 5, "idempotency_key": "flaky"})
+    assert not retry.is_error  # a failed submission releases its idempotency key
+    assert len(hub.jobs) == before + 1

@@ -36,3 +36,9 @@ def format_duration(seconds: float) -> str:
         return f"{hours}h{minutes}m"
     return f"{hours}h" if hours else f"{minutes}m"
 
+
+
+def header_duration(seconds: int) -> str:
+    """One number and one unit ("3h", "150m"): the form `hf jobs` reads from a script's [tool.hf-jobs] table."""
+    minutes = int(math.ceil(seconds / 60))
+    return f"{minutes // 60}h" if minutes % 60 == 0 else f"{minutes}m"

@@ -53,6 +53,10 @@ _COLUMNS = (
 )  # fmt: skip
 
 
+PENDING = "pending:"  # job_id prefix of an idempotency-key reservation
+STALE_RESERVATION_S = 600
+
+
 def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
@@ -112,18 +116,50 @@ class Ledger:
         return db
 
     def _write(self, sql: str, args: tuple) -> None:
+        self._transaction((sql, args))
+
+    def _transaction(self, *statements: tuple[str, tuple]) -> None:
         db = self._connect()
         db.execute("BEGIN IMMEDIATE")
         try:
-            db.execute(sql, args)
+            for sql, args in statements:
+                db.execute(sql, args)
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
             raise
 
     def record(self, job: JobRecord) -> None:
+        """Store a submission; a reservation of its idempotency key is replaced in the same transaction."""
         values = tuple(getattr(job, c) for c in _COLUMNS)
-        self._write(f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})", values)
+        insert = f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
+        self._transaction(("DELETE FROM jobs WHERE job_id = ?", (PENDING + str(job.idempotency_key),)),
+                          (insert, values))
+
+    def reserve(self, key: str) -> JobRecord | None:
+        """Claim an idempotency key before submitting, so that two servers cannot both launch for it.
+
+        Returns None when the key is now ours, else the record holding it (a job, or a pending reservation).
+        A reservation older than STALE_RESERVATION_S (its server died mid-submit) is taken over.
+        """
+        claim = ("INSERT INTO jobs (job_id, backend, request_json, script_sha256, stage, idempotency_key, "
+                 "created_at) VALUES (?, 'pending', '{}', '', 'SCHEDULING', ?, ?)")
+        for _ in range(2):
+            try:
+                self._write(claim, (PENDING + key, key, now_iso()))
+                return None
+            except sqlite3.IntegrityError:
+                holder = self.by_idempotency_key(key)
+                if holder is None:
+                    continue
+                age = datetime.now(UTC) - datetime.fromisoformat(holder.created_at.replace("Z", "+00:00"))
+                if not holder.job_id.startswith(PENDING) or age.total_seconds() < STALE_RESERVATION_S:
+                    return holder
+                self.release(key)
+        return self.by_idempotency_key(key)
+
+    def release(self, key: str) -> None:
+        self._write("DELETE FROM jobs WHERE job_id = ?", (PENDING + key,))
 
     def update_stage(self, job_id: str, stage: str, finished_at: str | None = None) -> None:
         self._write(
@@ -142,7 +178,7 @@ class Ledger:
         return self._one("SELECT * FROM jobs WHERE idempotency_key = ?", (key,))
 
     def list(self, *, stage: str | None = None, backend: str | None = None, limit: int = 20) -> list[JobRecord]:
-        clauses, args = [], []
+        clauses, args = ["job_id NOT LIKE ?"], [PENDING + "%"]
         if stage:
             clauses.append("stage = ?")
             args.append(stage)

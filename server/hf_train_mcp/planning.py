@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from hf_train_mcp import defaults as D
 from hf_train_mcp.backends.base import JobSpec
-from hf_train_mcp.durations import format_duration
+from hf_train_mcp.durations import format_duration, header_duration
 from hf_train_mcp.errors import TrainError
 from hf_train_mcp.estimate import constants as EC
 from hf_train_mcp.estimate.cost import FlavorEstimate, Workload, estimate_on, how_to_fit
@@ -59,7 +59,7 @@ class RunPlan:
             "dependencies": self.dependencies,
             "flavor": self.flavor,
             "jobs_table": self.backend == "hf",
-            "timeout": format_duration(self.timeout_seconds),
+            "timeout": header_duration(self.timeout_seconds),
             "method_title": METHOD_TITLES[self.method],
             "reward_code": self.request.reward_code,
         })

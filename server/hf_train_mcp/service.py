@@ -14,7 +14,7 @@ from hf_train_mcp.estimate import constants as EC
 from hf_train_mcp.estimate.hardware import get_catalog
 from hf_train_mcp.estimate.sizing import ModelSize, model_size
 from hf_train_mcp.hub import hub_endpoint, hub_token, resolve_identity
-from hf_train_mcp.ledger import JobRecord, Ledger, now_iso
+from hf_train_mcp.ledger import PENDING, JobRecord, Ledger, now_iso
 from hf_train_mcp.logparse import parse_log
 from hf_train_mcp.estimate.cost import how_to_fit
 from hf_train_mcp.planning import DataFacts, Hyper, estimate_flavors, plan_run
@@ -89,10 +89,21 @@ class Core:
     def submit_training(self, req: TrainingRequest) -> Submission:
         backend_name = req.backend or default_backend()
         if req.idempotency_key and not req.dry_run:
-            existing = self.ledger.by_idempotency_key(req.idempotency_key)
+            existing = self.ledger.reserve(req.idempotency_key)
             if existing is not None:
+                if existing.job_id.startswith(PENDING):
+                    raise TrainError(f"a submission with idempotency_key {req.idempotency_key!r} is in progress; "
+                                     "call again in a few seconds to get its job")
                 return self._submission(existing, extra_warnings=[
                     f"idempotency_key matched job {existing.job_id}: returned it instead of submitting again"])
+            try:
+                return self._submit(req, backend_name)
+            except BaseException:
+                self.ledger.release(req.idempotency_key)
+                raise
+        return self._submit(req, backend_name)
+
+    def _submit(self, req: TrainingRequest, backend_name: str) -> Submission:
         if backend_name == "hf":
             for ref, kind in ((req.model, "model"), (req.dataset, "dataset")):
                 if is_local(ref):

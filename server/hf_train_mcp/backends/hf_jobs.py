@@ -3,10 +3,12 @@
 import base64
 import shlex
 import threading
+import time
+import uuid
 
 from hf_train_mcp.backends.base import JobRef, JobSpec, JobState
 from hf_train_mcp.errors import TrainError
-from hf_train_mcp.hub import hub_api, hub_error
+from hf_train_mcp.hub import hub_api, hub_error, scrub
 from hf_train_mcp.render import Script
 
 UV_IMAGE = "ghcr.io/astral-sh/uv:python3.12-bookworm"
@@ -16,6 +18,18 @@ SCRIPT_PATH = "/tmp/train.py"
 # Linux caps one argv/env string at 128 KiB (MAX_ARG_STRLEN), "NAME=" included; keep a margin.
 MAX_INLINE_CHARS = 128 * 1024 - len(SCRIPT_ENV) - 1024
 LOG_DEADLINE_S = 3.0
+SUBMIT_ATTEMPTS = 3
+RETRY_BACKOFF_S = 0.5
+
+
+def _transient(exc: Exception) -> bool:
+    """Worth retrying: a 5xx or 429 answer, or no answer at all (connection, timeout, protocol errors)."""
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    if status is not None:
+        return status >= 500 or status == 429
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    return bool(names & {"TransportError", "ConnectError", "TimeoutException", "NetworkError", "RemoteProtocolError",
+                         "ConnectionError", "OSError"})
 
 
 def _iso(value) -> str | None:
@@ -61,24 +75,47 @@ class HfJobsBackend:
         return [Volume(type="bucket", source=spec.output_bucket, mount_path=spec.output_mount, read_only=False)]
 
     def submit(self, script: Script, spec: JobSpec) -> JobRef:
+        """POST the job; on a 5xx, 429 or network failure, look the job up by its one-off `submission` label
+        before trying again, so that a failure after the job was created never launches it twice."""
         api = hub_api(self._token)
+        labels = {**spec.labels, "submission": uuid.uuid4().hex[:12]}
+        for attempt in range(SUBMIT_ATTEMPTS):
+            try:
+                job = api.run_job(
+                    image=self.image(spec),
+                    command=self.command(spec),
+                    env=self.environment(script),
+                    secrets={"HF_TOKEN": self._token},
+                    flavor=spec.flavor,
+                    timeout=spec.timeout_seconds,
+                    labels=labels,
+                    volumes=self.volumes(spec) or None,
+                    namespace=spec.namespace,
+                )
+                break
+            except TrainError:
+                raise
+            except Exception as exc:
+                if not _transient(exc):
+                    raise hub_error("submitting the job to Hugging Face Jobs", exc, self._token) from None
+                job = self._find_submission(api, spec.namespace, labels["submission"], exc)
+                if job is not None:
+                    break
+                if attempt == SUBMIT_ATTEMPTS - 1:
+                    raise hub_error(f"submitting the job ({SUBMIT_ATTEMPTS} attempts)", exc, self._token) from None
+                time.sleep(RETRY_BACKOFF_S * 2**attempt)
+        return JobRef(job.id, job.url, str(job.status.stage), _iso(job.created_at), namespace=job.owner.name)
+
+    def _find_submission(self, api, namespace: str | None, submission: str, cause: Exception):
         try:
-            job = api.run_job(
-                image=self.image(spec),
-                command=self.command(spec),
-                env=self.environment(script),
-                secrets={"HF_TOKEN": self._token},
-                flavor=spec.flavor,
-                timeout=spec.timeout_seconds,
-                labels=spec.labels,
-                volumes=self.volumes(spec) or None,
-                namespace=spec.namespace,
-            )
-        except TrainError:
-            raise
-        except Exception as exc:
-            raise hub_error("submitting the job to Hugging Face Jobs", exc, self._token) from None
-        return JobRef(job.id, job.url, job.status.stage, _iso(job.created_at), namespace=job.owner.name)
+            found = list(api.list_jobs(labels={"submission": submission}, namespace=namespace))
+        except Exception:
+            raise TrainError(
+                f"submitting failed ({scrub(str(cause).splitlines()[0], self._token)}) and the job list cannot be "
+                f"read to tell whether it was created: check list_jobs (label submission={submission}) before "
+                "submitting again"
+            ) from None
+        return found[0] if found else None
 
     def inspect(self, job_id: str, namespace: str | None) -> JobState:
         from huggingface_hub.errors import JobNotFoundError
