@@ -2,6 +2,7 @@
 
 import importlib.util
 import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +20,19 @@ WRITE_TOKEN = next(t for t, role in TOKENS.items() if role == "write")
 READ_TOKEN = next(t for t, role in TOKENS.items() if role == "read")
 HAS_TRAINING_STACK = all(importlib.util.find_spec(m) for m in ("torch", "transformers", "trl", "peft", "datasets"))
 needs_training = pytest.mark.skipif(not HAS_TRAINING_STACK, reason="the 'train' extra (torch, trl, ...) is absent")
+
+
+_LOOPBACK = ("127.", "::1", "localhost")
+_real_connect = socket.socket.connect
+
+
+def _loopback_only(self: socket.socket, address) -> None:
+    if isinstance(address, tuple) and not str(address[0]).startswith(_LOOPBACK):
+        raise ConnectionRefusedError(f"tests may only reach 127.0.0.1, not {address[0]}")
+    return _real_connect(self, address)
+
+
+socket.socket.connect = _loopback_only  # any test reaching past this machine fails loudly
 
 
 @pytest.fixture

@@ -114,3 +114,11 @@ async def test_the_tool_list_stays_small_enough_for_every_agent_turn() -> None:
     for tool in listed.tools:
         a = tool.annotations
         assert None not in (a.read_only_hint, a.destructive_hint, a.idempotent_hint, a.open_world_hint), tool.name
+
+
+async def test_templates_are_readable_as_resources() -> None:
+    from hf_train_mcp.app import build_server
+
+    async with Client(build_server()) as client:
+        result = await client.read_resource("hf-train://templates/sft")
+    assert "SFTTrainer" in result.contents[0].text

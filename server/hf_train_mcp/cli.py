@@ -44,6 +44,9 @@ def serve(args: argparse.Namespace) -> None:
     import uvicorn
 
     token = args.auth_token or os.environ.get("HF_TRAIN_AUTH_TOKEN")
+    if not token and args.host not in ("127.0.0.1", "localhost", "::1"):
+        logging.warning("serving on %s without --auth-token: anyone who reaches this port can launch paid jobs "
+                        "with this server's Hugging Face token", args.host)
     uvicorn.run(_http_app(args.host, args.port, token), host=args.host, port=args.port, log_level="warning",
                 lifespan="on")
 

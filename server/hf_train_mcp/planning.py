@@ -115,6 +115,18 @@ class Hyper:
     def generations(self) -> int:
         return self.num_generations or D.GRPO_NUM_GENERATIONS
 
+    @property
+    def completion_length(self) -> int:
+        return self.max_completion_length or D.GRPO_MAX_COMPLETION_LENGTH
+
+    @property
+    def resolved_epochs(self) -> float:
+        return self.epochs or D.EPOCHS[self.method]
+
+    @property
+    def resolved_max_length(self) -> int:
+        return self.max_length or D.MAX_LENGTH[self.method]
+
     def schedule(self, billions: float, gpus: int) -> D.Schedule:
         return D.schedule(self.method, billions, gpus, batch=self.per_device_batch_size,
                           accumulation=self.gradient_accumulation, num_generations=self.generations)
@@ -125,11 +137,10 @@ class Hyper:
             method=self.method, peft=self.peft,
             num_examples=data.num_rows or EC.DEFAULT_NUM_EXAMPLES,
             tokens_per_example=data.mean_tokens or EC.DEFAULT_TOKENS_PER_EXAMPLE[self.method],
-            epochs=self.epochs or D.EPOCHS[self.method], max_steps=self.max_steps,
-            max_length=self.max_length or D.MAX_LENGTH[self.method],
+            epochs=self.resolved_epochs, max_steps=self.max_steps, max_length=self.resolved_max_length,
             per_device_batch_size=sched.per_device_batch_size, gradient_accumulation=sched.gradient_accumulation,
             packing=self.packing, num_generations=self.generations,
-            max_completion_length=self.max_completion_length or D.GRPO_MAX_COMPLETION_LENGTH,
+            max_completion_length=self.completion_length,
             eval_split=self.eval_split or 0.0, save_steps=self.save_steps or D.SAVE_STEPS,
         )
 
@@ -166,13 +177,10 @@ def plan_run(
     resume_repo: str | None = None,
 ) -> RunPlan:
     warnings: list[str] = []
-    method, billions = req.method, size.billions
+    method, billions, hyper = req.method, size.billions, Hyper.of(req)
     lr_full, lr_lora = D.LEARNING_RATE[method]
     learning_rate = req.learning_rate or (lr_full if req.peft == "full" else lr_lora)
-    epochs = req.epochs or D.EPOCHS[method]
-    max_length = req.max_length or D.MAX_LENGTH[method]
-    generations = req.num_generations or D.GRPO_NUM_GENERATIONS
-    completion = req.max_completion_length or D.GRPO_MAX_COMPLETION_LENGTH
+    generations = hyper.generations
     push = backend == "hf"
     if push and not req.hub_model_id:
         raise TrainError("hub_model_id is required for backend='hf' (e.g. 'your-name/qwen-sft'): without a push "
@@ -192,7 +200,6 @@ def plan_run(
             flavor, gpus, estimate = req.flavor, 1, None
             warnings.append(f"{req.flavor} has no GPU: fine for a smoke test of a tiny model, far too slow otherwise")
         else:
-            hyper = Hyper.of(req)
             if req.flavor:
                 info = catalog.flavors.get(req.flavor)
                 if info is None or info.gpu is None:
@@ -212,7 +219,7 @@ def plan_run(
                 warnings.append(f"estimated {estimate.hours:.1f} h: checkpoints are pushed to the Hub every "
                                 f"{req.save_steps or D.SAVE_STEPS} steps; resume_from can continue after a timeout")
 
-    sched = Hyper.of(req).schedule(billions, gpus)
+    sched = hyper.schedule(billions, gpus)
     effective = sched.effective(gpus)
     if method == "grpo" and effective % generations:
         raise TrainError(f"GRPO needs per_device_batch_size x gradient_accumulation x GPUs ({effective}) divisible "
@@ -263,11 +270,11 @@ def plan_run(
             "target_modules": req.lora_target_modules or D.LORA["target_modules"],
         },
         "learning_rate": learning_rate,
-        "epochs": epochs,
+        "epochs": hyper.resolved_epochs,
         "max_steps": req.max_steps,
         "per_device_batch_size": sched.per_device_batch_size,
         "gradient_accumulation": sched.gradient_accumulation,
-        "max_length": max_length,
+        "max_length": hyper.resolved_max_length,
         "packing": req.packing,
         "use_liger_kernel": req.use_liger_kernel,
         "logging_steps": 1 if steps and steps <= 50 else 10,
@@ -284,7 +291,7 @@ def plan_run(
         "resume_from_repo": resume_repo,
         "beta": req.beta or D.DPO_BETA,
         "num_generations": generations,
-        "max_completion_length": completion,
+        "max_completion_length": hyper.completion_length,
         "reward_funcs": req.reward_funcs or (["think_format", "length"] if not req.reward_code else []),
     }
     return RunPlan(
