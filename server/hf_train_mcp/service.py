@@ -103,6 +103,29 @@ class Core:
                 raise
         return self._submit(req, backend_name)
 
+    def _checked_dataset(self, req: TrainingRequest, token: str | None
+                         ) -> tuple[TrainingRequest, DataFacts, list[str]]:
+        """Validate the dataset (unless skipped): refuse one with errors, adopt its suggested mapping and config."""
+        if req.skip_validation:
+            return req, DataFacts(), ["dataset validation skipped: format problems will surface in the job"]
+        report = validate_dataset(req.dataset, req.method, split=req.dataset_split, config=req.dataset_config,
+                                  column_mapping=req.column_mapping, token=token, max_length=req.max_length)
+        if not report.valid:
+            errors = "; ".join(i.message + (f" (row {i.row})" if i.row is not None else "")
+                               for i in report.issues if i.severity == "error")
+            mapping = (f" Suggested column_mapping: {json.dumps(report.suggested_column_mapping)}."
+                       if report.suggested_column_mapping else "")
+            raise TrainError(f"dataset {req.dataset!r} will not train with {req.method}: {errors}.{mapping} "
+                             "Fix the data or pass column_mapping; nothing was submitted.")
+        warnings = []
+        if report.suggested_column_mapping and not req.column_mapping:
+            req = req.model_copy(update={"column_mapping": report.suggested_column_mapping})
+            warnings.append(f"applied column_mapping {json.dumps(report.suggested_column_mapping)} from validation")
+        if req.dataset_config is None and report.config and report.config != "default":
+            req = req.model_copy(update={"dataset_config": report.config})
+        data = DataFacts(num_rows=report.num_rows, mean_tokens=report.token_stats.mean if report.token_stats else None)
+        return req, data, warnings
+
     def _submit(self, req: TrainingRequest, backend_name: str) -> Submission:
         if backend_name == "hf":
             for ref, kind in ((req.model, "model"), (req.dataset, "dataset")):
@@ -116,26 +139,7 @@ class Core:
                 namespace = resolve_identity(token).name
             elif req.hub_model_id:
                 namespace = req.hub_model_id.split("/")[0]
-        data = DataFacts()
-        warnings: list[str] = []
-        if not req.skip_validation:
-            report = validate_dataset(req.dataset, req.method, split=req.dataset_split, config=req.dataset_config,
-                                      column_mapping=req.column_mapping, token=token or hub_token(),
-                                      max_length=req.max_length)
-            if not report.valid:
-                errors = "; ".join(f"{i.message}" + (f" (row {i.row})" if i.row is not None else "")
-                                   for i in report.issues if i.severity == "error")
-                mapping = f" Suggested column_mapping: {json.dumps(report.suggested_column_mapping)}." \
-                    if report.suggested_column_mapping else ""
-                raise TrainError(f"dataset {req.dataset!r} will not train with {req.method}: {errors}.{mapping} "
-                                 "Fix the data or pass column_mapping; nothing was submitted.")
-            if report.suggested_column_mapping and not req.column_mapping:
-                req = req.model_copy(update={"column_mapping": report.suggested_column_mapping})
-                warnings.append(f"applied column_mapping {json.dumps(report.suggested_column_mapping)} from validation")
-            if req.dataset_config is None and report.config and report.config != "default":
-                req = req.model_copy(update={"dataset_config": report.config})
-            data = DataFacts(num_rows=report.num_rows,
-                             mean_tokens=report.token_stats.mean if report.token_stats else None)
+        req, data, warnings = self._checked_dataset(req, token or hub_token())
         if req.resume_from and not req.output_bucket:
             previous = self.ledger.get(req.resume_from)
             if previous is not None and previous.output_bucket:  # resume where its checkpoints are
