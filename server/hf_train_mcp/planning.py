@@ -19,8 +19,9 @@ from hf_train_mcp.request import TrainingRequest
 METHOD_TITLES = {"sft": "SFT", "dpo": "DPO", "grpo": "GRPO", "reward": "reward modeling"}
 KEEP_COLUMNS = {"sft": None, "dpo": ["prompt", "chosen", "rejected"], "reward": ["prompt", "chosen", "rejected"],
                 "grpo": None}
-BASE_DEPENDENCIES = ["trl>=1.0", "transformers>=5.0", "datasets>=4.0", "accelerate>=1.4", "peft>=0.15",
-                     "trackio>=0.4", "torch"]
+# Upper bounds at the next major: a job started next year must still run the API this script was written for.
+BASE_DEPENDENCIES = ["trl>=1.0,<2", "transformers>=5.0,<6", "datasets>=4.0,<6", "accelerate>=1.4,<2",
+                     "peft>=0.15,<1", "trackio>=0.4,<1", "torch>=2.4,<3"]
 HF_OUTPUT_DIR = "/tmp/outputs"
 BUCKET_MOUNT = "/outputs"
 DEFAULT_LOCAL_TIMEOUT_S = 6 * 3600
