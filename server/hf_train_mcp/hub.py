@@ -1,6 +1,7 @@
 """The one place that builds huggingface_hub clients, and keeps tokens out of everything we say."""
 
 import os
+from dataclasses import dataclass
 
 from hf_train_mcp.errors import TrainError
 
@@ -42,12 +43,11 @@ def hub_error(action: str, exc: Exception, token: str | None) -> TrainError:
     return TrainError(f"{action} failed ({detail}); {advice}")
 
 
+@dataclass(frozen=True)
 class Identity:
-    """Who the token belongs to and whether it can write (checked once per submission)."""
+    """Who the token belongs to (a read-only token is refused before this is built)."""
 
-    def __init__(self, name: str, role: str | None):
-        self.name = name
-        self.role = role
+    name: str
 
 
 def resolve_identity(token: str | None) -> Identity:
@@ -66,4 +66,4 @@ def resolve_identity(token: str | None) -> Identity:
             "the Hugging Face token is read-only, so the trained model could not be pushed and would be lost: "
             "create a token with write access at https://huggingface.co/settings/tokens and set HF_TOKEN"
         )
-    return Identity(info["name"], role)
+    return Identity(info["name"])

@@ -136,13 +136,6 @@ class CancelResult(BaseModel):
     message: str
 
 
-def plain(value: Any) -> Any:
-    """Pydantic models and containers as plain JSON-able data (for the ledger and rendered literals)."""
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    return value
-
-
 class FlavorOption(BaseModel):
     flavor: str
     fits: bool

@@ -1,6 +1,6 @@
 """The Backend protocol: adding a place to run jobs (a cluster, another cloud) means one new file."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from hf_train_mcp.render import Script
@@ -19,7 +19,6 @@ class JobSpec:
     namespace: str | None = None
     output_bucket: str | None = None
     output_mount: str | None = None
-    resume_bucket_path: str | None = None
 
 
 @dataclass(frozen=True)
@@ -40,7 +39,6 @@ class JobState:
     started_at: str | None = None
     finished_at: str | None = None
     url: str | None = None
-    extra: dict[str, str] = field(default_factory=dict)
 
 
 TERMINAL_STAGES = frozenset({"COMPLETED", "CANCELED", "ERROR", "DELETED"})

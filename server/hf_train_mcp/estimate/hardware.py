@@ -21,10 +21,6 @@ class FlavorInfo:
     def gpu_memory_gb(self) -> float:
         return self.gpu.memory_gb if self.gpu else 0.0
 
-    @property
-    def total_gpu_memory_gb(self) -> float:
-        return self.gpu_memory_gb * self.gpus
-
 
 @dataclass(frozen=True)
 class Catalog:
