@@ -129,6 +129,7 @@ class Emulator:
         self.plans: list[JobPlan] = []
         self.requests: list[dict[str, Any]] = []
         self.models: dict[str, int] = {}  # repo id -> parameter count
+        self.gated_models: set[str] = set()
         self.datasets: dict[str, ViewerDataset] = {}
         self.faults: list[dict[str, Any]] = []
         self.lock = threading.Lock()
@@ -153,12 +154,14 @@ class Emulator:
         with self.lock:
             self.plans.append(plan)
 
-    def fail_next(self, method: str, path_regex: str, status: int, *, count: int = 1, after: bool = False) -> None:
+    def fail_next(self, method: str, path_regex: str, status: int, *, count: int = 1, after: bool = False,
+                  echo_auth: bool = False) -> None:
         """The next `count` matching requests get `status`; with after=True the request is served first (a job
-        created, then a 500: what a proxy timeout looks like to the client)."""
+        created, then a 500: what a proxy timeout looks like to the client); with echo_auth the error message
+        quotes the request's Authorization header, as misconfigured proxies do."""
         with self.lock:
             self.faults.append({"method": method, "path": re.compile(path_regex), "status": status, "count": count,
-                                "after": after})
+                                "after": after, "echo_auth": echo_auth})
 
     def _fault(self, method: str, path: str) -> dict | None:
         with self.lock:
@@ -241,7 +244,8 @@ class Emulator:
                         self.wfile = _Discard()  # serve the request, drop its answer
                         self._dispatch(method, body, path, query)
                         self.wfile = self._real_wfile
-                    return self._error(fault["status"], "injected failure")
+                    echoed = f" (Authorization: {self.headers.get('authorization')})" if fault["echo_auth"] else ""
+                    return self._error(fault["status"], "injected failure" + echoed)
                 return self._dispatch(method, body, path, query)
 
             def _dispatch(self, method: str, body: Any, path: str, query: dict) -> None:
@@ -262,8 +266,16 @@ class Emulator:
                     if repo not in emu.models:
                         return self._error(404, "Repository not found")
                     n = emu.models[repo]
-                    return self._send(200, {"id": repo, "modelId": repo,
+                    return self._send(200, {"id": repo, "modelId": repo, "private": False,
+                                            "gated": "manual" if repo in emu.gated_models else False,
                                             "safetensors": {"parameters": {"BF16": n}, "total": n}})
+                match = re.fullmatch(r"/api/datasets/(.+)", path)
+                if match:
+                    ds = emu.datasets.get(match.group(1))
+                    if ds is None or (ds.access == "private" and self._role() is None):
+                        return self._error(404, "Repository not found")
+                    return self._send(200, {"id": match.group(1), "private": ds.access == "private",
+                                            "gated": "auto" if ds.access == "gated" else False})
                 match = re.fullmatch(r"/api/jobs/([^/]+)(?:/([^/]+)(?:/(logs|cancel))?)?", path)
                 if not match:
                     return self._error(404, f"no route {method} {path}")

@@ -214,7 +214,7 @@ def test_the_local_backend_picks_this_python_then_uv_then_explains_the_install(m
 
 def _claim(home: str, key: str, results) -> None:
     os.environ["HF_TRAIN_HOME"] = home
-    results.put(Ledger().reserve(key) is None)
+    results.put(Ledger().reserve(key, claim=f"pid-{os.getpid()}") is None)
 
 
 def test_only_one_of_two_processes_can_claim_an_idempotency_key(isolated_home: Path) -> None:

@@ -147,8 +147,32 @@ def test_reserved_names_cover_every_top_level_name_of_the_grpo_script() -> None:
         ("from os import *\ndef reward(c, **kw):\n    return []", "would replace"),
         ("def reward(c, **kw):\n  return [", "does not parse"),
         ("if True:\n    import os\ndef reward(c, **kw):\n    return []", "only imports and one"),
+        ("from __future__ import annotations\ndef reward(c, **kw):\n    return []", "`from __future__`"),
+        ("def reward(completions: print('x'), **kw):\n    return []", "annotations run at import time"),
+        ("def reward(c, *a: exec('1'), **kw):\n    return []", "annotations run at import time"),
+        ("def reward(c, **kw: list[open('/x')]):\n    return []", "annotations run at import time"),
+        ("def reward(c, **kw) -> (lambda: 1)():\n    return []", "annotations run at import time"),
     ],
 )
 def test_reward_code_that_would_run_at_import_is_refused(code: str, expected: str) -> None:
     with pytest.raises(ValueError, match=re.escape(expected)):
         TrainingRequest(model="m", dataset="d", method="grpo", reward_code=code)
+
+
+def test_reward_code_may_annotate_with_plain_types() -> None:
+    code = ("import typing\ndef reward(completions: list[str], *, answer: typing.Optional[str] = None,\n"
+            "           **kwargs: dict[str, int] | None) -> list[float]:\n    return [0.0 for _ in completions]\n")
+    assert TrainingRequest(model="m", dataset="d", method="grpo", reward_code=code).reward_code == code
+    compile(render(method="grpo", reward_code=code), "train.py", "exec")
+
+
+def test_a_rendered_script_that_parses_but_does_not_compile_is_refused() -> None:
+    """ast.parse accepts a late `from __future__` import; only compile() shows the job would die on it."""
+    from hf_train_mcp.render import render_script
+
+    late_future = "from __future__ import annotations\ndef reward(c, **kw):\n    return []\n"
+    ast.parse("import os\n" + late_future)  # what the old check ran: no error
+    context = {"config": {}, "dependencies": [], "flavor": "cpu-basic", "jobs_table": False, "timeout": "1h",
+               "method_title": "GRPO", "reward_code": late_future}
+    with pytest.raises(SyntaxError, match="from __future__ imports must occur at the beginning"):
+        render_script("grpo", context)

@@ -8,13 +8,19 @@ import time
 from collections.abc import Iterator
 
 import httpx
+import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
 
 pytestmark = pytest.mark.anyio
 
 EXPECTED_TOOLS = {"validate_dataset", "estimate_cost", "submit_training", "job_status", "job_logs", "cancel_job",
                   "list_jobs"}
+
+
+INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}}
 
 
 def server_env() -> dict[str, str]:
@@ -29,10 +35,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def http_server(*extra: str) -> Iterator[str]:
+def http_server(*extra: str, host: str = "127.0.0.1") -> Iterator[str]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "hf_train_mcp", "serve", "--transport", "http", "--port",
-                             str(port), *extra], env=server_env(), stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen([sys.executable, "-m", "hf_train_mcp", "serve", "--transport", "http", "--host", host,
+                             "--port", str(port), *extra], env=server_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -75,7 +81,7 @@ async def test_the_http_server_serves_the_same_tools(http_url: str) -> None:
     async with Client(http_url) as client:
         assert {t.name for t in (await client.list_tools()).tools} == EXPECTED_TOOLS
         result = await client.call_tool("job_status", {"job_id": "local-000000000000"})
-        assert result.is_error and "no local job" in result.content[0].text
+        assert result.is_error and "--allow-local-jobs" in result.content[0].text  # HTTP callers: no local jobs
 
 
 async def test_the_http_server_refuses_requests_without_the_bearer_token(http_url_with_auth: str) -> None:
@@ -83,9 +89,11 @@ async def test_the_http_server_refuses_requests_without_the_bearer_token(http_ur
     async with httpx.AsyncClient() as http:
         denied = await http.post(http_url_with_auth, json=body)
         assert denied.status_code == 401
-        allowed = await http.post(http_url_with_auth, json=body, headers={
-            "Authorization": "Bearer s3cret-bearer", "Accept": "application/json, text/event-stream"})
-        assert allowed.status_code != 401
+        wrong = await http.post(http_url_with_auth, json=body, headers={"Authorization": "Bearer s3cret-bearerX"})
+        assert wrong.status_code == 401
+    async with (httpx2.AsyncClient(headers={"Authorization": "Bearer s3cret-bearer"}) as bearer,
+                Client(streamable_http_client(http_url_with_auth, http_client=bearer)) as client):
+        assert {t.name for t in (await client.list_tools()).tools} == EXPECTED_TOOLS
 
 
 def test_listing_tools_imports_no_training_library() -> None:
@@ -122,3 +130,31 @@ async def test_templates_are_readable_as_resources() -> None:
     async with Client(build_server()) as client:
         result = await client.read_resource("hf-train://templates/sft")
     assert "SFTTrainer" in result.contents[0].text
+
+
+async def test_a_server_bound_to_all_interfaces_answers_the_names_clients_use_and_only_those(tmp_path) -> None:
+    """What `docker run -p 8000:8000` sends: Host localhost:8000 or 127.0.0.1:8000 to a server on 0.0.0.0."""
+    data = tmp_path / "allowed"
+    data.mkdir()
+    (data / "d.jsonl").write_text('{"text": "hello"}\n')
+    (tmp_path / "secret.jsonl").write_text('{"text": "CANARY"}\n')
+    for url in http_server("--allowed-hosts", "mcp.example.org,other.example", "--allow-local-files", str(data),
+                           host="0.0.0.0"):
+        port = url.split(":")[2].split("/")[0]
+        for name in ("localhost", "127.0.0.1"):
+            async with Client(url.replace("127.0.0.1", name)) as client:
+                assert {t.name for t in (await client.list_tools()).tools} == EXPECTED_TOOLS
+                ok = await client.call_tool("validate_dataset", {"dataset": str(data / "d.jsonl")})
+                assert not ok.is_error and ok.structured_content["valid"]
+                refused = await client.call_tool("validate_dataset", {"dataset": str(tmp_path / "secret.jsonl")})
+                assert refused.is_error and "--allow-local-files" in refused.content[0].text
+        body, headers = INITIALIZE, {"Accept": "application/json, text/event-stream"}
+        async with httpx.AsyncClient() as http:
+            for host, status in ((f"mcp.example.org:{port}", 200), ("mcp.example.org", 200), ("other.example:443", 200),
+                                 (f"0.0.0.0:{port}", 200), (f"evil.example:{port}", 421), ("mcp.example.org.evil", 421)):
+                answer = await http.post(url, json=body, headers={**headers, "Host": host})
+                assert answer.status_code == status, (host, answer.text)
+            origin = await http.post(url, json=body, headers={**headers, "Origin": "http://evil.example"})
+            assert origin.status_code == 403
+            same = await http.post(url, json=body, headers={**headers, "Origin": f"http://localhost:{port}"})
+            assert same.status_code == 200

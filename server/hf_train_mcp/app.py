@@ -10,6 +10,7 @@ from mcp.types import Tool as MCPTool
 from mcp.types import ToolAnnotations
 from pydantic import Field, ValidationError
 
+from hf_train_mcp.access import STDIO, Access
 from hf_train_mcp.compact_schema import compact
 from hf_train_mcp.errors import TrainError
 from hf_train_mcp.schemas import (
@@ -64,8 +65,9 @@ class CompactMCPServer(MCPServer):
         ]
 
 
-def build_server(core: Any | None = None) -> MCPServer:
-    """The MCP server. `core` is created lazily so that tools/list never touches disk, network or heavy imports."""
+def build_server(core: Any | None = None, access: Access = STDIO) -> MCPServer:
+    """The MCP server. `core` is created lazily so that tools/list never touches disk, network or heavy imports;
+    `access` is what its callers may do (everything over stdio; what the operator allowed over HTTP)."""
     mcp = CompactMCPServer("hf-train-mcp", instructions=INSTRUCTIONS)
     state: dict[str, Any] = {"core": core}
 
@@ -73,7 +75,7 @@ def build_server(core: Any | None = None) -> MCPServer:
         if state["core"] is None:
             from hf_train_mcp.service import Core
 
-            state["core"] = Core()
+            state["core"] = Core(access=access)
         return state["core"]
 
     async def call(work: Callable[[Any], T]) -> T:
@@ -172,7 +174,7 @@ def build_server(core: Any | None = None) -> MCPServer:
         output_bucket: Annotated[HubRepoId | None, Field(description="bucket mounted as output_dir")] = None,
         backend: BackendName | None = None,
         dry_run: bool = False,
-        max_cost_usd: Annotated[float | None, Field(gt=0)] = None,
+        max_cost_usd: Annotated[float | None, Field(gt=0, description="refused if timeout x price is more")] = None,
         idempotency_key: str | None = None,
         skip_validation: bool = False,
     ) -> Submission:

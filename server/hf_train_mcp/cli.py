@@ -9,15 +9,28 @@ import sys
 from typing import Any
 
 
-def _http_app(host: str, port: int, auth_token: str | None) -> Any:
+def transport_security(host: str, extra_hosts: list[str]) -> Any:
+    """Host/Origin checks (DNS-rebinding protection) that accept the bind address, localhost, 127.0.0.1 and the
+    operator's --allowed-hosts, each with any port: what `docker run -p` and reverse proxies send."""
     from mcp.server.transport_security import TransportSecuritySettings
 
+    def bracketed(name: str) -> str:
+        return f"[{name}]" if ":" in name and not name.startswith("[") else name
+
+    names = list(dict.fromkeys(bracketed(n) for n in (host, "localhost", "127.0.0.1", "::1", *extra_hosts)))
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[h for n in names for h in (n, f"{n}:*")],
+        allowed_origins=[o for n in names for scheme in ("http", "https") for o in (f"{scheme}://{n}",
+                                                                                      f"{scheme}://{n}:*")],
+    )
+
+
+def _http_app(host: str, auth_token: str | None, access: Any, extra_hosts: list[str]) -> Any:
     from hf_train_mcp.app import build_server
 
-    security = None
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        security = TransportSecuritySettings(allowed_hosts=[f"{host}:{port}", host], allowed_origins=[])
-    app = build_server().streamable_http_app(host=host, transport_security=security)
+    app = build_server(access=access).streamable_http_app(host=host,
+                                                          transport_security=transport_security(host, extra_hosts))
     if not auth_token:
         return app
     expected = f"Bearer {auth_token}".encode()
@@ -43,12 +56,16 @@ def serve(args: argparse.Namespace) -> None:
         return
     import uvicorn
 
+    from hf_train_mcp.access import Access
+
     token = args.auth_token or os.environ.get("HF_TRAIN_AUTH_TOKEN")
     if not token and args.host not in ("127.0.0.1", "localhost", "::1"):
         logging.warning("serving on %s without --auth-token: anyone who reaches this port can launch paid jobs "
                         "with this server's Hugging Face token", args.host)
-    uvicorn.run(_http_app(args.host, args.port, token), host=args.host, port=args.port, log_level="warning",
-                lifespan="on")
+    access = Access.http(local_dirs=args.allow_local_files, local_jobs=args.allow_local_jobs)
+    extra_hosts = [h.strip() for value in args.allowed_hosts for h in value.split(",") if h.strip()]
+    uvicorn.run(_http_app(args.host, token, access, extra_hosts), host=args.host, port=args.port,
+                log_level="warning", lifespan="on")
 
 
 def _print(model: Any) -> None:
@@ -70,6 +87,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--auth-token", default=None, help="require this bearer token on HTTP (or HF_TRAIN_AUTH_TOKEN)")
+    p.add_argument("--allowed-hosts", action="append", default=[], metavar="NAME",
+                   help="HTTP: another Host name to accept (any port), besides the bind address, localhost and "
+                        "127.0.0.1; repeatable or comma-separated")
+    p.add_argument("--allow-local-files", action="append", default=[], metavar="DIR",
+                   help="HTTP: a folder whose files callers may name as local datasets/models (repeatable; "
+                        "none by default)")
+    p.add_argument("--allow-local-jobs", action="store_true",
+                   help="HTTP: let callers run jobs on this machine (backend='local'; off by default)")
     p = sub.add_parser("demo", help="train a tiny model locally end to end (needs the 'train' extra)")
     p.add_argument("--steps", type=int, default=8)
     for name in ("status", "logs", "cancel"):

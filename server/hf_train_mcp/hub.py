@@ -33,7 +33,11 @@ def scrub(text: str, token: str | None) -> str:
 def hub_error(action: str, exc: Exception, token: str | None) -> TrainError:
     """A TrainError for a failed Hub call, worded for the agent and never carrying the token."""
     status = getattr(getattr(exc, "response", None), "status_code", None)
-    detail = scrub(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, token)
+    detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    server_message = getattr(exc, "server_message", None)  # what the Hub said, e.g. "Invalid flavor"
+    if server_message and server_message not in detail:
+        detail = f"{detail.rstrip(': ')}: {server_message.strip()}"
+    detail = scrub(detail, token)
     advice = {
         401: "the token was rejected: log in again (`hf auth login`) or set a valid HF_TOKEN",
         403: "the token may not act in this namespace: use a token with write access to it",
@@ -67,3 +71,21 @@ def resolve_identity(token: str | None) -> Identity:
             "create a token with write access at https://huggingface.co/settings/tokens and set HF_TOKEN"
         )
     return Identity(info["name"])
+
+
+def needs_token(token: str | None, repos: list[tuple[str, str]]) -> bool | None:
+    """Whether reading these (repo_type, repo_id) pairs takes a token: True when one is gated or private.
+
+    None when the Hub cannot tell us; a local job then runs without the token (it never needs more than this).
+    """
+    if not token:
+        return False
+    api = hub_api(token)
+    for repo_type, repo_id in repos:
+        try:
+            info = api.repo_info(repo_id, repo_type=repo_type)
+        except Exception:
+            return None
+        if info.private or info.gated:
+            return True
+    return False

@@ -7,7 +7,7 @@ timeout, so two servers (two agents) writing at once queue instead of failing or
 import json
 import sqlite3
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     warnings_json TEXT NOT NULL DEFAULT '[]',
     idempotency_key TEXT UNIQUE,
     created_at TEXT NOT NULL,
-    finished_at TEXT
+    finished_at TEXT,
+    worst_case_cost_usd REAL,
+    claim TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_created ON jobs(created_at);
 """
@@ -49,8 +51,10 @@ _COLUMNS = (
     "job_id", "backend", "namespace", "method", "model", "dataset", "request_json", "script_sha256", "script_path",
     "job_dir", "stage", "flavor", "timeout", "job_url", "hub_model_id", "model_url", "trackio_url", "output_bucket",
     "estimated_hours", "estimated_cost_usd", "effective_batch_size", "warnings_json", "idempotency_key",
-    "created_at", "finished_at",
+    "created_at", "finished_at", "worst_case_cost_usd", "claim",
 )  # fmt: skip
+# Columns added after the first release: older ledgers get them on open.
+_ADDED_COLUMNS = {"worst_case_cost_usd": "REAL", "claim": "TEXT"}
 
 
 PENDING = "pending:"  # job_id prefix of an idempotency-key reservation
@@ -88,6 +92,8 @@ class JobRecord:
     idempotency_key: str | None
     created_at: str
     finished_at: str | None = None
+    worst_case_cost_usd: float | None = None
+    claim: str | None = None  # the owner of a pending reservation (one server's submit call)
 
     @property
     def request(self) -> dict[str, Any]:
@@ -102,8 +108,15 @@ class Ledger:
     def __init__(self, path: Path | None = None):
         self.path = path or data_home() / "ledger.sqlite3"
         self._local = threading.local()
-        with self._connect() as db:
-            db.executescript(_SCHEMA)
+        db = self._connect()
+        db.executescript(_SCHEMA)
+        present = {row["name"] for row in db.execute("PRAGMA table_info(jobs)")}
+        for column, kind in _ADDED_COLUMNS.items():
+            if column not in present:
+                try:
+                    db.execute(f"ALTER TABLE jobs ADD COLUMN {column} {kind}")
+                except sqlite3.OperationalError:  # another server added it first
+                    pass
 
     def _connect(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
@@ -116,50 +129,73 @@ class Ledger:
         return db
 
     def _write(self, sql: str, args: tuple) -> None:
-        self._transaction((sql, args))
+        self._rowcount(sql, args)
 
-    def _transaction(self, *statements: tuple[str, tuple]) -> None:
+    def _rowcount(self, sql: str, args: tuple) -> int:
+        """Run one statement in its own immediate transaction; the number of rows it changed."""
         db = self._connect()
         db.execute("BEGIN IMMEDIATE")
         try:
-            for sql, args in statements:
-                db.execute(sql, args)
+            count = db.execute(sql, args).rowcount
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
             raise
+        return count
 
-    def record(self, job: JobRecord) -> None:
-        """Store a submission; a reservation of its idempotency key is replaced in the same transaction."""
-        values = tuple(getattr(job, c) for c in _COLUMNS)
-        insert = f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
-        self._transaction(("DELETE FROM jobs WHERE job_id = ?", (PENDING + str(job.idempotency_key),)),
-                          (insert, values))
+    def record(self, job: JobRecord, claim: str | None = None) -> bool:
+        """Store a submission, replacing our reservation of its idempotency key in the same transaction.
 
-    def reserve(self, key: str) -> JobRecord | None:
-        """Claim an idempotency key before submitting, so that two servers cannot both launch for it.
+        Returns False when the reservation was no longer ours (taken over as stale): the job is then stored
+        without the key, which its new holder owns.
+        """
+        db = self._connect()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            owned = True
+            if job.idempotency_key is not None:
+                pending = PENDING + job.idempotency_key
+                holder = db.execute("SELECT claim FROM jobs WHERE job_id = ?", (pending,)).fetchone()
+                owned = holder is None or holder["claim"] == claim
+                if holder is not None and owned:
+                    db.execute("DELETE FROM jobs WHERE job_id = ?", (pending,))
+                if not owned:
+                    job = replace(job, idempotency_key=None)
+            values = tuple(getattr(job, c) for c in _COLUMNS)
+            db.execute(f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})", values)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return owned
+
+    def reserve(self, key: str, claim: str) -> JobRecord | None:
+        """Claim an idempotency key (as `claim`, a one-off id) before submitting, so only one server launches.
 
         Returns None when the key is now ours, else the record holding it (a job, or a pending reservation).
-        A reservation older than STALE_RESERVATION_S (its server died mid-submit) is taken over.
+        A reservation older than STALE_RESERVATION_S (its server died mid-submit) is taken over by a
+        compare-and-swap on its claim, so of two servers that both saw it stale exactly one wins.
         """
-        claim = ("INSERT INTO jobs (job_id, backend, request_json, script_sha256, stage, idempotency_key, "
-                 "created_at) VALUES (?, 'pending', '{}', '', 'SCHEDULING', ?, ?)")
-        for _ in range(2):
-            try:
-                self._write(claim, (PENDING + key, key, now_iso()))
-                return None
-            except sqlite3.IntegrityError:
-                holder = self.by_idempotency_key(key)
-                if holder is None:
-                    continue
-                age = datetime.now(UTC) - datetime.fromisoformat(holder.created_at.replace("Z", "+00:00"))
-                if not holder.job_id.startswith(PENDING) or age.total_seconds() < STALE_RESERVATION_S:
-                    return holder
-                self.release(key)
-        return self.by_idempotency_key(key)
+        try:
+            self._write("INSERT INTO jobs (job_id, backend, request_json, script_sha256, stage, idempotency_key, "
+                        "created_at, claim) VALUES (?, 'pending', '{}', '', 'SCHEDULING', ?, ?, ?)",
+                        (PENDING + key, key, now_iso(), claim))
+            return None
+        except sqlite3.IntegrityError:
+            pass
+        holder = self.by_idempotency_key(key)
+        if holder is None or not holder.job_id.startswith(PENDING):
+            return holder
+        age = datetime.now(UTC) - datetime.fromisoformat(holder.created_at.replace("Z", "+00:00"))
+        if age.total_seconds() < STALE_RESERVATION_S:
+            return holder
+        taken = self._rowcount("UPDATE jobs SET claim = ?, created_at = ? WHERE job_id = ? AND claim IS ?",
+                               (claim, now_iso(), holder.job_id, holder.claim))
+        return None if taken else self.by_idempotency_key(key)
 
-    def release(self, key: str) -> None:
-        self._write("DELETE FROM jobs WHERE job_id = ?", (PENDING + key,))
+    def release(self, key: str, claim: str) -> None:
+        """Give up our reservation (and only ours: a stale one taken over belongs to someone else)."""
+        self._write("DELETE FROM jobs WHERE job_id = ? AND claim IS ?", (PENDING + key, claim))
 
     def update_stage(self, job_id: str, stage: str, finished_at: str | None = None) -> None:
         self._write(

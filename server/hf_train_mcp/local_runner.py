@@ -27,7 +27,7 @@ def _write_atomic(path: Path, text: str) -> None:
 
 def run(job_dir: Path) -> int:
     spec = json.loads((job_dir / "launch.json").read_text())
-    env = {**os.environ, **spec["env"]}
+    env = {**os.environ, **spec["env"]}  # ours is already the job's minimal environment (backends/local.py)
     _write_atomic(job_dir / STARTED_FILE, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     with open(job_dir / LOG_FILE, "ab", buffering=0) as log:
         child = subprocess.Popen(spec["command"], cwd=job_dir, env=env, stdout=log, stderr=subprocess.STDOUT,

@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -44,6 +45,7 @@ class RunPlan:
     timeout_seconds: int
     effective_batch_size: int
     estimate: FlavorEstimate | None
+    worst_case_cost_usd: float | None  # what the job can bill at most: the whole timeout at the flavor's price
     config: dict
     dependencies: list[str]
     namespace: str | None
@@ -166,6 +168,63 @@ def choose_flavor(hyper: Hyper, size: ModelSize, catalog: Catalog, data: DataFac
     return fitting[0]
 
 
+def operator_cap() -> float | None:
+    """The operator's budget per submission (HF_TRAIN_MAX_COST_USD); an unreadable value refuses everything."""
+    raw = os.environ.get("HF_TRAIN_MAX_COST_USD", "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise TrainError(f"this server's HF_TRAIN_MAX_COST_USD={raw!r} is not an amount of dollars, so no paid job "
+                         "can be checked against it; the operator must fix it (e.g. HF_TRAIN_MAX_COST_USD=50)")
+    return value
+
+
+def worst_case_usd(timeout_seconds: int, usd_per_hour: float) -> float:
+    """The bill if the job runs until its timeout: Jobs bill started minutes."""
+    return math.ceil(timeout_seconds / 60) * usd_per_hour / 60
+
+
+def _within_budget(req: TrainingRequest, flavor: str, price: float | None, timeout: int,
+                   estimate: FlavorEstimate | None, warnings: list[str]) -> int:
+    """The timeout, checked so that its worst case fits the caller's max_cost_usd and the operator's cap.
+
+    Without a caller timeout, a recommended timeout over budget is shortened to the budget when the estimated
+    run still fits in it; otherwise the submission is refused with the largest timeout that fits.
+    """
+    limits = [(v, name) for v, name in ((req.max_cost_usd, "max_cost_usd"),
+                                        (operator_cap(), "this server's cap HF_TRAIN_MAX_COST_USD")) if v is not None]
+    if not limits or price == 0:
+        return timeout
+    budget, name = min(limits)
+    if price is None:
+        raise TrainError(f"the price of {flavor} is unknown, so its worst case cannot be checked against {name} "
+                         f"(${budget:.2f}); pick a flavor from estimate_cost's list. Nothing was submitted.")
+    worst = worst_case_usd(timeout, price)
+    if worst <= budget:
+        return timeout
+    fits = int(budget / price * 60) * 60  # whole minutes
+    needed = int(estimate.train_seconds + estimate.overhead_seconds) if estimate else None
+    if req.timeout is None and needed and fits >= max(needed, 60):
+        warnings.append(f"timeout shortened to {format_duration(fits)} so the worst case fits {name} "
+                        f"(${budget:.2f}); the run is estimated at {format_duration(needed)}, so the margin is thin")
+        return fits
+    head = (f"the worst case ${worst:.2f} (timeout {format_duration(timeout)} x ${price:.2f}/h on {flavor}) is over "
+            f"{name} (${budget:.2f}); nothing was submitted. ")
+    if fits < 60:
+        raise TrainError(head + f"Not even one minute of {flavor} fits: raise the budget or use a cheaper flavor.")
+    advice = (f"The largest timeout that fits is {format_duration(fits)}")
+    if needed and fits < needed:
+        advice += (f", shorter than the ~{format_duration(needed)} this run is estimated to take: lower max_steps or "
+                   "epochs, use a cheaper flavor, or raise the budget.")
+    else:
+        advice += f": send timeout='{format_duration(fits)}', or raise the budget."
+    raise TrainError(head + advice)
+
+
 def plan_run(
     req: TrainingRequest,
     *,
@@ -240,9 +299,8 @@ def plan_run(
     else:
         timeout = DEFAULT_LOCAL_TIMEOUT_S if backend == "local" else 3600
 
-    if req.max_cost_usd is not None and estimate is not None and estimate.cost_usd > req.max_cost_usd:
-        raise TrainError(f"estimated cost ${estimate.cost_usd:.2f} on {flavor} is over max_cost_usd="
-                         f"{req.max_cost_usd}; lower max_steps/epochs, use peft='lora', or raise max_cost_usd")
+    price = 0.0 if backend == "local" else (catalog.flavors[flavor].usd_per_hour if flavor in catalog.flavors else None)
+    timeout = _within_budget(req, flavor, price, timeout, estimate, warnings)
 
     if backend == "local" and req.hub_model_id:
         warnings.append("the local backend keeps the model in the job folder; hub_model_id is not pushed")
@@ -297,6 +355,7 @@ def plan_run(
     }
     return RunPlan(
         request=req, backend=backend, flavor=flavor, gpus=gpus, timeout_seconds=timeout,
+        worst_case_cost_usd=None if price is None else round(worst_case_usd(timeout, price), 2),
         effective_batch_size=effective, estimate=estimate, config=config, dependencies=_dependencies(req),
         namespace=namespace, trackio_space_id=trackio_space, warnings=warnings,
     )

@@ -30,6 +30,22 @@ RESERVED_NAMES = frozenset({
 })
 
 
+def _plain_annotation(node: ast.expr) -> bool:
+    """Type names, dotted names, subscripts, `X | Y` and constants: nothing that calls code when evaluated."""
+    match node:
+        case ast.Constant() | ast.Name():
+            return True
+        case ast.Attribute(value=value):
+            return _plain_annotation(value)
+        case ast.Subscript(value=value, slice=index):
+            return _plain_annotation(value) and _plain_annotation(index)
+        case ast.Tuple(elts=items) | ast.List(elts=items):
+            return all(_plain_annotation(i) for i in items)
+        case ast.BinOp(left=left, op=ast.BitOr(), right=right):
+            return _plain_annotation(left) and _plain_annotation(right)
+    return False
+
+
 def check_reward_code(source: str) -> str:
     """User reward code must be one function definition (plus imports): nothing that runs at import time."""
     try:
@@ -39,6 +55,9 @@ def check_reward_code(source: str) -> str:
     functions = []
     for node in tree.body:
         if isinstance(node, ast.Import | ast.ImportFrom):
+            if isinstance(node, ast.ImportFrom) and node.module == "__future__":
+                raise ValueError("reward_code: `from __future__` imports must open a file and this code is pasted "
+                                 "into the middle of the script; remove them")
             for alias in node.names:
                 bound = alias.asname or alias.name.split(".")[0]
                 same_module = isinstance(node, ast.Import) and alias.asname is None  # `import os` rebinds os to os
@@ -52,6 +71,12 @@ def check_reward_code(source: str) -> str:
             for arg in [*node.args.defaults, *node.args.kw_defaults]:
                 if arg is not None and not isinstance(arg, ast.Constant):
                     raise ValueError("reward_code: default values must be constants (they run at import time)")
+            arguments = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs, node.args.vararg,
+                         node.args.kwarg]
+            for annotation in [node.returns, *(a.annotation for a in arguments if a is not None)]:
+                if annotation is not None and not _plain_annotation(annotation):
+                    raise ValueError("reward_code: annotations run at import time, so they may only name types "
+                                     "(e.g. `completions: list[str]`), not call anything")
             functions.append(node.name)
             continue
         raise ValueError(

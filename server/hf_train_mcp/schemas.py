@@ -82,6 +82,7 @@ class Submission(BaseModel):
     timeout: str
     estimated_hours: float | None
     estimated_cost_usd: float | None
+    worst_case_cost_usd: float | None = Field(description="the most it can bill: timeout x hourly price; 0 local")
     effective_batch_size: int
     script_sha256: str
     warnings: list[str]

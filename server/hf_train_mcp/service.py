@@ -3,17 +3,20 @@
 import json
 import logging
 import os
+import uuid
+from dataclasses import replace
 
+from hf_train_mcp.access import STDIO, Access, is_local
 from hf_train_mcp.backends.base import TERMINAL_STAGES, Backend, JobState
 from hf_train_mcp.backends.hf_jobs import HfJobsBackend
 from hf_train_mcp.backends.local import LocalBackend, has_cuda
-from hf_train_mcp.data.validate import is_local, validate_dataset
+from hf_train_mcp.data.validate import validate_dataset
 from hf_train_mcp.durations import format_duration
 from hf_train_mcp.errors import TrainError
 from hf_train_mcp.estimate import constants as EC
 from hf_train_mcp.estimate.hardware import get_catalog
 from hf_train_mcp.estimate.sizing import ModelSize, model_size
-from hf_train_mcp.hub import hub_endpoint, hub_token, resolve_identity
+from hf_train_mcp.hub import hub_endpoint, hub_token, needs_token, resolve_identity, scrub
 from hf_train_mcp.ledger import PENDING, JobRecord, Ledger, now_iso
 from hf_train_mcp.logparse import parse_log
 from hf_train_mcp.estimate.cost import how_to_fit
@@ -45,9 +48,10 @@ def default_backend() -> str:
 
 
 class Core:
-    def __init__(self, ledger: Ledger | None = None):
+    def __init__(self, ledger: Ledger | None = None, access: Access = STDIO):
         self._ledger = ledger
         self._local = LocalBackend()
+        self.access = access
 
     @property
     def ledger(self) -> Ledger:
@@ -56,17 +60,21 @@ class Core:
         return self._ledger
 
     def backend(self, name: str) -> Backend:
-        return self._local if name == "local" else HfJobsBackend(hub_token())
+        if name == "local":
+            self.access.check_local_jobs()
+            return self._local
+        return HfJobsBackend(hub_token())
 
     # --- validate_dataset -------------------------------------------------------------------------------
     def validate_dataset(self, dataset: str, method: str, *, split: str = "train", config: str | None = None,
                          column_mapping: dict[str, str] | None = None, model: str | None = None,
                          max_length: int | None = None) -> DatasetReport:
         return validate_dataset(dataset, method, split=split, config=config, column_mapping=column_mapping,
-                                model=model, max_length=max_length, token=hub_token())
+                                model=model, max_length=max_length, token=hub_token(), access=self.access)
 
     # --- submit_training --------------------------------------------------------------------------------
     def _model_size(self, model: str, token: str | None, offline: bool) -> ModelSize:
+        self.access.check_ref(model, "model")
         try:
             return model_size(model, token, offline=offline)
         except ValueError as exc:
@@ -88,8 +96,13 @@ class Core:
 
     def submit_training(self, req: TrainingRequest) -> Submission:
         backend_name = req.backend or default_backend()
+        if backend_name == "local":
+            self.access.check_local_jobs()
+        for ref, kind in ((req.model, "model"), (req.dataset, "dataset")):
+            self.access.check_ref(ref, kind)
         if req.idempotency_key and not req.dry_run:
-            existing = self.ledger.reserve(req.idempotency_key)
+            claim = uuid.uuid4().hex
+            existing = self.ledger.reserve(req.idempotency_key, claim)
             if existing is not None:
                 if existing.job_id.startswith(PENDING):
                     raise TrainError(f"a submission with idempotency_key {req.idempotency_key!r} is in progress; "
@@ -97,9 +110,9 @@ class Core:
                 return self._submission(existing, extra_warnings=[
                     f"idempotency_key matched job {existing.job_id}: returned it instead of submitting again"])
             try:
-                return self._submit(req, backend_name)
+                return self._submit(req, backend_name, claim)
             except BaseException:
-                self.ledger.release(req.idempotency_key)
+                self.ledger.release(req.idempotency_key, claim)
                 raise
         return self._submit(req, backend_name)
 
@@ -109,7 +122,8 @@ class Core:
         if req.skip_validation:
             return req, DataFacts(), ["dataset validation skipped: format problems will surface in the job"]
         report = validate_dataset(req.dataset, req.method, split=req.dataset_split, config=req.dataset_config,
-                                  column_mapping=req.column_mapping, token=token, max_length=req.max_length)
+                                  column_mapping=req.column_mapping, token=token, max_length=req.max_length,
+                                  access=self.access)
         if not report.valid:
             errors = "; ".join(i.message + (f" (row {i.row})" if i.row is not None else "")
                                for i in report.issues if i.severity == "error")
@@ -118,7 +132,8 @@ class Core:
             raise TrainError(f"dataset {req.dataset!r} will not train with {req.method}: {errors}.{mapping} "
                              "Fix the data or pass column_mapping; nothing was submitted.")
         warnings = []
-        if report.suggested_column_mapping and not req.column_mapping:
+        # The job gets exactly the mapping validation approved: a partial one completed by the suggestion.
+        if (report.suggested_column_mapping or {}) != (req.column_mapping or {}):
             req = req.model_copy(update={"column_mapping": report.suggested_column_mapping})
             warnings.append(f"applied column_mapping {json.dumps(report.suggested_column_mapping)} from validation")
         if req.dataset_config is None and report.config and report.config != "default":
@@ -126,7 +141,7 @@ class Core:
         data = DataFacts(num_rows=report.num_rows, mean_tokens=report.token_stats.mean if report.token_stats else None)
         return req, data, warnings
 
-    def _submit(self, req: TrainingRequest, backend_name: str) -> Submission:
+    def _submit(self, req: TrainingRequest, backend_name: str, claim: str | None = None) -> Submission:
         if backend_name == "hf":
             for ref, kind in ((req.model, "model"), (req.dataset, "dataset")):
                 if is_local(ref):
@@ -162,10 +177,13 @@ class Core:
             estimated_hours=round(estimate.hours, 2) if estimate else None,
             estimated_cost_usd=estimate.cost_usd if estimate else None,
             effective_batch_size=plan.effective_batch_size, script_sha256=script.sha256, warnings=plan.warnings,
+            worst_case_cost_usd=plan.worst_case_cost_usd,
         )
         if req.dry_run:
             return Submission(job_id=None, stage=None, job_url=None, model_url=model_url, trackio_url=trackio_url,
                               script=script.text, command=backend.command(spec), **common)
+        if backend_name == "local":
+            spec = replace(spec, read_token=self._local_job_reads_private(req, plan.warnings))
         ref = backend.submit(script, spec)
         if backend_name == "local":
             model_url = f"{ref.url}/output"
@@ -179,9 +197,21 @@ class Core:
             estimated_hours=common["estimated_hours"], estimated_cost_usd=common["estimated_cost_usd"],
             effective_batch_size=plan.effective_batch_size, warnings_json=json.dumps(plan.warnings),
             idempotency_key=req.idempotency_key, created_at=ref.created_at or now_iso(),
+            worst_case_cost_usd=plan.worst_case_cost_usd,
         )
-        self.ledger.record(record)
+        if not self.ledger.record(record, claim):
+            record.warnings_json = json.dumps([*plan.warnings, f"idempotency_key {req.idempotency_key!r} was taken "
+                                               "over by another server while this slow submission ran"])
         return self._submission(record)
+
+    def _local_job_reads_private(self, req: TrainingRequest, warnings: list[str]) -> bool:
+        """A local job gets HF_TOKEN only when the Hub says its model or dataset is gated or private."""
+        repos = [(kind, ref) for ref, kind in ((req.model, "model"), (req.dataset, "dataset")) if not is_local(ref)]
+        verdict = needs_token(hub_token(), repos) if repos else False
+        if verdict is None:
+            warnings.append("could not ask the Hub whether the model or dataset is gated or private: the job runs "
+                            "without HF_TOKEN")
+        return bool(verdict)
 
     @staticmethod
     def _submission(record: JobRecord, extra_warnings: list[str] | None = None) -> Submission:
@@ -190,7 +220,8 @@ class Core:
             hub_model_id=record.hub_model_id, model_url=record.model_url, trackio_url=record.trackio_url,
             flavor=record.flavor or "", timeout=record.timeout or "", estimated_hours=record.estimated_hours,
             estimated_cost_usd=record.estimated_cost_usd, effective_batch_size=record.effective_batch_size or 0,
-            script_sha256=record.script_sha256, warnings=[*(extra_warnings or []), *record.warnings],
+            worst_case_cost_usd=record.worst_case_cost_usd, script_sha256=record.script_sha256,
+            warnings=[*(extra_warnings or []), *record.warnings],
         )
 
     # --- job_status and friends -------------------------------------------------------------------------
@@ -219,8 +250,8 @@ class Core:
         backend, bare, namespace, record, state = self._state(job_id)
         lines: list[str] = []
         if state.stage != "SCHEDULING":
-            lines = backend.logs(bare, namespace, tail=max(tail, STATUS_LOG_LINES),
-                                 finished=state.stage in TERMINAL_STAGES)
+            lines = self._logs(backend, bare, namespace, tail=max(tail, STATUS_LOG_LINES),
+                               finished=state.stage in TERMINAL_STAGES)
         parsed = parse_log(lines)
         error = None
         if state.stage == "ERROR":
@@ -259,10 +290,17 @@ class Core:
             return f"Canceled. Resubmit with resume_from='{job_id}' to continue from the last pushed checkpoint."
         return "The job no longer exists."
 
+    @staticmethod
+    def _logs(backend: Backend, job_id: str, namespace: str | None, *, tail: int | None, finished: bool) -> list[str]:
+        """Log lines with this server's token masked: a job that prints its environment must not leak it."""
+        token = hub_token()
+        return [scrub(line, token) for line in backend.logs(job_id, namespace, tail=tail, finished=finished)]
+
     def job_logs(self, job_id: str, offset: int = 0, limit: int = 200) -> LogPage:
         backend, bare, namespace, _, state = self._state(job_id)
         finished = state.stage in TERMINAL_STAGES
-        lines = [] if state.stage == "SCHEDULING" else backend.logs(bare, namespace, tail=None, finished=finished)
+        lines = [] if state.stage == "SCHEDULING" else self._logs(backend, bare, namespace, tail=None,
+                                                                  finished=finished)
         page = lines[offset:offset + limit]
         next_offset = offset + len(page)
         return LogPage(job_id=bare, offset=offset, lines=page, next_offset=next_offset,
@@ -280,7 +318,9 @@ class Core:
 
     def list_jobs(self, stage: str | None = None, limit: int = 20) -> JobList:
         jobs = []
-        for record in self.ledger.list(limit=limit * 3 if stage else limit):
+        # Local jobs are this machine's; a caller who may not run them here may not read them either.
+        only = None if self.access.local_jobs else "hf"
+        for record in self.ledger.list(limit=limit * 3 if stage else limit, backend=only):
             current = record.stage
             if current not in TERMINAL_STAGES:
                 try:
@@ -315,7 +355,8 @@ class Core:
         warnings: list[str] = []
         rows, mean, token_source = num_examples, tokens_per_example, "stated" if tokens_per_example else None
         if dataset and (rows is None or mean is None):
-            report = validate_dataset(dataset, hyper.method, model=model, max_length=hyper.max_length, token=token)
+            report = validate_dataset(dataset, hyper.method, model=model, max_length=hyper.max_length, token=token,
+                                      access=self.access)
             rows = rows or report.num_rows
             if mean is None and report.token_stats:
                 mean, token_source = report.token_stats.mean, f"{report.token_stats.sampled_rows} sampled rows"

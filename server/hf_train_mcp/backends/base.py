@@ -19,6 +19,7 @@ class JobSpec:
     namespace: str | None = None
     output_bucket: str | None = None
     output_mount: str | None = None
+    read_token: bool = False  # a local job reads gated/private Hub data, so it gets HF_TOKEN
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -19,6 +20,34 @@ from hf_train_mcp.paths import jobs_dir
 from hf_train_mcp.render import Script
 
 TRAINING_PACKAGES = ("torch", "transformers", "trl", "datasets", "peft", "accelerate", "trackio")
+# What a local job inherits from the server: how to find programs, caches, GPUs, proxies and certificates.
+# Nothing else (the server's own settings, other services' credentials) reaches the user's script.
+_INHERITED = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR", "TEMP", "TMP", "PYTHONPATH", "VIRTUAL_ENV",
+    "LD_LIBRARY_PATH", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "HTTP_PROXY",
+    "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy", "CUDA_VISIBLE_DEVICES", "CUDA_HOME",
+})  # fmt: skip
+_INHERITED_PREFIXES = ("LC_", "XDG_", "HF_", "TRANSFORMERS_", "TORCH", "PYTORCH_", "NCCL_", "NVIDIA_", "OMP_",
+                       "MKL_", "OPENBLAS_", "UV_", "PIP_")
+_NEVER = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|API_KEY|PRIVATE|^HF_TRAIN_", re.IGNORECASE)
+
+
+def job_environment(*, read_token: bool) -> dict[str, str]:
+    """The environment of a local job: an allow-list of the server's, plus HF_TOKEN only when the job reads
+    gated or private Hub data (local jobs never push)."""
+    env = {k: v for k, v in os.environ.items()
+           if (k in _INHERITED or k.startswith(_INHERITED_PREFIXES)) and not _NEVER.search(k)}
+    token = None
+    if read_token:
+        from hf_train_mcp.hub import hub_token
+
+        token = hub_token()
+    if token:
+        env["HF_TOKEN"] = token
+    else:  # nor may huggingface_hub in the job fall back on the token the user stored with `hf auth login`
+        env["HF_TOKEN_PATH"] = os.devnull
+    return env
+
 
 
 def has_training_stack() -> bool:
@@ -95,6 +124,7 @@ class LocalBackend:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "hf_train_mcp.local_runner", str(folder)],
                 cwd=folder, stdin=devnull, stdout=subprocess.DEVNULL, stderr=errors,
+                env=job_environment(read_token=spec.read_token),  # passed down by the runner, never on disk
                 start_new_session=True,  # survives the server; cancel kills the whole group
             )
         (folder / "pid").write_text(str(proc.pid))
@@ -105,9 +135,6 @@ class LocalBackend:
         folder = self.job_dir(job_id)
         if not folder.is_dir():
             raise TrainError(f"no local job {job_id!r}: pass a job_id from submit_training or list_jobs")
-        child = self._children.get(job_id)
-        if child is not None:
-            child.poll()  # reap it so a finished runner is not mistaken for a live zombie
         state = JobState(stage="RUNNING", created_at=_mtime_iso(folder / "launch.json"), url=folder.as_uri())
         if (folder / STARTED_FILE).exists():
             state.started_at = (folder / STARTED_FILE).read_text().strip()
@@ -122,12 +149,21 @@ class LocalBackend:
             else:
                 state.stage = "ERROR"
                 state.message = "timed out" if code == TIMEOUT_EXIT else f"training exited with code {code}"
-        else:
-            pid = int((folder / "pid").read_text())
-            if not _process_alive(pid):
-                state.stage, state.message = "ERROR", "the training process died without an exit code (killed?)"
-                state.finished_at = _mtime_iso(folder / LOG_FILE) if (folder / LOG_FILE).exists() else None
+        elif not _process_alive(int((folder / "pid").read_text())):
+            state.stage, state.message = "ERROR", "the training process died without an exit code (killed?)"
+            state.finished_at = _mtime_iso(folder / LOG_FILE) if (folder / LOG_FILE).exists() else None
+        if state.stage != "RUNNING":
+            self._reap(job_id)
         return state
+
+    def _reap(self, job_id: str) -> None:
+        """Collect a runner we started once its job has ended (it exits right after writing its files)."""
+        child = self._children.pop(job_id, None)
+        if child is not None:
+            try:
+                child.wait(timeout=2)
+            except subprocess.TimeoutExpired:  # still tidying up: keep it for the next look
+                self._children[job_id] = child
 
     def read_log(self, job_id: str) -> list[str]:
         log = self.job_dir(job_id) / LOG_FILE

@@ -2,7 +2,9 @@
 
 import csv
 import json
+import os
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +15,7 @@ HEAD_ROWS = 200
 SPREAD_ROWS = 100
 FULL_SCAN_ROWS = 20_000  # smaller files are checked row by row; larger ones by head + spread sample
 CHUNK = 1 << 22
+MAX_WALK_ENTRIES = 10_000
 
 
 @dataclass
@@ -23,13 +26,24 @@ class Sample:
     num_rows: int | None
 
 
-def data_files(source: str) -> list[Path]:
+def data_files(source: str, allowed: Callable[[Path], bool] = lambda _: True) -> list[Path]:
+    """The data files `source` names; a folder is walked up to MAX_WALK_ENTRIES entries (never the whole disk)."""
     path = Path(source).expanduser()
+    if not path.exists():
+        raise TrainError(f"{source}: file or folder not found (a Hub dataset id looks like 'owner/name')")
     if path.is_file():
         if path.suffix.lower() not in EXTENSIONS:
             raise TrainError(f"{source}: unsupported file type; send .jsonl, .json, .csv or .parquet")
         return [path]
-    files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in EXTENSIONS)
+    files, seen = [], 0
+    for folder, subfolders, names in os.walk(path):  # does not follow symlinked folders
+        subfolders.sort()
+        seen += len(subfolders) + len(names)
+        if seen > MAX_WALK_ENTRIES:
+            raise TrainError(f"{source}: over {MAX_WALK_ENTRIES} files and folders to search; point dataset at the "
+                             "data file or the folder that holds only the data")
+        files += [Path(folder, n) for n in names if Path(n).suffix.lower() in EXTENSIONS]
+    files = sorted(f for f in files if f.is_file() and allowed(f))
     if not files:
         raise TrainError(f"{source}: no .jsonl/.json/.csv/.parquet files in this folder")
     return files
@@ -128,8 +142,8 @@ def _parquet(path: Path) -> Sample:
     return Sample(pf.schema_arrow.names, rows, list(range(len(rows))), pf.metadata.num_rows)
 
 
-def sample_local(source: str, seed: int = 0) -> Sample:
-    files = data_files(source)
+def sample_local(source: str, seed: int = 0, allowed: Callable[[Path], bool] = lambda _: True) -> Sample:
+    files = data_files(source, allowed)
     readers = {".jsonl": lambda p: _jsonl(p, seed), ".json": _json, ".csv": _csv, ".parquet": _parquet}
     first = readers[files[0].suffix.lower()](files[0])
     total = first.num_rows or 0

@@ -1,8 +1,8 @@
 """validate_dataset end to end: sample (Hub viewer or local files), map columns, detect, check, count tokens."""
 
-from pathlib import Path
 from typing import Any
 
+from hf_train_mcp.access import STDIO, Access, is_local
 from hf_train_mcp.data import rules
 from hf_train_mcp.data.local import sample_local
 from hf_train_mcp.data.tokens import token_stats
@@ -12,10 +12,6 @@ from hf_train_mcp.schemas import DatasetIssue, DatasetReport
 
 SAMPLE_CELL_CHARS = 300
 TOKEN_SAMPLE_ROWS = 1000
-
-
-def is_local(dataset: str) -> bool:
-    return Path(dataset).expanduser().exists() or dataset.startswith(("/", "./", "../", "~"))
 
 
 def _short(value: Any) -> Any:
@@ -38,9 +34,12 @@ def validate_dataset(
     model: str | None = None,
     max_length: int | None = None,
     token: str | None = None,
+    access: Access = STDIO,
 ) -> DatasetReport:
+    access.check_ref(dataset, "dataset")
+    access.check_ref(model, "model")
     if is_local(dataset):
-        sample, chosen_config = sample_local(dataset), None
+        sample, chosen_config = sample_local(dataset, allowed=access.allows_path), None
     else:
         sample = sample_hub(dataset, config=config, split=split, token=token)
         chosen_config = sample.config

@@ -1,0 +1,51 @@
+"""What a caller may do on this server: everything over stdio, only what the operator allowed over HTTP.
+
+Over stdio the caller is the local user, who can read their own files and run their own code anyway. Over
+HTTP the caller is whoever reaches the port: they may name local files only inside the folders the operator
+listed (`--allow-local-files`), and run jobs on this machine only with `--allow-local-jobs`.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from hf_train_mcp.errors import TrainError
+
+
+def is_local(ref: str) -> bool:
+    """A path on this machine rather than a Hub id ('owner/name' that happens to exist here counts as local)."""
+    return ref.startswith(("/", "./", "../", "~", ".\\")) or Path(ref).expanduser().exists()
+
+
+@dataclass(frozen=True)
+class Access:
+    local_dirs: tuple[Path, ...] | None = None  # None: any path (stdio); () : none at all
+    local_jobs: bool = True
+    over: str = "stdio"
+
+    @classmethod
+    def http(cls, *, local_dirs: list[str] | tuple[str, ...] = (), local_jobs: bool = False) -> "Access":
+        return cls(tuple(Path(d).expanduser().resolve() for d in local_dirs), local_jobs, "HTTP")
+
+    def allows_path(self, path: Path) -> bool:
+        if self.local_dirs is None:
+            return True
+        resolved = path.expanduser().resolve()  # symlinks and '..' cannot lead outside
+        return any(resolved.is_relative_to(folder) for folder in self.local_dirs)
+
+    def check_ref(self, ref: str | None, kind: str) -> None:
+        """Refuse a local model/dataset path outside the allowed folders (a Hub id always passes)."""
+        if ref is None or not is_local(ref) or self.allows_path(Path(ref)):
+            return
+        where = ("no local folder is allowed" if not self.local_dirs
+                 else "allowed folders: " + ", ".join(str(d) for d in self.local_dirs))
+        raise TrainError(f"{kind} {ref!r} is a path on the server, which callers over {self.over} may not read "
+                         f"({where}; the operator adds one with --allow-local-files DIR). Send a Hub id instead.")
+
+    def check_local_jobs(self) -> None:
+        if not self.local_jobs:
+            raise TrainError(f"backend='local' runs code on the server, which callers over {self.over} may not do "
+                             "unless the operator starts it with --allow-local-jobs; send backend='hf' "
+                             "(with a token on the server) instead")
+
+
+STDIO = Access()

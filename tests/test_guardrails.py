@@ -1,0 +1,368 @@
+"""Guardrails: what an HTTP caller may touch, budgets on the worst case, idempotency under races, one mapping,
+and no token anywhere. Each test here fails when the protection it names is taken out."""
+
+import base64
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+
+from hf_train_mcp.access import Access
+from hf_train_mcp.app import build_server
+from hf_train_mcp.ledger import PENDING, Ledger
+from hf_train_mcp.service import Core
+from tests.conftest import WRITE_TOKEN, needs_training
+from tests.emulator import Emulator, JobPlan, ViewerDataset
+from tests.test_local_backend import submit_script, wait_for
+
+pytestmark = pytest.mark.anyio
+
+SECRET_ROWS = [{"text": "aws_secret_access_key=AKIA-CANARY-0001"}]
+ROWS = [{"messages": [{"role": "user", "content": f"Q{i}?"}, {"role": "assistant", "content": f"A{i}."}]}
+        for i in range(20)]
+BASE = {"model": "Qwen/Qwen2-0.5B-Instruct", "dataset": "org/chat", "hub_model_id": "emu-user/out"}
+
+
+async def call(name: str, arguments: dict[str, Any], access: Access | None = None) -> Any:
+    server = build_server(access=access) if access else build_server()
+    async with Client(server) as client:
+        return await client.call_tool(name, arguments)
+
+
+def text(result: Any) -> str:
+    return result.content[0].text
+
+
+@pytest.fixture
+def secret_file(tmp_path: Path) -> Path:
+    path = tmp_path / "private" / "credentials.jsonl"
+    path.parent.mkdir()
+    path.write_text("".join(json.dumps(r) + "\n" for r in SECRET_ROWS))
+    return path
+
+
+@pytest.fixture
+def allowed_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "shared-data"
+    folder.mkdir()
+    (folder / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    return folder
+
+
+# --- HTTP callers: no server files, no code run here ---------------------------------------------------------
+HTTP = Access.http()
+
+
+@pytest.mark.parametrize("dataset", ["{secret}", "/", "{secret_dir}", "../private/credentials.jsonl", "~"])
+async def test_http_callers_cannot_read_server_files_as_datasets(dataset: str, secret_file: Path, offline,
+                                                                 monkeypatch) -> None:
+    monkeypatch.chdir(secret_file.parent.parent / "private")
+    dataset = dataset.format(secret=secret_file, secret_dir=secret_file.parent)
+    result = await call("validate_dataset", {"dataset": dataset}, HTTP)
+    assert result.is_error
+    assert "--allow-local-files" in text(result) and "CANARY" not in text(result)
+    stdio = await call("validate_dataset", {"dataset": str(secret_file)})  # the local user keeps their powers
+    assert not stdio.is_error and "CANARY" in json.dumps(stdio.structured_content)
+
+
+async def test_http_callers_read_local_data_only_inside_the_allowed_folders(allowed_dir: Path, secret_file: Path,
+                                                                           offline) -> None:
+    access = Access.http(local_dirs=[str(allowed_dir)])
+    inside = await call("validate_dataset", {"dataset": str(allowed_dir / "chat.jsonl")}, access)
+    assert not inside.is_error and inside.structured_content["valid"]
+    (allowed_dir / "link.jsonl").symlink_to(secret_file)  # a link inside may not lead outside
+    linked = await call("validate_dataset", {"dataset": str(allowed_dir / "link.jsonl")}, access)
+    assert linked.is_error and "CANARY" not in text(linked)
+    folder = await call("validate_dataset", {"dataset": str(allowed_dir)}, access)
+    assert not folder.is_error and "CANARY" not in json.dumps(folder.structured_content)
+    escape = await call("validate_dataset", {"dataset": f"{allowed_dir}/../private/credentials.jsonl"}, access)
+    assert escape.is_error and "CANARY" not in text(escape)
+
+
+async def test_http_callers_cannot_name_a_local_model(secret_file: Path, offline) -> None:
+    (secret_file.parent / "config.json").write_text(json.dumps({"hidden_size": 64, "num_hidden_layers": 2,
+                                                                "vocab_size": 100}))
+    result = await call("estimate_cost", {"model": str(secret_file.parent), "num_examples": 10}, HTTP)
+    assert result.is_error and "model" in text(result) and "--allow-local-files" in text(result)
+    result = await call("validate_dataset", {"dataset": "org/chat", "model": str(secret_file.parent)}, HTTP)
+    assert result.is_error and "--allow-local-files" in text(result)
+
+
+async def test_http_callers_cannot_run_local_jobs_unless_the_operator_allows_it(allowed_dir: Path, offline) -> None:
+    request = {"model": "org/Model-1B", "dataset": str(allowed_dir / "chat.jsonl"), "backend": "local",
+               "dry_run": True}
+    files_only = Access.http(local_dirs=[str(allowed_dir)])
+    refused = await call("submit_training", request, files_only)
+    assert refused.is_error and "--allow-local-jobs" in text(refused)
+    default_backend = await call("submit_training", {k: v for k, v in request.items() if k != "backend"}, files_only)
+    assert default_backend.is_error and "--allow-local-jobs" in text(default_backend)  # no token: local by default
+    allowed = await call("submit_training", request, Access.http(local_dirs=[str(allowed_dir)], local_jobs=True))
+    assert not allowed.is_error, text(allowed)
+
+
+async def test_http_callers_do_not_see_or_touch_local_jobs(offline) -> None:
+    core = Core()
+    job_id = submit_script(core, "print('HFTM_DONE {}')\n")
+    wait_for(core, job_id, {"COMPLETED"}, 60)
+    for name, args in (("job_status", {"job_id": job_id}), ("job_logs", {"job_id": job_id}),
+                       ("cancel_job", {"job_id": job_id})):
+        result = await call(name, args, HTTP)
+        assert result.is_error and "--allow-local-jobs" in text(result), name
+    listed = await call("list_jobs", {}, HTTP)
+    assert listed.structured_content["jobs"] == []
+    assert [j["job_id"] for j in (await call("list_jobs", {})).structured_content["jobs"]] == [job_id]
+
+
+def test_a_folder_walk_is_bounded(tmp_path: Path, monkeypatch) -> None:
+    from hf_train_mcp.data import local
+    from hf_train_mcp.errors import TrainError
+
+    monkeypatch.setattr(local, "MAX_WALK_ENTRIES", 50)
+    for i in range(60):
+        (tmp_path / f"f{i}.txt").write_text("x")
+    with pytest.raises(TrainError, match="over 50 files and folders"):
+        local.data_files(str(tmp_path))
+    with pytest.raises(TrainError, match="file or folder not found"):
+        local.data_files(str(tmp_path / "missing.jsonl"))
+
+
+# --- local jobs get a minimal environment -----------------------------------------------------------------------
+ENV_DUMP = "import json, os\nprint('ENV ' + json.dumps(dict(os.environ)), flush=True)\nprint('HFTM_DONE {}')\n"
+
+
+def job_env(core: Core, job_id: str) -> dict[str, str]:
+    wait_for(core, job_id, {"COMPLETED"}, 60)
+    line = next(l for l in core.job_logs(job_id, 0, 100).lines if l.startswith("ENV "))
+    return json.loads(line[4:])
+
+
+@pytest.mark.parametrize("read_token", [False, True])
+def test_a_local_job_gets_a_minimal_environment_and_the_token_only_when_it_reads_private_data(
+        read_token: bool, monkeypatch, isolated_home: Path) -> None:
+    from hf_train_mcp.backends.base import JobSpec
+    from hf_train_mcp.render import Script
+
+    monkeypatch.setenv("HF_TOKEN", "hf_server_token_canary")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-canary")
+    monkeypatch.setenv("HF_TRAIN_AUTH_TOKEN", "bearer-canary")
+    monkeypatch.setenv("DATABASE_URL", "postgres://canary")
+    core = Core()
+    ref = core.backend("local").submit(Script(ENV_DUMP, "0" * 64),
+                                       JobSpec("sft", "local-cpu", 1, 600, {}, [], read_token=read_token))
+    env = job_env(core, ref.job_id)
+    assert "canary" not in json.dumps({k: v for k, v in env.items() if k != "HF_TOKEN"})
+    assert env["PATH"] == os.environ["PATH"] and env["HF_HOME"] == os.environ["HF_HOME"]
+    if read_token:
+        assert env["HF_TOKEN"] == "hf_***"  # there, and masked in the logs we hand back
+    else:
+        assert "HF_TOKEN" not in env and env["HF_TOKEN_PATH"] == os.devnull
+    assert "canary" not in "".join(p.read_text() for p in Path(ref.job_dir).glob("*.json"))  # nothing on disk
+
+
+def test_a_local_job_needs_the_token_only_for_gated_or_private_hub_repos(hub: Emulator, tmp_path: Path) -> None:
+    from hf_train_mcp.request import TrainingRequest
+
+    hub.models["org/open-model"] = 1_000_000
+    hub.models["org/gated-model"] = 1_000_000
+    hub.gated_models.add("org/gated-model")
+    hub.datasets["org/private-data"] = ViewerDataset({"default": {"train": ROWS}}, access="private")
+    local_data = tmp_path / "d.jsonl"
+    local_data.write_text(json.dumps(ROWS[0]) + "\n")
+    core, warnings = Core(), []
+
+    def reads_private(model: str, dataset: str) -> bool:
+        return core._local_job_reads_private(TrainingRequest(model=model, dataset=dataset), warnings)
+
+    assert not reads_private("org/open-model", str(local_data))
+    assert reads_private("org/gated-model", str(local_data))
+    assert reads_private("org/open-model", "org/private-data")
+    assert not reads_private(str(tmp_path), str(local_data))
+    assert warnings == []
+
+
+# --- the budget is the worst case -----------------------------------------------------------------------------------
+@pytest.fixture
+def chat(hub: Emulator) -> Emulator:
+    hub.datasets["org/chat"] = ViewerDataset({"default": {"train": ROWS}})
+    return hub
+
+
+async def test_a_timeout_whose_worst_case_is_over_max_cost_is_refused_with_the_timeout_that_fits(chat) -> None:
+    before = len(chat.posted_jobs())
+    result = await call("submit_training", {**BASE, "flavor": "a10g-small", "timeout": "168h", "max_cost_usd": 1,
+                                            "max_steps": 5})
+    assert result.is_error
+    # a10g-small bills $0.017/min in the emulator: 168 h is $171.36; one dollar buys 58 minutes
+    assert "$171.36" in text(result) and "largest timeout that fits is 58m" in text(result)
+    assert len(chat.posted_jobs()) == before
+    dry = await call("submit_training", {**BASE, "flavor": "a10g-small", "timeout": "168h", "max_cost_usd": 1,
+                                         "max_steps": 5, "dry_run": True})
+    assert dry.is_error  # a dry run shows the same verdict
+
+
+async def test_a_cpu_flavor_is_held_to_the_budget_too(chat) -> None:
+    before = len(chat.posted_jobs())
+    result = await call("submit_training", {**BASE, "flavor": "cpu-basic", "timeout": "168h", "max_cost_usd": 1,
+                                            "max_steps": 5})
+    assert result.is_error and "cpu-basic" in text(result) and len(chat.posted_jobs()) == before
+    ok = await call("submit_training", {**BASE, "flavor": "cpu-basic", "timeout": "2h", "max_cost_usd": 1,
+                                        "max_steps": 5})
+    assert not ok.is_error and ok.structured_content["worst_case_cost_usd"] == 0.02
+
+
+async def test_the_operator_cap_applies_and_a_caller_cannot_raise_it(chat, monkeypatch) -> None:
+    monkeypatch.setenv("HF_TRAIN_MAX_COST_USD", "0.5")
+    before = len(chat.posted_jobs())
+    result = await call("submit_training", {**BASE, "flavor": "a10g-small", "timeout": "2h", "max_cost_usd": 1000,
+                                            "max_steps": 5})
+    assert result.is_error and "HF_TRAIN_MAX_COST_USD" in text(result) and "29m" in text(result)
+    monkeypatch.setenv("HF_TRAIN_MAX_COST_USD", "lots")
+    result = await call("submit_training", {**BASE, "flavor": "a10g-small", "timeout": "20m", "max_steps": 5})
+    assert result.is_error and "not an amount of dollars" in text(result)
+    assert len(chat.posted_jobs()) == before
+
+
+async def test_the_submission_reports_the_worst_case_beside_the_estimate(chat) -> None:
+    out = (await call("submit_training", {**BASE, "flavor": "a10g-large", "timeout": "90m", "max_steps": 5,
+                                          "max_cost_usd": 3})).structured_content
+    assert out["worst_case_cost_usd"] == 2.25 and out["estimated_cost_usd"] < out["worst_case_cost_usd"]
+    assert chat.posted_jobs()[-1]["timeoutSeconds"] == 5400
+
+
+async def test_without_a_timeout_the_default_shrinks_to_the_budget_when_the_run_still_fits(chat) -> None:
+    free = (await call("submit_training", {**BASE, "flavor": "a10g-large", "max_steps": 3000,
+                                           "dry_run": True})).structured_content
+    budget = round(free["estimated_hours"] * 1.1 * 1.5, 2)  # $1.50/h: above the estimate, below the default
+    assert budget < free["worst_case_cost_usd"]
+    result = await call("submit_training", {**BASE, "flavor": "a10g-large", "max_steps": 3000, "dry_run": True,
+                                            "max_cost_usd": budget})
+    assert not result.is_error, (text(result), free)
+    out = result.structured_content
+    assert out["worst_case_cost_usd"] <= budget and any("timeout shortened" in w for w in out["warnings"])
+
+
+async def test_local_runs_cost_nothing_whatever_the_budget(allowed_dir: Path, offline) -> None:
+    out = (await call("submit_training", {"model": "org/Model-1B", "dataset": str(allowed_dir / "chat.jsonl"),
+                                          "backend": "local", "dry_run": True, "max_cost_usd": 0.01})
+           ).structured_content
+    assert out["worst_case_cost_usd"] == 0
+
+
+# --- idempotency holds under races ------------------------------------------------------------------------------
+CLAIMER = """
+import os, pathlib, sys, time
+from hf_train_mcp import ledger
+gate, name = pathlib.Path(sys.argv[1]), sys.argv[2]
+read = ledger.Ledger.by_idempotency_key
+
+def paused(self, key):
+    holder = read(self, key)
+    (gate / f"{name}.read").touch()
+    while not (gate / f"{name}.go").exists():
+        time.sleep(0.01)
+    return holder
+
+ledger.Ledger.by_idempotency_key = paused
+print("claimed" if ledger.Ledger().reserve("key-1", claim=name) is None else "refused", flush=True)
+"""
+
+
+def test_two_servers_taking_over_one_stale_reservation_cannot_both_win(isolated_home: Path, tmp_path: Path) -> None:
+    """Both see the stale claim; B takes it over first; A, resuming, must not take B's fresh claim."""
+    Ledger()
+    old = (datetime.now(UTC) - timedelta(hours=1)).isoformat(timespec="seconds").replace("+00:00", "Z")
+    with sqlite3.connect(isolated_home / "ledger.sqlite3") as db:
+        db.execute("INSERT INTO jobs (job_id, backend, request_json, script_sha256, stage, idempotency_key, "
+                   "created_at, claim) VALUES (?, 'pending', '{}', '', 'SCHEDULING', 'key-1', ?, 'dead-server')",
+                   (PENDING + "key-1", old))
+    env = {**os.environ, "HF_TRAIN_HOME": str(isolated_home)}
+    procs = {name: subprocess.Popen([sys.executable, "-c", CLAIMER, str(tmp_path), name], env=env,
+                                    stdout=subprocess.PIPE, text=True) for name in ("A", "B")}
+    try:
+        deadline = time.monotonic() + 60
+        while not all((tmp_path / f"{n}.read").exists() for n in procs) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        (tmp_path / "B.go").touch()
+        b_out, _ = procs["B"].communicate(timeout=60)
+        (tmp_path / "A.go").touch()
+        a_out, _ = procs["A"].communicate(timeout=60)
+    finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.wait()
+    assert (b_out.strip(), a_out.strip()) == ("claimed", "refused")
+    assert Ledger().by_idempotency_key("key-1").claim == "B"
+
+
+def test_a_slow_server_cannot_release_or_overwrite_a_claim_it_lost(isolated_home: Path) -> None:
+    ledger = Ledger()
+    assert ledger.reserve("k", claim="A") is None
+    with sqlite3.connect(isolated_home / "ledger.sqlite3") as db:  # A's claim goes stale; B takes it over
+        db.execute("UPDATE jobs SET created_at = '2000-01-01T00:00:00Z' WHERE job_id = ?", (PENDING + "k",))
+    assert ledger.reserve("k", claim="B") is None
+    ledger.release("k", claim="A")  # A gives up late
+    assert ledger.by_idempotency_key("k").claim == "B"
+    assert ledger.reserve("k", claim="C") is not None  # still held
+
+
+# --- one mapping ------------------------------------------------------------------------------------------------
+PAIRS = [{"question": f"Say something about {t}.", "winner": f"{t} is lovely.", "loser": f"I hate {t}."}
+         for t in ("rain", "bread", "the sea", "music", "trains", "the moon", "a robot", "a library")]
+
+
+async def test_a_partial_mapping_is_completed_and_the_job_gets_what_validation_approved(hub: Emulator) -> None:
+    hub.datasets["org/pairs"] = ViewerDataset({"default": {"train": PAIRS}})
+    mapping = {"prompt": "question"}
+    report = (await call("validate_dataset", {"dataset": "org/pairs", "method": "dpo", "column_mapping": mapping})
+              ).structured_content
+    assert report["valid"]
+    approved = report["suggested_column_mapping"]
+    assert approved == {"prompt": "question", "chosen": "winner", "rejected": "loser"}
+    await call("submit_training", {**BASE, "dataset": "org/pairs", "method": "dpo", "column_mapping": mapping,
+                                   "max_steps": 5})
+    script = base64.b64decode(hub.posted_jobs()[-1]["environment"]["HFTM_SCRIPT_B64"]).decode()
+    config = eval(script.split("CONFIG = ", 1)[1].split("\n\n\n", 1)[0])  # a literal: the renderer guarantees it
+    assert config["column_mapping"] == approved
+
+
+@needs_training
+@pytest.mark.training
+def test_a_partial_mapping_trains_on_cpu_through_the_core(tiny_model: Path, tmp_path: Path, offline) -> None:
+    from hf_train_mcp.request import TrainingRequest
+    from hf_train_mcp.tiny import write_jsonl
+
+    data = write_jsonl(tmp_path / "pairs.jsonl", PAIRS)
+    core = Core()
+    sub = core.submit_training(TrainingRequest(model=str(tiny_model), dataset=str(data), method="dpo",
+                                               column_mapping={"prompt": "question"}, max_steps=2,
+                                               per_device_batch_size=2, max_length=64, backend="local"))
+    report = wait_for(core, sub.job_id, {"COMPLETED", "ERROR"}, 300)
+    assert report.stage == "COMPLETED", (report.error, report.log_tail)
+    assert report.progress.step == 2
+
+
+# --- no token in what we say ----------------------------------------------------------------------------------------
+async def test_a_hub_error_that_echoes_the_token_is_scrubbed(chat) -> None:
+    chat.fail_next("POST", r"/api/jobs/emu-user", 400, echo_auth=True)
+    result = await call("submit_training", {**BASE, "max_steps": 5})
+    assert result.is_error and "injected failure" in text(result)
+    assert WRITE_TOKEN not in text(result) and "hf_***" in text(result)
+
+
+async def test_a_job_that_prints_the_token_has_it_masked_in_status_and_logs(chat) -> None:
+    chat.plan_next(JobPlan(scheduling_s=0, running_s=0.2, log_lines=[f"debug HF_TOKEN={WRITE_TOKEN}", "HFTM_DONE {}"]))
+    job_id = (await call("submit_training", {**BASE, "max_steps": 5})).structured_content["job_id"]
+    time.sleep(0.5)
+    status = await call("job_status", {"job_id": job_id})
+    logs = await call("job_logs", {"job_id": job_id})
+    for result in (status, logs):
+        dumped = json.dumps(result.structured_content)
+        assert WRITE_TOKEN not in dumped and "HF_TOKEN=hf_***" in dumped
