@@ -103,10 +103,13 @@ def test_multi_gpu_speedup_uses_the_calibrated_efficiency() -> None:
 
 
 def test_a_7b_full_fine_tune_does_not_fit_24_gb_but_lora_and_qlora_shrink_it() -> None:
-    full = memory_need(SEVEN_B, method="sft", peft="full", batch=1, seq_len=1024, bf16=True)
-    lora = memory_need(SEVEN_B, method="sft", peft="lora", batch=1, seq_len=1024, bf16=True)
-    qlora = memory_need(SEVEN_B, method="sft", peft="qlora", batch=1, seq_len=1024, bf16=True)
+    full = memory_need(SEVEN_B, method="sft", peft="full", batch=1, seq_len=1024)
+    lora = memory_need(SEVEN_B, method="sft", peft="lora", batch=1, seq_len=1024)
+    qlora = memory_need(SEVEN_B, method="sft", peft="qlora", batch=1, seq_len=1024)
     assert full.gb > 80 and 14 < lora.gb < 24 and qlora.gb < 12
+    assert full.weights_gb == round(SEVEN_B.params * 4 / 1e9, 2)  # fp32 master weights, as the script loads them
+    dpo = memory_need(SEVEN_B, method="dpo", peft="full", batch=1, seq_len=1024)
+    assert dpo.weights_gb == round(SEVEN_B.params * 8 / 1e9, 2)  # and an fp32 reference copy
 
 
 def test_lora_on_half_a_billion_fits_a_t4_but_warns_about_bf16() -> None:

@@ -1,7 +1,6 @@
 """Guardrails: what an HTTP caller may touch, budgets on the worst case, idempotency under races, one mapping,
 and no token anywhere. Each test here fails when the protection it names is taken out."""
 
-import base64
 import json
 import os
 import sqlite3
@@ -22,6 +21,7 @@ from hf_train_mcp.service import Core
 from tests.conftest import WRITE_TOKEN, needs_training
 from tests.emulator import Emulator, JobPlan, ViewerDataset
 from tests.test_local_backend import submit_script, wait_for
+from tests.test_submit_hf import decoded_script, script_config
 
 pytestmark = pytest.mark.anyio
 
@@ -328,9 +328,7 @@ async def test_a_partial_mapping_is_completed_and_the_job_gets_what_validation_a
     assert approved == {"prompt": "question", "chosen": "winner", "rejected": "loser"}
     await call("submit_training", {**BASE, "dataset": "org/pairs", "method": "dpo", "column_mapping": mapping,
                                    "max_steps": 5})
-    script = base64.b64decode(hub.posted_jobs()[-1]["environment"]["HFTM_SCRIPT_B64"]).decode()
-    config = eval(script.split("CONFIG = ", 1)[1].split("\n\n\n", 1)[0])  # a literal: the renderer guarantees it
-    assert config["column_mapping"] == approved
+    assert script_config(decoded_script(hub.posted_jobs()[-1]))["column_mapping"] == approved
 
 
 @needs_training

@@ -3,6 +3,8 @@
 import ast
 import base64
 import json
+import re
+import shlex
 import time
 from typing import Any
 
@@ -35,6 +37,12 @@ async def call(name: str, arguments: dict[str, Any]) -> Any:
 
 def decoded_script(job_spec: dict) -> str:
     return base64.b64decode(job_spec["environment"]["HFTM_SCRIPT_B64"]).decode()
+
+
+def script_config(script: str) -> dict:
+    """The CONFIG literal of a rendered script, as the job will see it."""
+    node = next(n for n in ast.parse(script).body if isinstance(n, ast.Assign) and n.targets[0].id == "CONFIG")
+    return ast.literal_eval(node.value)
 
 
 def assert_no_token(text: str) -> None:
@@ -86,12 +94,18 @@ async def test_dry_run_returns_the_script_and_command_and_submits_nothing(hub: E
     assert out["command"][0] == "/bin/sh" and "base64 -d > /tmp/train.py" in out["command"][2]
 
 
-async def test_a_multi_gpu_flavor_launches_one_process_per_gpu_in_the_trl_image(hub: Emulator) -> None:
+async def test_a_multi_gpu_flavor_launches_one_process_per_gpu_with_the_scripts_own_pins(hub: Emulator) -> None:
     result = await call("submit_training", {**BASE, "max_steps": 50, "flavor": "a10g-largex2"})
     assert not result.is_error, result.content[0].text
     spec = hub.posted_jobs()[-1]
-    assert spec["dockerImage"] == "huggingface/trl"
-    assert "accelerate launch --num_processes 2 /tmp/train.py" in spec["command"][2]
+    assert spec["dockerImage"] == "ghcr.io/astral-sh/uv:python3.12-bookworm"
+    command = spec["command"][2]
+    assert "/tmp/venv/bin/accelerate launch --num_processes 2 /tmp/train.py" in command
+    header = decoded_script(spec).split("# ]")[0]
+    pins = re.findall(r'^#     "(.+)",$', header, re.MULTILINE)
+    assert any(p.startswith("torch") for p in pins) and any(p.startswith("trl") for p in pins)
+    installed = shlex.split(command.split("uv pip install -q --python /tmp/venv/bin/python ")[1].split(" && ")[0])
+    assert installed == pins  # every pin of the header, trl/transformers/torch included
     assert result.structured_content["effective_batch_size"] >= 16
 
 
@@ -101,7 +115,11 @@ async def test_an_output_bucket_is_mounted_as_the_output_dir(hub: Emulator) -> N
     spec = hub.posted_jobs()[-1]
     assert spec["volumes"] == [{"type": "bucket", "source": "emu-user/ckpts", "mountPath": "/outputs",
                                 "readOnly": False}]
-    assert "'output_dir': '/outputs'" in decoded_script(spec)
+    config = script_config(decoded_script(spec))
+    assert config["output_dir"].startswith("/outputs/sft-Qwen2-0.5B-Instruct-") and config["resume_from_dir"] is None
+    again = await call("submit_training", {**BASE, "max_steps": 50, "output_bucket": "emu-user/ckpts"})
+    other = script_config(decoded_script(hub.posted_jobs()[-1]))
+    assert other["output_dir"] != config["output_dir"] and other["run_name"] != config["run_name"]  # own folder, run
 
 
 async def test_resume_from_a_previous_job_reads_that_jobs_hub_checkpoint(hub: Emulator) -> None:
@@ -256,7 +274,10 @@ async def test_resume_from_a_bucket_job_mounts_the_same_bucket(hub: Emulator) ->
     assert not result.is_error, result.content[0].text
     spec = hub.posted_jobs()[-1]
     assert spec["volumes"][0]["source"] == "emu-user/ckpts"
-    assert "'resume_from_repo': None" in decoded_script(spec) and "'output_dir': '/outputs'" in decoded_script(spec)
+    first_dir = script_config(decoded_script(hub.posted_jobs()[-2]))["output_dir"]
+    config = script_config(decoded_script(spec))
+    assert config["resume_from_repo"] is None and config["resume_from_dir"] == first_dir
+    assert config["output_dir"] != first_dir
 
 
 def test_a_script_too_large_for_the_job_env_is_refused() -> None:

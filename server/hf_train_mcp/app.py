@@ -1,7 +1,7 @@
 """The MCP shell: tool declarations only. Work happens in service.Core; fixable errors become ToolError."""
 
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import anyio.to_thread
 from mcp.server import MCPServer
@@ -160,6 +160,7 @@ def build_server(core: Any | None = None, access: Access = STDIO) -> MCPServer:
         lora_dropout: Annotated[float | None, Field(ge=0, lt=1)] = None,
         lora_target_modules: list[str] | None = None,
         use_liger_kernel: bool = False,
+        chat_template: Literal["chatml"] | None = None,
         seed: int = 42,
         save_steps: Annotated[int | None, Field(ge=1)] = None,
         save_total_limit: Annotated[int | None, Field(ge=1)] = None,
@@ -174,7 +175,7 @@ def build_server(core: Any | None = None, access: Access = STDIO) -> MCPServer:
         output_bucket: Annotated[HubRepoId | None, Field(description="bucket mounted as output_dir")] = None,
         backend: BackendName | None = None,
         dry_run: bool = False,
-        max_cost_usd: Annotated[float | None, Field(gt=0, description="refused if timeout x price is more")] = None,
+        max_cost_usd: Annotated[float | None, Field(gt=0, description="cap on timeout x price")] = None,
         idempotency_key: str | None = None,
         skip_validation: bool = False,
     ) -> Submission:

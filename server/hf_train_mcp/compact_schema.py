@@ -9,7 +9,7 @@ from typing import Any
 
 
 def compact(schema: Any, *, output: bool = False) -> Any:
-    """Also drops string length limits (still enforced on call). `output=True` drops defaults and `required`,
+    """Also drops string length limits and patterns (still enforced on call; descriptions give the shape). `output=True` drops defaults and `required`,
     which describe arguments, not results (every result field is always present), and enums, value types and
     descriptions of results, which the field names and tool descriptions already explain."""
     if isinstance(schema, list):
@@ -22,7 +22,7 @@ def compact(schema: Any, *, output: bool = False) -> Any:
             continue
         if key == "default" and (value is None or output):
             continue
-        if key in ("maxLength", "minLength") or (
+        if key in ("maxLength", "minLength", "pattern") or (
             output and key in ("required", "enum", "additionalProperties", "description")
         ):
             continue

@@ -42,7 +42,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     created_at TEXT NOT NULL,
     finished_at TEXT,
     worst_case_cost_usd REAL,
-    claim TEXT
+    claim TEXT,
+    output_dir TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_created ON jobs(created_at);
 """
@@ -51,10 +52,10 @@ _COLUMNS = (
     "job_id", "backend", "namespace", "method", "model", "dataset", "request_json", "script_sha256", "script_path",
     "job_dir", "stage", "flavor", "timeout", "job_url", "hub_model_id", "model_url", "trackio_url", "output_bucket",
     "estimated_hours", "estimated_cost_usd", "effective_batch_size", "warnings_json", "idempotency_key",
-    "created_at", "finished_at", "worst_case_cost_usd", "claim",
+    "created_at", "finished_at", "worst_case_cost_usd", "claim", "output_dir",
 )  # fmt: skip
 # Columns added after the first release: older ledgers get them on open.
-_ADDED_COLUMNS = {"worst_case_cost_usd": "REAL", "claim": "TEXT"}
+_ADDED_COLUMNS = {"worst_case_cost_usd": "REAL", "claim": "TEXT", "output_dir": "TEXT"}
 
 
 PENDING = "pending:"  # job_id prefix of an idempotency-key reservation
@@ -94,6 +95,7 @@ class JobRecord:
     finished_at: str | None = None
     worst_case_cost_usd: float | None = None
     claim: str | None = None  # the owner of a pending reservation (one server's submit call)
+    output_dir: str | None = None  # where the job writes checkpoints (its own folder of a bucket, or locally)
 
     @property
     def request(self) -> dict[str, Any]:

@@ -4,10 +4,12 @@ import hashlib
 import json
 import math
 import os
+import uuid
 from dataclasses import dataclass, field
 
 from hf_train_mcp import defaults as D
 from hf_train_mcp.backends.base import JobSpec
+from hf_train_mcp.chat_template import CHATML
 from hf_train_mcp.durations import format_duration, header_duration
 from hf_train_mcp.errors import TrainError
 from hf_train_mcp.estimate import constants as EC
@@ -21,8 +23,10 @@ METHOD_TITLES = {"sft": "SFT", "dpo": "DPO", "grpo": "GRPO", "reward": "reward m
 KEEP_COLUMNS = {"sft": None, "dpo": ["prompt", "chosen", "rejected"], "reward": ["prompt", "chosen", "rejected"],
                 "grpo": None}
 # Upper bounds at the next major: a job started next year must still run the API this script was written for.
+# torch < 2.11: from 2.11 on, PyPI's torch wheels are built for CUDA 13, which needs a 580+ host driver; the
+# CUDA 12.8 builds run on every Jobs GPU (and the script stops at once if a GPU flavor still sees no CUDA).
 BASE_DEPENDENCIES = ["trl>=1.0,<2", "transformers>=5.0,<6", "datasets>=4.0,<6", "accelerate>=1.4,<2",
-                     "peft>=0.15,<1", "trackio>=0.4,<1", "torch>=2.4,<3"]
+                     "peft>=0.15,<1", "trackio>=0.4,<1", "torch>=2.6,<2.11"]
 HF_OUTPUT_DIR = "/tmp/outputs"
 BUCKET_MOUNT = "/outputs"
 DEFAULT_LOCAL_TIMEOUT_S = 6 * 3600
@@ -34,6 +38,7 @@ class DataFacts:
 
     num_rows: int | None = None
     mean_tokens: float | None = None
+    conversational: bool = False  # rows hold lists of messages: the tokenizer needs a chat template
 
 
 @dataclass
@@ -235,6 +240,7 @@ def plan_run(
     data: DataFacts,
     local_cuda: bool = False,
     resume_repo: str | None = None,
+    resume_dir: str | None = None,
 ) -> RunPlan:
     warnings: list[str] = []
     method, billions, hyper = req.method, size.billions, Hyper.of(req)
@@ -308,8 +314,16 @@ def plan_run(
     if backend == "hf":
         trackio_space = req.trackio_space_id or f"{namespace or req.hub_model_id.split('/')[0]}/trackio"
     steps = (estimate.steps if estimate else None) or req.max_steps
-    run_name = req.run_name or f"{method}-{os.path.basename(req.model.rstrip('/'))}"[:96]
-    output_dir = BUCKET_MOUNT if req.output_bucket else (HF_OUTPUT_DIR if backend == "hf" else "output")
+    # One Trackio run and one bucket folder per job: two jobs of one request must not mix curves or checkpoints.
+    run_id = uuid.uuid4().hex[:6]
+    run_name = req.run_name or f"{method}-{os.path.basename(req.model.rstrip('/'))[:80]}-{run_id}"
+    if req.output_bucket:
+        output_dir = f"{BUCKET_MOUNT}/{run_name if req.run_name is None else f'{run_name}-{run_id}'}"
+    else:
+        output_dir = HF_OUTPUT_DIR if backend == "hf" else "output"
+    eval_batch = sched.per_device_batch_size
+    if method == "grpo" and (eval_batch * gpus) % generations:
+        eval_batch = generations  # TRL needs whole groups of generations in the eval batch too
 
     config = {
         "method": method,
@@ -332,6 +346,7 @@ def plan_run(
         "epochs": hyper.resolved_epochs,
         "max_steps": req.max_steps,
         "per_device_batch_size": sched.per_device_batch_size,
+        "per_device_eval_batch_size": eval_batch,
         "gradient_accumulation": sched.gradient_accumulation,
         "max_length": hyper.resolved_max_length,
         "packing": req.packing,
@@ -348,6 +363,10 @@ def plan_run(
         "hub_model_id": req.hub_model_id if push else None,
         "private": req.private,
         "resume_from_repo": resume_repo,
+        "resume_from_dir": resume_dir,
+        "expects_gpu": not flavor.startswith(("cpu-", "local-cpu")),
+        "attn_implementation": None,  # transformers' default (sdpa)
+        "chat_template": CHATML if req.chat_template == "chatml" else None,
         "beta": req.beta or D.DPO_BETA,
         "num_generations": generations,
         "max_completion_length": hyper.completion_length,

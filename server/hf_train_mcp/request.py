@@ -25,8 +25,8 @@ Label = Annotated[str, Field(pattern=r"^[\w.\- ]{1,96}$")]
 RESERVED_NAMES = frozenset({
     "json", "os", "sys", "CONFIG", "is_main_process", "emit", "completion_text", "think_format_reward",
     "length_reward", "final_answer", "accuracy_reward", "reward_functions", "load_training_data", "to_role_content",
-    "precision", "model_kwargs", "peft_config", "load_tokenizer", "common_args", "resume_checkpoint",
-    "status_callback", "build_trainer", "main",
+    "precision", "require_gpu", "model_init_kwargs", "quantization_config", "upcast_trainable", "peft_config",
+    "load_tokenizer", "common_args", "resume_checkpoint", "status_callback", "build_trainer", "main",
 })
 
 
@@ -118,6 +118,7 @@ class TrainingRequest(BaseModel):
     seed: Annotated[int, Field(ge=0, le=2**31 - 1)] = 42
     packing: bool = False
     use_liger_kernel: bool = False
+    chat_template: Literal["chatml"] | None = None
     lora_r: Annotated[int, Field(ge=1, le=1024)] | None = None
     lora_alpha: Annotated[int, Field(ge=1, le=4096)] | None = None
     lora_dropout: Annotated[float, Field(ge=0, lt=1)] | None = None
@@ -150,6 +151,9 @@ class TrainingRequest(BaseModel):
             raise ValueError("beta applies to method='dpo' only")
         if self.packing and self.method != "sft":
             raise ValueError("packing applies to method='sft' only")
+        if self.use_liger_kernel and self.method == "reward":
+            raise ValueError("use_liger_kernel does not work with method='reward' (Liger's fused cross-entropy "
+                             "replaces the classification head's forward); leave it off")
         if self.peft == "full" and any(
             v is not None for v in (self.lora_r, self.lora_alpha, self.lora_dropout, self.lora_target_modules)
         ):

@@ -10,6 +10,8 @@ from hf_train_mcp.access import STDIO, Access, is_local
 from hf_train_mcp.backends.base import TERMINAL_STAGES, Backend, JobState
 from hf_train_mcp.backends.hf_jobs import HfJobsBackend
 from hf_train_mcp.backends.local import LocalBackend, has_cuda
+from hf_train_mcp.chat_template import has_chat_template
+from hf_train_mcp.data import rules
 from hf_train_mcp.data.validate import validate_dataset
 from hf_train_mcp.durations import format_duration
 from hf_train_mcp.errors import TrainError
@@ -80,19 +82,26 @@ class Core:
         except ValueError as exc:
             raise TrainError(str(exc)) from None
 
-    def _resume_repo(self, req: TrainingRequest) -> str | None:
+    def _resume_source(self, req: TrainingRequest, backend_name: str) -> tuple[str | None, str | None]:
+        """(Hub repo, folder) that holds the checkpoint `resume_from` names; (None, None) without resume_from."""
         if not req.resume_from:
-            return None
+            return None, None
         previous = self.ledger.get(req.resume_from)
-        if previous is not None:
-            if previous.output_bucket and previous.output_bucket == req.output_bucket:
-                return None  # the same bucket is mounted as output_dir: the script finds its checkpoints there
-            if previous.hub_model_id:
-                return previous.hub_model_id
-            raise TrainError(f"job {req.resume_from} pushed no model repo to resume from; pass a Hub repo id")
-        if "/" in req.resume_from:
-            return req.resume_from
-        raise TrainError(f"resume_from={req.resume_from!r} is neither a known job id nor a Hub repo 'owner/name'")
+        if previous is None:
+            if "/" in req.resume_from and not is_local(req.resume_from):
+                return req.resume_from, None
+            raise TrainError(f"resume_from={req.resume_from!r} is neither a job id from list_jobs nor a Hub repo "
+                             "'owner/name'")
+        if previous.backend == "local":
+            if backend_name != "local":
+                raise TrainError(f"job {req.resume_from} ran on this machine: its checkpoints are not on the Hub; "
+                                 "resume it with backend='local'")
+            return None, previous.output_dir
+        if previous.output_bucket and previous.output_bucket == req.output_bucket and previous.output_dir:
+            return None, previous.output_dir  # the same bucket is mounted: its checkpoints are right there
+        if previous.hub_model_id:
+            return previous.hub_model_id, None
+        raise TrainError(f"job {req.resume_from} pushed no model repo to resume from; pass a Hub repo id")
 
     def submit_training(self, req: TrainingRequest) -> Submission:
         backend_name = req.backend or default_backend()
@@ -138,8 +147,19 @@ class Core:
             warnings.append(f"applied column_mapping {json.dumps(report.suggested_column_mapping)} from validation")
         if req.dataset_config is None and report.config and report.config != "default":
             req = req.model_copy(update={"dataset_config": report.config})
-        data = DataFacts(num_rows=report.num_rows, mean_tokens=report.token_stats.mean if report.token_stats else None)
+        first = report.sample_rows[0] if report.sample_rows else {}
+        conversational = report.detected_format in ("messages", "conversational_prompt_completion") or any(
+            rules.is_conversation(first.get(c)) for c in ("prompt", "chosen", "rejected", "completion"))
+        data = DataFacts(num_rows=report.num_rows, mean_tokens=report.token_stats.mean if report.token_stats else None,
+                         conversational=conversational)
         return req, data, warnings
+
+    @staticmethod
+    def _check_chat_template(req: TrainingRequest, token: str | None) -> None:
+        if has_chat_template(req.model, token, local=is_local(req.model)) is False:
+            raise TrainError(f"{req.model} has no chat template and this dataset is conversational, so the job would "
+                             "fail when it formats the first row: send chat_template='chatml', or use the model's "
+                             "instruct/chat version. Nothing was submitted.")
 
     def _submit(self, req: TrainingRequest, backend_name: str, claim: str | None = None) -> Submission:
         if backend_name == "hf":
@@ -159,10 +179,13 @@ class Core:
             previous = self.ledger.get(req.resume_from)
             if previous is not None and previous.output_bucket:  # resume where its checkpoints are
                 req = req.model_copy(update={"output_bucket": previous.output_bucket})
+        if data.conversational and req.chat_template is None:
+            self._check_chat_template(req, token or hub_token())
         size = self._model_size(req.model, token, offline=backend_name == "local")
         catalog = get_catalog(token, offline=backend_name == "local")
+        resume_repo, resume_dir = self._resume_source(req, backend_name)
         plan = plan_run(req, backend=backend_name, size=size, catalog=catalog, namespace=namespace, data=data,
-                        local_cuda=has_cuda(), resume_repo=self._resume_repo(req))
+                        local_cuda=has_cuda(), resume_repo=resume_repo, resume_dir=resume_dir)
         plan.warnings[:0] = warnings
         script = plan.render()
         spec = plan.job_spec()
@@ -198,6 +221,7 @@ class Core:
             effective_batch_size=plan.effective_batch_size, warnings_json=json.dumps(plan.warnings),
             idempotency_key=req.idempotency_key, created_at=ref.created_at or now_iso(),
             worst_case_cost_usd=plan.worst_case_cost_usd,
+            output_dir=f"{ref.job_dir}/output" if ref.job_dir else plan.config["output_dir"],
         )
         if not self.ledger.record(record, claim):
             record.warnings_json = json.dumps([*plan.warnings, f"idempotency_key {req.idempotency_key!r} was taken "

@@ -12,7 +12,7 @@ from hf_train_mcp.hub import hub_api, hub_error, scrub
 from hf_train_mcp.render import Script
 
 UV_IMAGE = "ghcr.io/astral-sh/uv:python3.12-bookworm"
-TRL_IMAGE = "huggingface/trl"  # trl + accelerate preinstalled: the seeds' multi-GPU launch
+VENV = "/tmp/venv"
 SCRIPT_ENV = "HFTM_SCRIPT_B64"
 SCRIPT_PATH = "/tmp/train.py"
 # Linux caps one argv/env string at 128 KiB (MAX_ARG_STRLEN), "NAME=" included; keep a margin.
@@ -43,16 +43,16 @@ class HfJobsBackend:
         self._token = token
 
     def image(self, spec: JobSpec) -> str:
-        return TRL_IMAGE if spec.gpus > 1 else UV_IMAGE
+        return UV_IMAGE
 
     def command(self, spec: JobSpec) -> list[str]:
         decode = f'printf %s "${SCRIPT_ENV}" | base64 -d > {SCRIPT_PATH}'
         if spec.gpus > 1:
-            # uv cannot hand a PEP 723 environment to `accelerate launch`; the TRL image has torch/trl/accelerate,
-            # so install only the rest of the header's dependencies next to them.
-            extra = [d for d in spec.dependencies if not d.startswith(("trl", "transformers", "accelerate", "torch"))]
-            install = f"pip install --no-cache-dir -q {' '.join(shlex.quote(d) for d in extra)} && " if extra else ""
-            run = f"{install}exec accelerate launch --num_processes {spec.gpus} {SCRIPT_PATH}"
+            # uv cannot hand a PEP 723 environment to `accelerate launch`: install the header's own pins into a
+            # venv and launch from it, so multi-GPU jobs run exactly the versions single-GPU jobs do.
+            pins = " ".join(shlex.quote(d) for d in spec.dependencies)
+            run = (f"uv venv -q {VENV} && uv pip install -q --python {VENV}/bin/python {pins} && "
+                   f"exec {VENV}/bin/accelerate launch --num_processes {spec.gpus} {SCRIPT_PATH}")
         else:
             run = f"exec uv run {SCRIPT_PATH}"
         return ["/bin/sh", "-c", f"{decode} && {run}"]

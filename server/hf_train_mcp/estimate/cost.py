@@ -90,7 +90,7 @@ def estimate_on(size: ModelSize, work: Workload, flavor: FlavorInfo) -> FlavorEs
         raise ValueError(f"{flavor.name} has no GPU: training estimates cover GPU flavors only")
     memory = memory_need(
         size, method=work.method, peft=work.peft, batch=work.per_device_batch_size, seq_len=work.seq_len(),
-        bf16=gpu.bf16, num_generations=work.num_generations,
+        num_generations=work.num_generations,
     )
     steps = optimizer_steps(work, flavor.gpus)
     rows = steps * work.per_device_batch_size * work.gradient_accumulation * max(1, flavor.gpus)

@@ -123,19 +123,20 @@ def memory_need(
     peft: str,
     batch: int,
     seq_len: int,
-    bf16: bool,
     num_generations: int = 1,
 ) -> MemoryNeed:
     """Peak GPU memory of one data-parallel replica (each GPU holds a full copy), with gradient checkpointing."""
     if peft == "qlora":
         weight_bytes = C.WEIGHT_BYTES["4bit"]
-    elif peft == "full" and not bf16:
-        weight_bytes = C.WEIGHT_BYTES["fp32"]  # no bf16: full fine-tuning keeps fp32 weights under fp16 AMP
+    elif peft == "full":
+        # fp32 master weights under bf16/fp16 autocast, as TRL's scripts: bf16 weights round small updates away
+        weight_bytes = C.WEIGHT_BYTES["fp32"]
     else:
         weight_bytes = C.WEIGHT_BYTES["bf16"]
     weights = size.params * weight_bytes
     if method == "dpo" and peft == "full":
-        weights += size.params * C.WEIGHT_BYTES["bf16"]  # a frozen reference copy (PEFT disables adapters instead)
+        weights += size.params * C.WEIGHT_BYTES["fp32"]  # the frozen reference, loaded like the policy (PEFT
+        # disables the adapters instead of keeping a copy)
     trainable = size.params if peft == "full" else int(size.params * C.LORA_TRAINABLE_SHARE)
     state = trainable * C.TRAINABLE_EXTRA_BYTES
     sequences = batch * (2 if method in ("dpo", "reward") else 1)

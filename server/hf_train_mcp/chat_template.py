@@ -1,0 +1,50 @@
+"""Does a model's tokenizer carry a chat template? Conversational data cannot be rendered without one.
+
+Read from the files alone (tokenizer_config.json, chat_template.jinja/json), locally or on the Hub, so that
+submitting never imports transformers.
+"""
+
+import json
+import logging
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+# ChatML, what most instruct models use; offered for base models that ship no template.
+CHATML = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>'"
+    " + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
+
+
+def _config_has_template(text: str) -> bool:
+    try:
+        return bool(json.loads(text).get("chat_template"))
+    except (ValueError, AttributeError):
+        return False
+
+
+def has_chat_template(model: str, token: str | None, *, local: bool) -> bool | None:
+    """True/False from the model's files; None when they cannot be read (offline, gated, no tokenizer files)."""
+    if local:
+        folder = Path(model).expanduser()
+        if any((folder / name).is_file() for name in TEMPLATE_FILES):
+            return True
+        config = folder / "tokenizer_config.json"
+        return _config_has_template(config.read_text()) if config.is_file() else None
+    try:
+        from huggingface_hub import hf_hub_download
+
+        from hf_train_mcp.hub import hub_api, hub_endpoint
+
+        files = set(hub_api(token).list_repo_files(model))
+        if files & set(TEMPLATE_FILES):
+            return True
+        if "tokenizer_config.json" not in files:
+            return None
+        path = hf_hub_download(model, "tokenizer_config.json", token=token or False, endpoint=hub_endpoint())
+        return _config_has_template(Path(path).read_text())
+    except Exception as exc:  # the job will tell; we only lose the early warning
+        log.info("could not read the tokenizer files of %s: %s", model, exc)
+        return None
