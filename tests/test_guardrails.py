@@ -78,8 +78,8 @@ async def test_http_callers_read_local_data_only_inside_the_allowed_folders(allo
     access = Access.http(local_dirs=[str(allowed_dir)])
     inside = await call("validate_dataset", {"dataset": str(allowed_dir / "chat.jsonl")}, access)
     assert not inside.is_error and inside.structured_content["valid"]
-    (allowed_dir / "link.jsonl").symlink_to(secret_file)  # a link inside may not lead outside
-    linked = await call("validate_dataset", {"dataset": str(allowed_dir / "link.jsonl")}, access)
+    (allowed_dir / "0-link.jsonl").symlink_to(secret_file)  # a link inside may not lead outside; sorts first
+    linked = await call("validate_dataset", {"dataset": str(allowed_dir / "0-link.jsonl")}, access)
     assert linked.is_error and "CANARY" not in text(linked)
     folder = await call("validate_dataset", {"dataset": str(allowed_dir)}, access)
     assert not folder.is_error and "CANARY" not in json.dumps(folder.structured_content)
@@ -96,7 +96,8 @@ async def test_http_callers_cannot_name_a_local_model(secret_file: Path, offline
     assert result.is_error and "--allow-local-files" in text(result)
 
 
-async def test_http_callers_cannot_run_local_jobs_unless_the_operator_allows_it(allowed_dir: Path, offline) -> None:
+async def test_http_callers_cannot_run_local_jobs_unless_the_operator_allows_it(allowed_dir: Path, secret_file: Path,
+                                                                             offline) -> None:
     request = {"model": "org/Model-1B", "dataset": str(allowed_dir / "chat.jsonl"), "backend": "local",
                "dry_run": True}
     files_only = Access.http(local_dirs=[str(allowed_dir)])
@@ -106,6 +107,40 @@ async def test_http_callers_cannot_run_local_jobs_unless_the_operator_allows_it(
     assert default_backend.is_error and "--allow-local-jobs" in text(default_backend)  # no token: local by default
     allowed = await call("submit_training", request, Access.http(local_dirs=[str(allowed_dir)], local_jobs=True))
     assert not allowed.is_error, text(allowed)
+    outside = await call("submit_training", {**request, "dataset": str(secret_file), "skip_validation": True},
+                         Access.http(local_dirs=[str(allowed_dir)], local_jobs=True))
+    assert outside.is_error and "--allow-local-files" in text(outside)
+
+
+async def test_http_callers_send_reward_code_only_when_the_operator_allows_it(chat) -> None:
+    request = {**BASE, "method": "grpo", "dataset": "org/prompts", "dry_run": True, "max_steps": 4,
+               "reward_code": "def reward(completions, **kw):\n    return [0.0 for _ in completions]\n"}
+    chat.datasets["org/prompts"] = ViewerDataset({"default": {"train": [{"prompt": f"Q{i}"} for i in range(8)]}})
+    refused = await call("submit_training", request, HTTP)
+    assert refused.is_error and "--allow-reward-code" in text(refused)
+    allowed = await call("submit_training", request, Access.http(reward_code=True))
+    assert not allowed.is_error, text(allowed)
+
+
+async def test_http_callers_reach_only_jobs_this_server_launched(chat) -> None:
+    result = await call("job_status", {"job_id": "emu-user/0123456789abcdef01234567"}, HTTP)
+    assert result.is_error and "launched through this server" in text(result)
+
+
+@pytest.mark.parametrize("probe", ["owner/../../../../etc/passwd", "owner/../../../../etc/no-such-file"])
+async def test_a_remote_caller_cannot_tell_which_server_paths_exist(probe: str, offline) -> None:
+    result = await call("validate_dataset", {"dataset": probe}, HTTP)
+    assert result.is_error and "is a path on the server" in text(result)
+
+
+def test_a_local_job_gets_absolute_paths_whatever_the_servers_working_folder(allowed_dir: Path, offline,
+                                                                            monkeypatch) -> None:
+    from hf_train_mcp.request import TrainingRequest
+
+    monkeypatch.chdir(allowed_dir)
+    out = Core().submit_training(TrainingRequest(model="org/Model-1B", dataset="chat.jsonl", backend="local",
+                                                 dry_run=True))
+    assert script_config(out.script)["dataset"] == str(allowed_dir / "chat.jsonl")
 
 
 async def test_http_callers_do_not_see_or_touch_local_jobs(offline) -> None:
@@ -154,6 +189,7 @@ def test_a_local_job_gets_a_minimal_environment_and_the_token_only_when_it_reads
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-canary")
     monkeypatch.setenv("HF_TRAIN_AUTH_TOKEN", "bearer-canary")
     monkeypatch.setenv("DATABASE_URL", "postgres://canary")
+    monkeypatch.setenv("PIP_INDEX_URL", "https://user:canary@pypi.example/simple")
     core = Core()
     ref = core.backend("local").submit(Script(ENV_DUMP, "0" * 64),
                                        JobSpec("sft", "local-cpu", 1, 600, {}, [], read_token=read_token))
@@ -167,25 +203,37 @@ def test_a_local_job_gets_a_minimal_environment_and_the_token_only_when_it_reads
     assert "canary" not in "".join(p.read_text() for p in Path(ref.job_dir).glob("*.json"))  # nothing on disk
 
 
-def test_a_local_job_needs_the_token_only_for_gated_or_private_hub_repos(hub: Emulator, tmp_path: Path) -> None:
+class Launched(Exception):
+    """Raised instead of starting the process: the test only needs what the core asked the backend for."""
+
+
+def test_a_local_job_is_given_the_token_only_for_gated_or_private_hub_repos(hub: Emulator, tmp_path: Path,
+                                                                           monkeypatch) -> None:
+    from hf_train_mcp.backends.local import LocalBackend
     from hf_train_mcp.request import TrainingRequest
 
-    hub.models["org/open-model"] = 1_000_000
-    hub.models["org/gated-model"] = 1_000_000
-    hub.gated_models.add("org/gated-model")
+    hub.models["org/open-model-1B"] = 1_000_000_000
+    hub.models["org/gated-model-1B"] = 1_000_000_000
+    hub.gated_models.add("org/gated-model-1B")
     hub.datasets["org/private-data"] = ViewerDataset({"default": {"train": ROWS}}, access="private")
     local_data = tmp_path / "d.jsonl"
-    local_data.write_text(json.dumps(ROWS[0]) + "\n")
-    core, warnings = Core(), []
+    local_data.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    specs = []
 
-    def reads_private(model: str, dataset: str) -> bool:
-        return core._local_job_reads_private(TrainingRequest(model=model, dataset=dataset), warnings)
+    def capture(self, script, spec):
+        specs.append(spec)
+        raise Launched
 
-    assert not reads_private("org/open-model", str(local_data))
-    assert reads_private("org/gated-model", str(local_data))
-    assert reads_private("org/open-model", "org/private-data")
-    assert not reads_private(str(tmp_path), str(local_data))
-    assert warnings == []
+    monkeypatch.setattr(LocalBackend, "submit", capture)
+
+    def read_token(model: str, dataset: str) -> bool:
+        with pytest.raises(Launched):
+            Core().submit_training(TrainingRequest(model=model, dataset=dataset, backend="local", max_steps=1))
+        return specs[-1].read_token
+
+    assert not read_token("org/open-model-1B", str(local_data))
+    assert read_token("org/gated-model-1B", str(local_data))
+    assert read_token("org/open-model-1B", "org/private-data")
 
 
 # --- the budget is the worst case -----------------------------------------------------------------------------------
@@ -247,6 +295,27 @@ async def test_without_a_timeout_the_default_shrinks_to_the_budget_when_the_run_
     assert not result.is_error, (text(result), free)
     out = result.structured_content
     assert out["worst_case_cost_usd"] <= budget and any("timeout shortened" in w for w in out["warnings"])
+
+
+async def test_jobs_bill_started_minutes_and_a_flavor_without_a_price_is_refused_under_a_budget(chat) -> None:
+    out = (await call("submit_training", {**BASE, "flavor": "h200", "timeout": 121, "max_steps": 5,
+                                          "dry_run": True})).structured_content
+    assert out["worst_case_cost_usd"] == 0.25  # 3 started minutes at $0.084, not 121 s worth ($0.17)
+    unpriced = await call("submit_training", {**BASE, "flavor": "cpu-xl", "timeout": "1h", "max_steps": 5,
+                                              "max_cost_usd": 100})  # cpu-xl is not in the emulated catalog
+    assert unpriced.is_error and "price of cpu-xl is unknown" in text(unpriced)
+
+
+def test_the_largest_timeout_that_fits_really_fits() -> None:
+    from hf_train_mcp.estimate.hardware import fallback_catalog
+    from hf_train_mcp.planning import _within, largest_timeout, worst_case_usd
+
+    for flavor in fallback_catalog().flavors.values():
+        for cents in range(1, 5001, 7):
+            budget = cents / 100
+            fits = largest_timeout(budget, flavor.usd_per_hour)
+            assert _within(worst_case_usd(fits, flavor.usd_per_hour), budget), (flavor.name, budget)
+            assert not _within(worst_case_usd(fits + 60, flavor.usd_per_hour), budget), (flavor.name, budget)
 
 
 async def test_local_runs_cost_nothing_whatever_the_budget(allowed_dir: Path, offline) -> None:
@@ -311,6 +380,54 @@ def test_a_slow_server_cannot_release_or_overwrite_a_claim_it_lost(isolated_home
     ledger.release("k", claim="A")  # A gives up late
     assert ledger.by_idempotency_key("k").claim == "B"
     assert ledger.reserve("k", claim="C") is not None  # still held
+
+
+def test_a_job_recorded_after_its_key_was_taken_over_is_kept_without_the_key(isolated_home: Path) -> None:
+    from tests.test_local_backend import _record
+
+    ledger = Ledger()
+    assert ledger.reserve("k", claim="A") is None
+    with sqlite3.connect(isolated_home / "ledger.sqlite3") as db:
+        db.execute("UPDATE jobs SET created_at = '2000-01-01T00:00:00Z' WHERE job_id = ?", (PENDING + "k",))
+    assert ledger.reserve("k", claim="B") is None
+    assert ledger.record(_record("job-b", "k"), claim="B")
+    assert not ledger.renew("k", "A")
+    assert not ledger.record(_record("job-a", "k"), claim="A")  # launched late: kept, but the key stays B's
+    assert ledger.get("job-a").idempotency_key is None and ledger.by_idempotency_key("k").job_id == "job-b"
+
+
+def test_a_key_released_while_another_server_looks_is_claimed_not_lost(isolated_home: Path, monkeypatch) -> None:
+    ledger = Ledger()
+    assert ledger.reserve("k", claim="A") is None
+    look = Ledger.by_idempotency_key
+
+    def released_meanwhile(self, key):
+        ledger.release("k", "A")  # A's submission failed just as B looked
+        return look(self, key)
+
+    monkeypatch.setattr(Ledger, "by_idempotency_key", released_meanwhile)
+    assert ledger.reserve("k", claim="B") is None
+    monkeypatch.setattr(Ledger, "by_idempotency_key", look)
+    assert ledger.by_idempotency_key("k").claim == "B"
+    assert ledger.reserve("k", claim="C") is not None
+
+
+async def test_a_submission_whose_key_was_taken_over_launches_nothing(chat, monkeypatch) -> None:
+    monkeypatch.setattr(Ledger, "renew", lambda self, key, claim: False)
+    before = len(chat.posted_jobs())
+    result = await call("submit_training", {**BASE, "max_steps": 5, "idempotency_key": "slow"})
+    assert result.is_error and "took over idempotency_key" in text(result)
+    assert len(chat.posted_jobs()) == before
+
+
+async def test_a_remote_caller_cannot_replay_a_local_jobs_key(offline, allowed_dir: Path) -> None:
+    from hf_train_mcp.request import TrainingRequest
+    from tests.test_local_backend import _record
+
+    Core().ledger.record(_record("local-aaaaaaaaaaaa", "shared-key", backend="local"))
+    result = await call("submit_training", {"model": "org/Model-1B", "dataset": "org/chat",
+                                            "idempotency_key": "shared-key"}, HTTP)
+    assert result.is_error and "--allow-local-jobs" in text(result) and "file://" not in text(result)
 
 
 # --- one mapping ------------------------------------------------------------------------------------------------

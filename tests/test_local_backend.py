@@ -38,6 +38,15 @@ def wait_for(core: Core, job_id: str, stages: set[str], limit: float = 240) -> A
     raise AssertionError(f"{job_id} never reached {stages}; last: {report}")
 
 
+def _record(job_id: str, key: str | None = None, backend: str = "hf") -> JobRecord:
+    return JobRecord(
+        job_id=job_id, backend=backend, namespace=None, method="sft", model="m", dataset="d", request_json="{}",
+        script_sha256="0" * 64, script_path=None, job_dir=None, stage="RUNNING", flavor="a10g-small", timeout="1h",
+        job_url="file:///tmp/x" if backend == "local" else None, hub_model_id=None, model_url=None, trackio_url=None,
+        output_bucket=None, estimated_hours=None, estimated_cost_usd=None, effective_batch_size=1,
+        warnings_json="[]", idempotency_key=key, created_at=now_iso())
+
+
 def submit_script(core: Core, text: str) -> str:
     """Start an arbitrary script through the local backend (for crash and cancel behaviour)."""
     from hf_train_mcp.backends.base import JobSpec

@@ -153,6 +153,8 @@ def test_reserved_names_cover_every_top_level_name_of_the_grpo_script() -> None:
         ("def reward(c, *a: exec('1'), **kw):\n    return []", "annotations run at import time"),
         ("def reward(c, **kw: list[open('/x')]):\n    return []", "annotations run at import time"),
         ("def reward(c, **kw) -> (lambda: 1)():\n    return []", "annotations run at import time"),
+        ("def reward(c, /, *, k: print('x') = 1, **kw):\n    return []", "annotations run at import time"),
+        ("def reward(c, **kw):\n    return []\nfrom os import system as reward", "may not bind `reward`"),
     ],
 )
 def test_reward_code_that_would_run_at_import_is_refused(code: str, expected: str) -> None:

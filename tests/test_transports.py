@@ -81,7 +81,7 @@ async def test_the_http_server_serves_the_same_tools(http_url: str) -> None:
     async with Client(http_url) as client:
         assert {t.name for t in (await client.list_tools()).tools} == EXPECTED_TOOLS
         result = await client.call_tool("job_status", {"job_id": "local-000000000000"})
-        assert result.is_error and "--allow-local-jobs" in result.content[0].text  # HTTP callers: no local jobs
+        assert result.is_error and "launched through this server" in result.content[0].text  # HTTP: ledger only
 
 
 async def test_the_http_server_refuses_requests_without_the_bearer_token(http_url_with_auth: str) -> None:

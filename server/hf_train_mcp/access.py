@@ -6,7 +6,7 @@ listed (`--allow-local-files`), and run jobs on this machine only with `--allow-
 """
 
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from hf_train_mcp.errors import TrainError
 
@@ -20,11 +20,17 @@ def is_local(ref: str) -> bool:
 class Access:
     local_dirs: tuple[Path, ...] | None = None  # None: any path (stdio); () : none at all
     local_jobs: bool = True
+    reward_code: bool = True
     over: str = "stdio"
 
     @classmethod
-    def http(cls, *, local_dirs: list[str] | tuple[str, ...] = (), local_jobs: bool = False) -> "Access":
-        return cls(tuple(Path(d).expanduser().resolve() for d in local_dirs), local_jobs, "HTTP")
+    def http(cls, *, local_dirs: list[str] | tuple[str, ...] = (), local_jobs: bool = False,
+             reward_code: bool = False) -> "Access":
+        return cls(tuple(Path(d).expanduser().resolve() for d in local_dirs), local_jobs, reward_code, "HTTP")
+
+    @property
+    def remote(self) -> bool:
+        return self.local_dirs is not None
 
     def allows_path(self, path: Path) -> bool:
         if self.local_dirs is None:
@@ -34,12 +40,21 @@ class Access:
 
     def check_ref(self, ref: str | None, kind: str) -> None:
         """Refuse a local model/dataset path outside the allowed folders (a Hub id always passes)."""
-        if ref is None or not is_local(ref) or self.allows_path(Path(ref)):
+        if ref is None or not self.remote:
+            return
+        # '..' is refused before anything looks at the disk, so an answer never tells which paths exist
+        if ".." not in PurePath(ref).parts and (not is_local(ref) or self.allows_path(Path(ref))):
             return
         where = ("no local folder is allowed" if not self.local_dirs
                  else "allowed folders: " + ", ".join(str(d) for d in self.local_dirs))
         raise TrainError(f"{kind} {ref!r} is a path on the server, which callers over {self.over} may not read "
                          f"({where}; the operator adds one with --allow-local-files DIR). Send a Hub id instead.")
+
+    def check_reward_code(self) -> None:
+        if not self.reward_code:
+            raise TrainError(f"reward_code is code that runs inside the job, next to this server's Hugging Face token, "
+                             f"which callers over {self.over} may not send unless the operator starts the server "
+                             "with --allow-reward-code; use the built-in reward_funcs instead")
 
     def check_local_jobs(self) -> None:
         if not self.local_jobs:

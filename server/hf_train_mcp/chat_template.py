@@ -38,7 +38,8 @@ def has_chat_template(model: str, token: str | None, *, local: bool) -> bool | N
 
         from hf_train_mcp.hub import hub_api, hub_endpoint
 
-        files = set(hub_api(token).list_repo_files(model))
+        # model_info first: one request that fails fast offline (downloads retry for ~20 s)
+        files = {s.rfilename for s in hub_api(token).model_info(model).siblings or []}
         if files & set(TEMPLATE_FILES):
             return True
         if "tokenizer_config.json" not in files:

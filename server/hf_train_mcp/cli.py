@@ -62,7 +62,8 @@ def serve(args: argparse.Namespace) -> None:
     if not token and args.host not in ("127.0.0.1", "localhost", "::1"):
         logging.warning("serving on %s without --auth-token: anyone who reaches this port can launch paid jobs "
                         "with this server's Hugging Face token", args.host)
-    access = Access.http(local_dirs=args.allow_local_files, local_jobs=args.allow_local_jobs)
+    access = Access.http(local_dirs=args.allow_local_files, local_jobs=args.allow_local_jobs,
+                         reward_code=args.allow_reward_code)
     extra_hosts = [h.strip() for value in args.allowed_hosts for h in value.split(",") if h.strip()]
     uvicorn.run(_http_app(args.host, token, access, extra_hosts), host=args.host, port=args.port,
                 log_level="warning", lifespan="on")
@@ -95,6 +96,9 @@ def main(argv: list[str] | None = None) -> None:
                         "none by default)")
     p.add_argument("--allow-local-jobs", action="store_true",
                    help="HTTP: let callers run jobs on this machine (backend='local'; off by default)")
+    p.add_argument("--allow-reward-code", action="store_true",
+                   help="HTTP: let callers send GRPO reward_code (it runs in the job, beside the server's token; "
+                        "off by default)")
     p = sub.add_parser("demo", help="train a tiny model locally end to end (needs the 'train' extra)")
     p.add_argument("--steps", type=int, default=8)
     for name in ("status", "logs", "cancel"):

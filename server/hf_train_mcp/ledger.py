@@ -156,11 +156,12 @@ class Ledger:
         try:
             owned = True
             if job.idempotency_key is not None:
-                pending = PENDING + job.idempotency_key
-                holder = db.execute("SELECT claim FROM jobs WHERE job_id = ?", (pending,)).fetchone()
-                owned = holder is None or holder["claim"] == claim
-                if holder is not None and owned:
-                    db.execute("DELETE FROM jobs WHERE job_id = ?", (pending,))
+                if claim is None:  # recorded without a reservation: the key is ours if nobody holds it
+                    owned = db.execute("SELECT 1 FROM jobs WHERE idempotency_key = ?",
+                                       (job.idempotency_key,)).fetchone() is None
+                else:
+                    owned = db.execute("DELETE FROM jobs WHERE job_id = ? AND claim = ?",
+                                       (PENDING + job.idempotency_key, claim)).rowcount == 1
                 if not owned:
                     job = replace(job, idempotency_key=None)
             values = tuple(getattr(job, c) for c in _COLUMNS)
@@ -178,22 +179,30 @@ class Ledger:
         A reservation older than STALE_RESERVATION_S (its server died mid-submit) is taken over by a
         compare-and-swap on its claim, so of two servers that both saw it stale exactly one wins.
         """
-        try:
-            self._write("INSERT INTO jobs (job_id, backend, request_json, script_sha256, stage, idempotency_key, "
-                        "created_at, claim) VALUES (?, 'pending', '{}', '', 'SCHEDULING', ?, ?, ?)",
-                        (PENDING + key, key, now_iso(), claim))
-            return None
-        except sqlite3.IntegrityError:
-            pass
-        holder = self.by_idempotency_key(key)
-        if holder is None or not holder.job_id.startswith(PENDING):
-            return holder
-        age = datetime.now(UTC) - datetime.fromisoformat(holder.created_at.replace("Z", "+00:00"))
-        if age.total_seconds() < STALE_RESERVATION_S:
-            return holder
-        taken = self._rowcount("UPDATE jobs SET claim = ?, created_at = ? WHERE job_id = ? AND claim IS ?",
-                               (claim, now_iso(), holder.job_id, holder.claim))
-        return None if taken else self.by_idempotency_key(key)
+        for _ in range(3):  # a holder that vanishes between our INSERT and our look (released) frees the key
+            try:
+                self._write("INSERT INTO jobs (job_id, backend, request_json, script_sha256, stage, idempotency_key, "
+                            "created_at, claim) VALUES (?, 'pending', '{}', '', 'SCHEDULING', ?, ?, ?)",
+                            (PENDING + key, key, now_iso(), claim))
+                return None
+            except sqlite3.IntegrityError:
+                holder = self.by_idempotency_key(key)
+            if holder is None:
+                continue
+            if not holder.job_id.startswith(PENDING):
+                return holder
+            age = datetime.now(UTC) - datetime.fromisoformat(holder.created_at.replace("Z", "+00:00"))
+            if age.total_seconds() < STALE_RESERVATION_S:
+                return holder
+            if self._rowcount("UPDATE jobs SET claim = ?, created_at = ? WHERE job_id = ? AND claim IS ?",
+                              (claim, now_iso(), holder.job_id, holder.claim)):
+                return None
+        return self.by_idempotency_key(key)
+
+    def renew(self, key: str, claim: str) -> bool:
+        """Still ours? Refreshes the reservation's age, so a slow submission is not taken over as stale."""
+        return self._rowcount("UPDATE jobs SET created_at = ? WHERE job_id = ? AND claim = ?",
+                              (now_iso(), PENDING + key, claim)) == 1
 
     def release(self, key: str, claim: str) -> None:
         """Give up our reservation (and only ours: a stale one taken over belongs to someone else)."""

@@ -64,6 +64,8 @@ def check_reward_code(source: str) -> str:
                 if (bound in RESERVED_NAMES and not same_module) or alias.name == "*":
                     raise ValueError(f"reward_code: `import {alias.name}` would replace the script's own "
                                      f"`{bound}`; import it under another name")
+                if bound == "reward":
+                    raise ValueError("reward_code: an import may not bind `reward`, the function that is checked")
             continue
         if isinstance(node, ast.FunctionDef):
             if node.decorator_list:

@@ -5,6 +5,7 @@ import logging
 import os
 import uuid
 from dataclasses import replace
+from pathlib import Path
 
 from hf_train_mcp.access import STDIO, Access, is_local
 from hf_train_mcp.backends.base import TERMINAL_STAGES, Backend, JobState
@@ -107,12 +108,16 @@ class Core:
         backend_name = req.backend or default_backend()
         if backend_name == "local":
             self.access.check_local_jobs()
+        if req.reward_code:
+            self.access.check_reward_code()
         for ref, kind in ((req.model, "model"), (req.dataset, "dataset")):
             self.access.check_ref(ref, kind)
         if req.idempotency_key and not req.dry_run:
             claim = uuid.uuid4().hex
             existing = self.ledger.reserve(req.idempotency_key, claim)
             if existing is not None:
+                if existing.backend == "local":
+                    self.access.check_local_jobs()
                 if existing.job_id.startswith(PENDING):
                     raise TrainError(f"a submission with idempotency_key {req.idempotency_key!r} is in progress; "
                                      "call again in a few seconds to get its job")
@@ -174,6 +179,9 @@ class Core:
                 namespace = resolve_identity(token).name
             elif req.hub_model_id:
                 namespace = req.hub_model_id.split("/")[0]
+        if backend_name == "local":  # the job runs in its own folder: relative paths must not change meaning
+            req = req.model_copy(update={ref: str(Path(getattr(req, ref)).expanduser().resolve())
+                                         for ref in ("model", "dataset") if is_local(getattr(req, ref))})
         req, data, warnings = self._checked_dataset(req, token or hub_token())
         if req.resume_from and not req.output_bucket:
             previous = self.ledger.get(req.resume_from)
@@ -206,7 +214,10 @@ class Core:
             return Submission(job_id=None, stage=None, job_url=None, model_url=model_url, trackio_url=trackio_url,
                               script=script.text, command=backend.command(spec), **common)
         if backend_name == "local":
-            spec = replace(spec, read_token=self._local_job_reads_private(req, plan.warnings))
+            spec = replace(spec, read_token=self._local_job_reads_private(req, resume_repo, plan.warnings))
+        if claim is not None and not self.ledger.renew(req.idempotency_key, claim):
+            raise TrainError(f"another server took over idempotency_key {req.idempotency_key!r} while this one was "
+                             "preparing; nothing was submitted here: call again to get that server's job")
         ref = backend.submit(script, spec)
         if backend_name == "local":
             model_url = f"{ref.url}/output"
@@ -228,9 +239,11 @@ class Core:
                                                "over by another server while this slow submission ran"])
         return self._submission(record)
 
-    def _local_job_reads_private(self, req: TrainingRequest, warnings: list[str]) -> bool:
-        """A local job gets HF_TOKEN only when the Hub says its model or dataset is gated or private."""
-        repos = [(kind, ref) for ref, kind in ((req.model, "model"), (req.dataset, "dataset")) if not is_local(ref)]
+    @staticmethod
+    def _local_job_reads_private(req: TrainingRequest, resume_repo: str | None, warnings: list[str]) -> bool:
+        """A local job gets HF_TOKEN only when the Hub says a repo it reads is gated or private."""
+        repos = [(kind, ref) for ref, kind in ((req.model, "model"), (req.dataset, "dataset"), (resume_repo, "model"))
+                 if ref and not is_local(ref)]
         verdict = needs_token(hub_token(), repos) if repos else False
         if verdict is None:
             warnings.append("could not ask the Hub whether the model or dataset is gated or private: the job runs "
@@ -255,6 +268,8 @@ class Core:
         record = self.ledger.get(job_id)
         if record is not None:
             return record.backend, job_id, record.namespace, record
+        if self.access.remote:  # a remote caller reaches the jobs this server launched, not all of the token's
+            raise TrainError(f"no job {job_id!r} was launched through this server: pass a job_id from list_jobs")
         if job_id.startswith("local-"):
             return "local", job_id, None, None
         if "/" in job_id:

@@ -7,10 +7,8 @@ import json
 import random
 from pathlib import Path
 
-CHATML = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
+from hf_train_mcp.chat_template import CHATML
+
 TOPICS = ["the sea", "a robot", "bread", "the moon", "rain", "a library", "trains", "music"]
 
 

@@ -30,13 +30,15 @@ _INHERITED = frozenset({
 _INHERITED_PREFIXES = ("LC_", "XDG_", "HF_", "TRANSFORMERS_", "TORCH", "PYTORCH_", "NCCL_", "NVIDIA_", "OMP_",
                        "MKL_", "OPENBLAS_", "UV_", "PIP_")
 _NEVER = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|API_KEY|PRIVATE|^HF_TRAIN_", re.IGNORECASE)
+_URL_CREDENTIALS = re.compile(r"://[^/@\s]+@")  # an index or proxy URL with user:password in it
 
 
 def job_environment(*, read_token: bool) -> dict[str, str]:
     """The environment of a local job: an allow-list of the server's, plus HF_TOKEN only when the job reads
     gated or private Hub data (local jobs never push)."""
     env = {k: v for k, v in os.environ.items()
-           if (k in _INHERITED or k.startswith(_INHERITED_PREFIXES)) and not _NEVER.search(k)}
+           if (k in _INHERITED or k.startswith(_INHERITED_PREFIXES)) and not _NEVER.search(k)
+           and not _URL_CREDENTIALS.search(v)}
     token = None
     if read_token:
         from hf_train_mcp.hub import hub_token
