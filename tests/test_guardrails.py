@@ -425,7 +425,7 @@ async def test_a_remote_caller_cannot_replay_a_local_jobs_key(offline, allowed_d
     from tests.test_local_backend import _record
 
     Core().ledger.record(_record("local-aaaaaaaaaaaa", "shared-key", backend="local"))
-    result = await call("submit_training", {"model": "org/Model-1B", "dataset": "org/chat",
+    result = await call("submit_training", {"model": "org/Model-1B", "dataset": "org/chat", "backend": "hf",
                                             "idempotency_key": "shared-key"}, HTTP)
     assert result.is_error and "--allow-local-jobs" in text(result) and "file://" not in text(result)
 
