@@ -50,6 +50,7 @@ class JobPlan:
     final_stage: str = "COMPLETED"
     log_lines: list[str] = field(default_factory=lambda: ["HFTM_START {}", "HFTM_DONE {}"])
     message: str | None = None
+    drop_logs_after: int | None = None  # the log stream breaks off (mid-chunk) after this many lines
 
 
 @dataclass
@@ -154,14 +155,20 @@ class Emulator:
         with self.lock:
             self.plans.append(plan)
 
-    def fail_next(self, method: str, path_regex: str, status: int, *, count: int = 1, after: bool = False,
-                  echo_auth: bool = False) -> None:
-        """The next `count` matching requests get `status`; with after=True the request is served first (a job
-        created, then a 500: what a proxy timeout looks like to the client); with echo_auth the error message
-        quotes the request's Authorization header, as misconfigured proxies do."""
+    def fail_next(self, method: str, path_regex: str, status: int | None, *, count: int = 1, after: bool = False,
+                  echo_auth: bool = False, headers: dict[str, str] | None = None, hang: float = 0.0) -> None:
+        """The next `count` matching requests get `status` (with `headers`, e.g. Retry-After); with after=True
+        the request is served first (a job created, then a 500: what a proxy timeout looks like to the client);
+        with echo_auth the error message quotes the request's Authorization header, as misconfigured proxies do;
+        `hang` seconds of silence come first (status None: then the normal answer)."""
         with self.lock:
             self.faults.append({"method": method, "path": re.compile(path_regex), "status": status, "count": count,
-                                "after": after, "echo_auth": echo_auth})
+                                "after": after, "echo_auth": echo_auth, "headers": headers or {}, "hang": hang})
+
+    def count(self, method: str, path_regex: str) -> int:
+        """Requests received so far for a method and path."""
+        with self.lock:
+            return sum(1 for r in self.requests if r["method"] == method and re.fullmatch(path_regex, r["path"]))
 
     def _fault(self, method: str, path: str) -> dict | None:
         with self.lock:
@@ -193,8 +200,8 @@ class Emulator:
                 self.end_headers()
                 self.wfile.write(raw)
 
-            def _error(self, status: int, message: str) -> None:
-                self._send(status, {"error": message}, {"X-Error-Message": message})
+            def _error(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+                self._send(status, {"error": message}, {"X-Error-Message": message, **(headers or {})})
 
             def _token(self) -> str | None:
                 auth = self.headers.get("authorization", "")
@@ -239,13 +246,15 @@ class Emulator:
                 parsed = urlparse(self.path)
                 path, query = parsed.path, parse_qs(parsed.query)
                 fault = emu._fault(method, path)
-                if fault is not None:
+                if fault is not None and fault["hang"]:
+                    time.sleep(fault["hang"])
+                if fault is not None and fault["status"] is not None:
                     if fault["after"]:
                         self.wfile = _Discard()  # serve the request, drop its answer
                         self._dispatch(method, body, path, query)
                         self.wfile = self._real_wfile
                     echoed = f" (Authorization: {self.headers.get('authorization')})" if fault["echo_auth"] else ""
-                    return self._error(fault["status"], "injected failure" + echoed)
+                    return self._error(fault["status"], "injected failure" + echoed, fault["headers"])
                 return self._dispatch(method, body, path, query)
 
             def _dispatch(self, method: str, body: Any, path: str, query: dict) -> None:
@@ -330,8 +339,19 @@ class Emulator:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Connection", "close")
+                drop = job.plan.drop_logs_after
+                if drop is not None:  # chunked, so that closing early is a protocol error, not a clean end
+                    self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
                 self.close_connection = True
+                if drop is not None:
+                    lines = job.released_lines(time.time())[:drop]
+                    for at, line in lines:
+                        event = b"data: " + json.dumps({"timestamp": hub_time(at), "data": line}).encode() + b"\n\n"
+                        self.wfile.write(f"{len(event):x}\r\n".encode() + event + b"\r\n")
+                    self.wfile.write(b"40\r\ndata: {\"trunc")  # a chunk cut short, then the socket closes
+                    self.wfile.flush()
+                    return
                 tail = int(query["tail"][0]) if "tail" in query else None
                 sent = 0
                 try:

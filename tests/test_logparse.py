@@ -49,3 +49,19 @@ def test_a_timeout_and_an_auth_failure_get_their_own_hints() -> None:
 def test_nothing_to_parse_is_fine() -> None:
     parsed = parse_log([])
     assert parsed.error is None and parsed.progress.step is None and parsed.metrics == {}
+
+
+def test_progress_bars_of_slow_steps_are_read_too() -> None:
+    parsed = parse_log([" 25%|██▌       | 30/120 [00:45<02:15, 1.50s/it]"])
+    assert (parsed.progress.step, parsed.progress.total_steps, parsed.progress.percent) == (30, 120, 25.0)
+
+
+def test_a_step_number_with_401_in_it_is_not_taken_for_a_refused_token() -> None:
+    parsed = parse_log([
+        "{'loss': '1.2', 'step': 401, 'epoch': '0.4'}",
+        "checkpoint-403 saved",
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+    ])
+    assert parsed.error.startswith("RuntimeError") and parsed.hint is None
+    refused = parse_log(["huggingface_hub.errors.HfHubHTTPError: 401 Client Error: Unauthorized for url: ..."])
+    assert "write access" in refused.hint

@@ -203,5 +203,5 @@ def test_an_explicit_config_is_used_and_an_unknown_one_is_refused(viewer: Emulat
 
 
 def test_an_unreachable_viewer_is_a_clear_network_error(offline) -> None:
-    with pytest.raises(TrainError, match="could not reach the dataset viewer"):
+    with pytest.raises(TrainError, match="dataset viewer failed: no connection"):
         validate_dataset("org/anything", "sft")

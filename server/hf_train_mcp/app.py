@@ -91,7 +91,7 @@ def build_server(core: Any | None = None, access: Access = STDIO) -> MCPServer:
         dataset: DatasetRef,
         method: Method = "sft",
         split: str = "train",
-        config: Annotated[str | None, Field(description="Hub dataset config; default/only one if omitted")] = None,
+        config: Annotated[str | None, Field(description="Hub dataset config")] = None,
         column_mapping: ColumnMapping | None = None,
         model: Annotated[str | None, Field(description="tokenizer to count tokens with")] = None,
         max_length: Annotated[int | None, Field(ge=32)] = None,

@@ -1,9 +1,124 @@
-"""The one place that builds huggingface_hub clients, and keeps tokens out of everything we say."""
+"""The one place that builds huggingface_hub clients, bounds and retries their reads, and keeps tokens out of
+everything we say.
+
+huggingface_hub retries only a few calls (list_jobs); whoami, inspect, hardware, model info and cancel raise on
+the first 429/5xx, and its shared client has no timeout, so a hanging Hub would hang a tool. Every idempotent
+read goes through `bounded`: a per-request timeout, retries with backoff on 429/5xx/timeouts (honouring
+Retry-After and RateLimit when they fit), and a hard deadline, so that each tool answers in seconds.
+"""
 
 import os
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from hf_train_mcp.errors import TrainError
+
+T = TypeVar("T")
+READ_DEADLINE_S = 6.0  # one read, retries included; a tool makes at most one read that can time out
+CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S = 3.0, 5.0
+BACKOFF_S = 0.5
+TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+_timeouts_installed = False
+
+
+class HubUnreachable(TrainError):
+    """The Hub did not answer in time, or kept failing: callers with a fallback (the ledger, built-in prices)
+    use it and say so."""
+
+
+def status_of(exc: BaseException) -> int | None:
+    return getattr(getattr(exc, "response", None), "status_code", None)
+
+
+def transient(exc: BaseException) -> bool:
+    """Worth retrying: a 408/429/5xx answer, or no answer at all (connection, timeout, protocol errors)."""
+    status = status_of(exc)
+    if status is not None:
+        return status in TRANSIENT_STATUS
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    return bool(names & {"TransportError", "ConnectError", "TimeoutException", "NetworkError", "RemoteProtocolError",
+                         "ConnectionError", "OSError", "TimeoutError"})
+
+
+def _wait_hint(exc: BaseException) -> float | None:
+    """Seconds the Hub asked us to wait (RateLimit `t=`, or Retry-After in seconds)."""
+    from huggingface_hub.utils import parse_ratelimit_headers
+
+    headers = getattr(getattr(exc, "response", None), "headers", None)
+    if not headers:
+        return None
+    limit = parse_ratelimit_headers(headers)
+    if limit is not None and limit.remaining == 0:
+        return float(limit.reset_in_seconds)
+    value = headers.get("retry-after")
+    return float(value) if value and value.strip().isdigit() else None
+
+
+def _within(call: Callable[[], T], seconds: float) -> T:
+    """Run `call` but give up after `seconds` (the thread is left to its own request timeout)."""
+    box: dict = {}
+
+    def target() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # handed back to the caller's thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=target, name="hub-read", daemon=True)
+    worker.start()
+    worker.join(max(0.0, seconds))
+    if worker.is_alive():
+        raise TimeoutError(f"no answer within {seconds:.0f} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def bounded(action: str, call: Callable[[], T], token: str | None, *,
+            deadline_s: float = READ_DEADLINE_S) -> T:
+    """An idempotent Hub read with retries and a hard deadline. Raises hub_error() for a definite answer (401,
+    402, 403, 404, ...) and HubUnreachable when the Hub did not give one in time."""
+    install_timeouts()
+    deadline = time.monotonic() + deadline_s
+    attempt = 0
+    while True:
+        try:
+            return _within(call, deadline - time.monotonic())
+        except Exception as exc:
+            if not transient(exc):
+                raise hub_error(action, exc, token) from None
+            if {cls.__name__ for cls in type(exc).__mro__} & {"ConnectError", "ConnectionRefusedError"}:
+                raise HubUnreachable(f"{action} failed: no connection ({_detail(exc, token)}); check the network "
+                                     "or HF_ENDPOINT") from None  # offline: retrying only makes the answer late
+            hinted = _wait_hint(exc)
+            wait = hinted if hinted is not None else BACKOFF_S * 2**attempt
+            attempt += 1
+            if time.monotonic() + wait >= deadline - 0.2:
+                later = f"; the Hub asked to retry after {hinted:.0f} s" if hinted else ""
+                raise HubUnreachable(f"{action} failed: the Hub did not answer in time "
+                                     f"({_detail(exc, token)}, {attempt} attempt(s)){later}") from None
+            time.sleep(wait)
+
+
+def install_timeouts() -> None:
+    """Give huggingface_hub's shared client connect/read timeouts (it has none), once per process."""
+    global _timeouts_installed
+    if _timeouts_installed:
+        return
+    import httpx2
+    from huggingface_hub.utils import set_client_factory
+    from huggingface_hub.utils._http import default_client_factory
+
+    def client_factory():
+        client = default_client_factory()
+        client.timeout = httpx2.Timeout(REQUEST_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
+        return client
+
+    set_client_factory(client_factory)
+    _timeouts_installed = True
 
 
 def hub_endpoint() -> str:
@@ -30,21 +145,30 @@ def scrub(text: str, token: str | None) -> str:
     return text
 
 
-def hub_error(action: str, exc: Exception, token: str | None) -> TrainError:
-    """A TrainError for a failed Hub call, worded for the agent and never carrying the token."""
-    status = getattr(getattr(exc, "response", None), "status_code", None)
+def _detail(exc: BaseException, token: str | None) -> str:
     detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     server_message = getattr(exc, "server_message", None)  # what the Hub said, e.g. "Invalid flavor"
     if server_message and server_message not in detail:
         detail = f"{detail.rstrip(': ')}: {server_message.strip()}"
-    detail = scrub(detail, token)
-    advice = {
-        401: "the token was rejected: log in again (`hf auth login`) or set a valid HF_TOKEN",
-        403: "the token may not act in this namespace: use a token with write access to it",
-        404: "not found: check the id and namespace",
-        429: "rate-limited by the Hub: wait a minute and retry",
-    }.get(status or 0, "retry later; if it persists, check https://status.huggingface.co")
-    return TrainError(f"{action} failed ({detail}); {advice}")
+    return scrub(detail, token)
+
+
+ADVICE = {
+    401: "the token was rejected: log in again (`hf auth login`) or set a valid HF_TOKEN",
+    402: ("the account has no credits or payment method for Jobs: add one at "
+          "https://huggingface.co/settings/billing (or run in an organization that has one, or use backend='local'); "
+          "nothing was launched"),
+    403: ("the token lacks the scope for this: use a token with write access to the namespace (a fine-grained "
+          "token needs 'jobs' and 'repo write' permissions)"),
+    404: "not found: check the id and namespace",
+    429: "rate-limited by the Hub: wait a minute and retry",
+}
+
+
+def hub_error(action: str, exc: BaseException, token: str | None) -> TrainError:
+    """A TrainError for a failed Hub call, worded for the agent and never carrying the token."""
+    advice = ADVICE.get(status_of(exc) or 0, "retry later; if it persists, check https://status.huggingface.co")
+    return TrainError(f"{action} failed ({_detail(exc, token)}); {advice}")
 
 
 @dataclass(frozen=True)
@@ -60,10 +184,7 @@ def resolve_identity(token: str | None) -> Identity:
             "no Hugging Face token found: run `hf auth login` or set HF_TOKEN (a token with write access), "
             "or submit with backend='local' to train on this machine"
         )
-    try:
-        info = hub_api(token).whoami()
-    except Exception as exc:
-        raise hub_error("checking the Hugging Face token", exc, token) from None
+    info = bounded("checking the Hugging Face token", lambda: hub_api(token).whoami(), token)
     role = ((info.get("auth") or {}).get("accessToken") or {}).get("role")
     if role == "read":
         raise TrainError(
@@ -83,8 +204,8 @@ def needs_token(token: str | None, repos: list[tuple[str, str]]) -> bool | None:
     api = hub_api(token)
     for repo_type, repo_id in repos:
         try:
-            info = api.repo_info(repo_id, repo_type=repo_type)
-        except Exception:
+            info = bounded(f"reading {repo_id}", lambda: api.repo_info(repo_id, repo_type=repo_type), token)
+        except TrainError:
             return None
         if info.private or info.gated:
             return True

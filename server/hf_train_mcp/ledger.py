@@ -59,6 +59,7 @@ _ADDED_COLUMNS = {"worst_case_cost_usd": "REAL", "claim": "TEXT", "output_dir": 
 
 
 PENDING = "pending:"  # job_id prefix of an idempotency-key reservation
+SUBMITTING = "submitting:"  # job_id prefix of a submission being posted (see Ledger.journal)
 STALE_RESERVATION_S = 600
 
 
@@ -145,7 +146,20 @@ class Ledger:
             raise
         return count
 
-    def record(self, job: JobRecord, claim: str | None = None) -> bool:
+    def journal(self, entry: JobRecord) -> None:
+        """Note a submission about to be posted (job_id SUBMITTING + its label), so that a server killed before
+        `record` is called leaves a trace that the next call can look up on the backend."""
+        values = tuple(getattr(entry, c) for c in _COLUMNS)
+        self._write(f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})", values)
+
+    def submissions(self) -> list[JobRecord]:
+        rows = self._connect().execute("SELECT * FROM jobs WHERE job_id LIKE ?", (SUBMITTING + "%",)).fetchall()
+        return [JobRecord(**dict(r)) for r in rows]
+
+    def forget(self, job_id: str) -> None:
+        self._write("DELETE FROM jobs WHERE job_id = ?", (job_id,))
+
+    def record(self, job: JobRecord, claim: str | None = None, journal: str | None = None) -> bool:
         """Store a submission, replacing our reservation of its idempotency key in the same transaction.
 
         Returns False when the reservation was no longer ours (taken over as stale): the job is then stored
@@ -154,6 +168,8 @@ class Ledger:
         db = self._connect()
         db.execute("BEGIN IMMEDIATE")
         try:
+            if journal is not None:
+                db.execute("DELETE FROM jobs WHERE job_id = ?", (journal,))
             owned = True
             if job.idempotency_key is not None:
                 if claim is None:  # recorded without a reservation: the key is ours if nobody holds it
@@ -225,7 +241,7 @@ class Ledger:
         return self._one("SELECT * FROM jobs WHERE idempotency_key = ?", (key,))
 
     def list(self, *, stage: str | None = None, backend: str | None = None, limit: int = 20) -> list[JobRecord]:
-        clauses, args = ["job_id NOT LIKE ?"], [PENDING + "%"]
+        clauses, args = ["job_id NOT LIKE ?", "job_id NOT LIKE ?"], [PENDING + "%", SUBMITTING + "%"]
         if stage:
             clauses.append("stage = ?")
             args.append(stage)

@@ -12,8 +12,11 @@ from dataclasses import dataclass, field
 from hf_train_mcp.schemas import Progress
 
 # a Trainer progress bar (no description before the percentage; datasets' bars say "Map: 100%|..")
-_TQDM = re.compile(r"(?:^|\r)\s*\d+%\|[^|]*\|\s*(\d+)/(\d+) \[[^\]]*it/s\]")
+_TQDM = re.compile(r"(?:^|\r)\s*\d+%\|[^|]*\|\s*(\d+)/(\d+) \[[^\]]*(?:it/s|s/it)\]")  # fast and slow steps
 _EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)|torch\.\w+\.OutOfMemoryError)\b:?\s*(.*)$")
+# the Hub refusing a token, as huggingface_hub words it (not any line that happens to contain "401")
+_AUTH = re.compile(r"\b40[13] (Client Error|Unauthorized|Forbidden)|\bUnauthorized\b|\bForbidden\b|"
+                   r"Invalid (user )?token|GatedRepoError|RepositoryNotFoundError", re.IGNORECASE)
 _METRIC_KEYS = ("loss", "learning_rate", "grad_norm", "eval_loss", "reward", "rewards/accuracies",
                 "rewards/margins", "mean_token_accuracy", "accuracy", "kl", "entropy", "train_loss")
 
@@ -64,7 +67,7 @@ def _hint(text: str) -> str | None:
                 "(raise gradient_accumulation), a shorter max_length, or a larger flavor (see estimate_cost).")
     if "timeout" in lowered or "timed out" in lowered or "deadline" in lowered:
         return "The job hit its time limit: resubmit with a longer timeout (estimate_cost recommends one) and resume_from."
-    if "401" in text or "403" in text or "unauthorized" in lowered or "forbidden" in lowered:
+    if _AUTH.search(text):
         return "The Hub refused the token: make sure HF_TOKEN has write access to the target repo, then resubmit."
     if "keyerror" in lowered or "column" in lowered or "features" in lowered:
         return "The dataset columns do not match the method: run validate_dataset and pass its column_mapping."
@@ -109,6 +112,6 @@ def parse_log(lines: list[str]) -> ParsedLog:
             traceback_tail = line
     if parsed.error is None and traceback_tail:
         parsed.error = traceback_tail
-    if parsed.error:
-        parsed.hint = _hint(parsed.error) or _hint("\n".join(lines[-30:]))
+    if parsed.error:  # hints come from the error line itself, never from whatever else the log says
+        parsed.hint = _hint(parsed.error)
     return parsed

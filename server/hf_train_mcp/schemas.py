@@ -106,6 +106,7 @@ class JobReport(BaseModel):
     trackio_url: str | None = None
     model_url: str | None = None
     next_step: str
+    stale: bool = Field(default=False, description="the Hub did not answer: last known state from the ledger")
 
 
 class JobSummary(BaseModel):
@@ -117,6 +118,7 @@ class JobSummary(BaseModel):
     method: str | None = None
     hub_model_id: str | None = None
     job_url: str | None = None
+    stale: bool = False
 
 
 class JobList(BaseModel):
@@ -129,6 +131,7 @@ class LogPage(BaseModel):
     lines: list[str]
     next_offset: int
     finished: bool = Field(description="true when the job has ended and no more lines will come")
+    note: str | None = None
 
 
 class CancelResult(BaseModel):

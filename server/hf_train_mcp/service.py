@@ -5,12 +5,13 @@ import logging
 import os
 import uuid
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 from hf_train_mcp.access import STDIO, Access, is_local
-from hf_train_mcp.backends.base import TERMINAL_STAGES, Backend, JobState
+from hf_train_mcp.backends.base import TERMINAL_STAGES, Backend, JobGone, JobState, LogRead, SubmissionUnknown
 from hf_train_mcp.backends.hf_jobs import HfJobsBackend
-from hf_train_mcp.backends.local import LocalBackend, has_cuda
+from hf_train_mcp.backends.local import LocalBackend, process_alive, has_cuda
 from hf_train_mcp.chat_template import has_chat_template
 from hf_train_mcp.data import rules
 from hf_train_mcp.data.validate import validate_dataset
@@ -19,8 +20,8 @@ from hf_train_mcp.errors import TrainError
 from hf_train_mcp.estimate import constants as EC
 from hf_train_mcp.estimate.hardware import get_catalog
 from hf_train_mcp.estimate.sizing import ModelSize, model_size
-from hf_train_mcp.hub import hub_endpoint, hub_token, needs_token, resolve_identity, scrub
-from hf_train_mcp.ledger import PENDING, JobRecord, Ledger, now_iso
+from hf_train_mcp.hub import HubUnreachable, hub_endpoint, hub_token, needs_token, resolve_identity, scrub
+from hf_train_mcp.ledger import PENDING, SUBMITTING, JobRecord, Ledger, now_iso
 from hf_train_mcp.logparse import parse_log
 from hf_train_mcp.estimate.cost import how_to_fit
 from hf_train_mcp.planning import DataFacts, Hyper, estimate_flavors, plan_run
@@ -41,6 +42,23 @@ from hf_train_mcp.schemas import (
 
 log = logging.getLogger(__name__)
 STATUS_LOG_LINES = 300  # read more than we show: the last HFTM_LOG line may sit above warnings
+SCHEDULING_ALERT_MIN = 15
+
+
+RECOVER_AFTER_MIN = 2  # a live server's POST (3 attempts with timeouts) never takes this long
+ABANDON_AFTER_MIN = 30
+
+
+def _claim() -> str:
+    """A one-off owner id for a reservation or journal entry; the pid lets others see its server died."""
+    return f"{os.getpid()}-{uuid.uuid4().hex}"
+
+
+def _minutes_since(iso: str | None) -> float | None:
+    if not iso:
+        return None
+    started = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    return (datetime.now(UTC) - started).total_seconds() / 60
 
 
 def default_backend() -> str:
@@ -113,7 +131,7 @@ class Core:
         for ref, kind in ((req.model, "model"), (req.dataset, "dataset")):
             self.access.check_ref(ref, kind)
         if req.idempotency_key and not req.dry_run:
-            claim = uuid.uuid4().hex
+            claim = _claim()
             existing = self.ledger.reserve(req.idempotency_key, claim)
             if existing is not None:
                 if existing.backend == "local":
@@ -218,26 +236,70 @@ class Core:
         if claim is not None and not self.ledger.renew(req.idempotency_key, claim):
             raise TrainError(f"another server took over idempotency_key {req.idempotency_key!r} while this one was "
                              "preparing; nothing was submitted here: call again to get that server's job")
-        ref = backend.submit(script, spec)
+        submission = uuid.uuid4().hex[:12]
+        planned = JobRecord(
+            job_id=SUBMITTING + submission, backend=backend_name, namespace=namespace, method=req.method,
+            model=req.model, dataset=req.dataset, request_json=req.model_dump_json(), script_sha256=script.sha256,
+            script_path=None, job_dir=None, stage="SCHEDULING", flavor=plan.flavor, timeout=common["timeout"],
+            job_url=None, hub_model_id=common["hub_model_id"], model_url=model_url, trackio_url=trackio_url,
+            output_bucket=req.output_bucket, estimated_hours=common["estimated_hours"],
+            estimated_cost_usd=common["estimated_cost_usd"], effective_batch_size=plan.effective_batch_size,
+            warnings_json=json.dumps(plan.warnings), idempotency_key=None, created_at=now_iso(),
+            worst_case_cost_usd=plan.worst_case_cost_usd, claim=claim or _claim(),
+            output_dir=plan.config["output_dir"],
+        )
+        journal = None
+        if backend_name == "hf":  # a server killed mid-POST leaves this; _recover_submissions finds the job
+            spec = replace(spec, labels={**spec.labels, "submission": submission})
+            self.ledger.journal(planned)
+            journal = planned.job_id
+        try:
+            ref = backend.submit(script, spec)
+        except SubmissionUnknown:
+            raise  # the job may exist: the journal entry lets the next call find it
+        except BaseException:
+            if journal:
+                self.ledger.forget(journal)
+            raise
         if backend_name == "local":
             model_url = f"{ref.url}/output"
             trackio_url = f"{ref.url}/trackio"
-        record = JobRecord(
-            job_id=ref.job_id, backend=backend_name, namespace=ref.namespace, method=req.method, model=req.model,
-            dataset=req.dataset, request_json=req.model_dump_json(), script_sha256=script.sha256,
-            script_path=f"{ref.job_dir}/train.py" if ref.job_dir else None, job_dir=ref.job_dir, stage=ref.stage,
-            flavor=plan.flavor, timeout=common["timeout"], job_url=ref.url, hub_model_id=common["hub_model_id"],
-            model_url=model_url, trackio_url=trackio_url, output_bucket=req.output_bucket,
-            estimated_hours=common["estimated_hours"], estimated_cost_usd=common["estimated_cost_usd"],
-            effective_batch_size=plan.effective_batch_size, warnings_json=json.dumps(plan.warnings),
-            idempotency_key=req.idempotency_key, created_at=ref.created_at or now_iso(),
-            worst_case_cost_usd=plan.worst_case_cost_usd,
+        record = replace(
+            planned, job_id=ref.job_id, namespace=ref.namespace, stage=ref.stage, job_url=ref.url,
+            script_path=f"{ref.job_dir}/train.py" if ref.job_dir else None, job_dir=ref.job_dir,
+            model_url=model_url, trackio_url=trackio_url, idempotency_key=req.idempotency_key,
+            created_at=ref.created_at or now_iso(), claim=None,
             output_dir=f"{ref.job_dir}/output" if ref.job_dir else plan.config["output_dir"],
         )
-        if not self.ledger.record(record, claim):
+        if not self.ledger.record(record, claim, journal=journal):
             record.warnings_json = json.dumps([*plan.warnings, f"idempotency_key {req.idempotency_key!r} was taken "
                                                "over by another server while this slow submission ran"])
         return self._submission(record)
+
+    def _recover_submissions(self) -> None:
+        """Record the jobs of submissions whose server died between the POST and the ledger write: the job is
+        found on the Hub by its one-off `submission` label. One that never reached the Hub is dropped."""
+        for entry in self.ledger.submissions():
+            pid = int(entry.claim.split("-", 1)[0]) if entry.claim and entry.claim[0].isdigit() else None
+            age = _minutes_since(entry.created_at) or 0.0
+            if pid is not None and process_alive(pid) and age < RECOVER_AFTER_MIN:
+                continue  # still being posted by a live server
+            key = json.loads(entry.request_json).get("idempotency_key")
+            try:
+                ref = HfJobsBackend(hub_token()).find(entry.job_id.removeprefix(SUBMITTING), entry.namespace)
+            except TrainError as exc:
+                log.info("could not look up submission %s: %s", entry.job_id, exc)
+                continue
+            if ref is None:
+                if age >= ABANDON_AFTER_MIN:
+                    self.ledger.forget(entry.job_id)
+                    if key:
+                        self.ledger.release(key, entry.claim)
+                continue
+            self.ledger.record(replace(entry, job_id=ref.job_id, namespace=ref.namespace, stage=ref.stage,
+                                       job_url=ref.url, created_at=ref.created_at or entry.created_at,
+                                       idempotency_key=key, claim=None), entry.claim, journal=entry.job_id)
+            log.warning("recorded job %s, submitted by a server that stopped before recording it", ref.job_id)
 
     @staticmethod
     def _local_job_reads_private(req: TrainingRequest, resume_repo: str | None, warnings: list[str]) -> bool:
@@ -280,70 +342,107 @@ class Core:
     def _state(self, job_id: str) -> tuple[Backend, str, str | None, JobRecord | None, JobState]:
         backend_name, bare, namespace, record = self._locate(job_id)
         backend = self.backend(backend_name)
-        state = backend.inspect(bare, namespace)
+        try:
+            state = backend.inspect(bare, namespace)
+        except JobGone:
+            if record is None:
+                raise
+            state = JobState(stage="DELETED", message="the backend no longer has this job (deleted, or expired)",
+                             created_at=record.created_at, url=record.job_url)
+        except HubUnreachable as exc:
+            if record is None:
+                raise
+            state = JobState(stage=record.stage, created_at=record.created_at, finished_at=record.finished_at,
+                             url=record.job_url, stale=f"{exc} Showing the last known state from the ledger.")
         if record is not None and record.stage != state.stage:
             self.ledger.update_stage(bare, state.stage, state.finished_at)
         return backend, bare, namespace, record, state
 
     def job_status(self, job_id: str, tail: int = 20) -> JobReport:
+        self._recover_submissions()
         backend, bare, namespace, record, state = self._state(job_id)
-        lines: list[str] = []
-        if state.stage != "SCHEDULING":
-            lines = self._logs(backend, bare, namespace, tail=max(tail, STATUS_LOG_LINES),
-                               finished=state.stage in TERMINAL_STAGES)
-        parsed = parse_log(lines)
+        read = LogRead([])
+        if state.stage not in ("SCHEDULING", "DELETED") and not state.stale:
+            read = self._logs(backend, bare, namespace, tail=max(tail, STATUS_LOG_LINES),
+                              finished=state.stage in TERMINAL_STAGES)
+        parsed = parse_log(read.lines)
         error = None
         if state.stage == "ERROR":
             error = parsed.error or state.message or "the job failed without an error line; read log_tail"
         trackio_url = record.trackio_url if record else None
         model_url = record.model_url if record else None
+        next_step = state.stale or self._next_step(state, parsed, bare, record, trackio_url, model_url)
+        if read.note:
+            next_step += f" ({read.note}: the log tail may be short; job_logs reads it again)"
         return JobReport(
             job_id=bare, backend=backend.name, stage=state.stage, message=state.message,
             job_url=state.url or (record.job_url if record else None), created_at=state.created_at,
             started_at=state.started_at, finished_at=state.finished_at, progress=parsed.progress,
-            last_metrics=parsed.metrics, log_tail=lines[-tail:] if tail else [], error=error,
-            trackio_url=trackio_url, model_url=model_url,
-            next_step=self._next_step(state.stage, parsed, bare, trackio_url, model_url),
+            last_metrics=parsed.metrics, log_tail=read.lines[-tail:] if tail else [], error=error,
+            trackio_url=trackio_url, model_url=model_url, next_step=next_step, stale=bool(state.stale),
         )
 
-    @staticmethod
-    def _next_step(stage: str, parsed, job_id: str, trackio_url: str | None, model_url: str | None) -> str:
+    def _next_step(self, state: JobState, parsed, job_id: str, record: JobRecord | None, trackio_url: str | None,
+                   model_url: str | None) -> str:
+        stage = state.stage
         if stage == "SCHEDULING":
-            return ("Waiting for hardware: check again in a minute. If it stays in SCHEDULING for over 15 minutes, "
-                    "cancel_job and resubmit on another flavor.")
+            waited = _minutes_since(state.created_at)
+            if waited is not None and waited >= SCHEDULING_ALERT_MIN and record and record.flavor:
+                others = self._alternative_flavors(record.flavor)
+                return (f"Still waiting for {record.flavor} hardware after {waited:.0f} min: it may be scarce right "
+                        f"now. cancel_job and resubmit with another flavor that fits"
+                        + (f", e.g. {', '.join(others)}" if others else "") + " (estimate_cost lists them).")
+            return ("Waiting for hardware: check again in a minute. If it stays in SCHEDULING for over "
+                    f"{SCHEDULING_ALERT_MIN} minutes, cancel_job and resubmit on another flavor.")
         if trackio_url and trackio_url.startswith("file://"):
             folder = trackio_url.removeprefix("file://")
             dashboard = f" Dashboard: TRACKIO_DIR={folder} trackio show --project hf-train-mcp."
         else:
             dashboard = f" Live curves: {trackio_url}." if trackio_url else ""
         if stage == "RUNNING":
-            where = dashboard
             done = f"{parsed.progress.percent}% done" if parsed.progress.percent is not None else "starting up"
-            return f"Training is {done}; check again in a few minutes (do not poll in a tight loop).{where}"
+            return f"Training is {done}; check again in a few minutes (do not poll in a tight loop).{dashboard}"
         if stage == "COMPLETED":
             return (f"Finished. The model is at {model_url}." if model_url else "Finished.") + dashboard
         if stage == "ERROR":
             return parsed.hint or (f"Read error and log_tail, fix the cause, then resubmit (resume_from='{job_id}' "
-                                   "continues from the last pushed checkpoint).")
+                                   "continues from the last checkpoint).")
         if stage == "CANCELED":
-            return f"Canceled. Resubmit with resume_from='{job_id}' to continue from the last pushed checkpoint."
-        return "The job no longer exists."
+            return f"Canceled. Resubmit with resume_from='{job_id}' to continue from the last checkpoint."
+        return "The job no longer exists on the backend; its pushed checkpoints and model repo, if any, remain."
 
     @staticmethod
-    def _logs(backend: Backend, job_id: str, namespace: str | None, *, tail: int | None, finished: bool) -> list[str]:
+    def _alternative_flavors(flavor: str) -> list[str]:
+        """Other GPU flavors with at least as much memory per GPU, cheapest first (hardware is scarce per type)."""
+        catalog = get_catalog(offline=True)
+        current = catalog.flavors.get(flavor)
+        if current is None or current.gpu is None:
+            return []
+        others = [f for f in catalog.flavors.values() if f.gpu is not None and f.name != flavor
+                  and f.gpu.model != current.gpu.model and f.gpu_memory_gb >= current.gpu_memory_gb]
+        return [f.name for f in sorted(others, key=lambda f: f.usd_per_hour)[:3]]
+
+    @staticmethod
+    def _logs(backend: Backend, job_id: str, namespace: str | None, *, tail: int | None, finished: bool,
+              upto: int | None = None) -> LogRead:
         """Log lines with this server's token masked: a job that prints its environment must not leak it."""
         token = hub_token()
-        return [scrub(line, token) for line in backend.logs(job_id, namespace, tail=tail, finished=finished)]
+        read = backend.logs(job_id, namespace, tail=tail, finished=finished, upto=upto)
+        read.lines = [scrub(line, token) for line in read.lines]
+        return read
 
     def job_logs(self, job_id: str, offset: int = 0, limit: int = 200) -> LogPage:
         backend, bare, namespace, _, state = self._state(job_id)
+        if state.stale:
+            raise HubUnreachable(state.stale.removesuffix(" Showing the last known state from the ledger.") +
+                                 " The logs live on the Hub: try again in a minute.")
         finished = state.stage in TERMINAL_STAGES
-        lines = [] if state.stage == "SCHEDULING" else self._logs(backend, bare, namespace, tail=None,
-                                                                  finished=finished)
-        page = lines[offset:offset + limit]
+        read = LogRead([]) if state.stage in ("SCHEDULING", "DELETED") else self._logs(
+            backend, bare, namespace, tail=None, finished=finished, upto=offset + limit + 1)  # +1: is there more?
+        page = read.lines[offset:offset + limit]
         next_offset = offset + len(page)
         return LogPage(job_id=bare, offset=offset, lines=page, next_offset=next_offset,
-                       finished=finished and next_offset >= len(lines))
+                       finished=finished and read.complete and next_offset >= len(read.lines), note=read.note)
 
     def cancel_job(self, job_id: str) -> CancelResult:
         backend, bare, namespace, record, state = self._state(job_id)
@@ -356,23 +455,33 @@ class Core:
         return CancelResult(job_id=bare, stage=after.stage, message="cancel requested; billing stops when the job ends")
 
     def list_jobs(self, stage: str | None = None, limit: int = 20) -> JobList:
+        self._recover_submissions()
         jobs = []
+        unreachable = set()  # backends that did not answer: the rest of the list comes from the ledger
         # Local jobs are this machine's; a caller who may not run them here may not read them either.
         only = None if self.access.local_jobs else "hf"
         for record in self.ledger.list(limit=limit * 3 if stage else limit, backend=only):
-            current = record.stage
+            current, stale = record.stage, False
             if current not in TERMINAL_STAGES:
                 try:
+                    if record.backend in unreachable:
+                        raise HubUnreachable("skipped")
                     current = self.backend(record.backend).inspect(record.job_id, record.namespace).stage
-                    if current != record.stage:
-                        self.ledger.update_stage(record.job_id, current)
+                except JobGone:
+                    current = "DELETED"
+                except HubUnreachable:
+                    unreachable.add(record.backend)
+                    stale = True
                 except TrainError as exc:
                     log.info("could not refresh %s: %s", record.job_id, exc)
+                    stale = True
+                if current != record.stage:
+                    self.ledger.update_stage(record.job_id, current)
             if stage and current != stage:
                 continue
             jobs.append(JobSummary(job_id=record.job_id, backend=record.backend, stage=current,
                                    created_at=record.created_at, model=record.model, method=record.method,
-                                   hub_model_id=record.hub_model_id, job_url=record.job_url))
+                                   hub_model_id=record.hub_model_id, job_url=record.job_url, stale=stale))
             if len(jobs) >= limit:
                 break
         return JobList(jobs=jobs)
@@ -392,6 +501,9 @@ class Core:
         token = hub_token()
         size = self._model_size(model, token, offline=False)
         warnings: list[str] = []
+        if size.note:
+            warnings.append(f"model size taken from its {size.source}: the Hub metadata could not be read "
+                            f"({size.note})")
         rows, mean, token_source = num_examples, tokens_per_example, "stated" if tokens_per_example else None
         if dataset and (rows is None or mean is None):
             report = validate_dataset(dataset, hyper.method, model=model, max_length=hyper.max_length, token=token,
@@ -410,6 +522,8 @@ class Core:
                             "dataset with a reachable tokenizer")
         data = DataFacts(num_rows=rows, mean_tokens=mean)
         catalog = get_catalog(token)
+        if catalog.note:
+            warnings.append(catalog.note)
         ranked = estimate_flavors(hyper, size, catalog, data)
         if flavor:
             if flavor not in catalog.flavors or catalog.flavors[flavor].gpu is None:

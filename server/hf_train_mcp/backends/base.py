@@ -3,6 +3,7 @@
 from dataclasses import dataclass
 from typing import Protocol
 
+from hf_train_mcp.errors import TrainError
 from hf_train_mcp.render import Script
 
 
@@ -40,9 +41,25 @@ class JobState:
     started_at: str | None = None
     finished_at: str | None = None
     url: str | None = None
+    stale: str | None = None  # why this is the ledger's last known state, not the backend's answer
 
 
 TERMINAL_STAGES = frozenset({"COMPLETED", "CANCELED", "ERROR", "DELETED"})
+
+
+@dataclass
+class LogRead:
+    lines: list[str]
+    complete: bool = True  # False: the stream broke off or did not finish in time
+    note: str | None = None
+
+
+class JobGone(TrainError):
+    """The backend answered that the job does not exist (deleted, or never was)."""
+
+
+class SubmissionUnknown(TrainError):
+    """A submission failed in a way that leaves it unknown whether the job was created."""
 
 
 class Backend(Protocol):
@@ -56,6 +73,7 @@ class Backend(Protocol):
 
     def inspect(self, job_id: str, namespace: str | None) -> JobState: ...
 
-    def logs(self, job_id: str, namespace: str | None, *, tail: int | None, finished: bool) -> list[str]: ...
+    def logs(self, job_id: str, namespace: str | None, *, tail: int | None, finished: bool,
+             upto: int | None = None) -> LogRead: ...
 
     def cancel(self, job_id: str, namespace: str | None) -> None: ...

@@ -6,9 +6,9 @@ import threading
 import time
 import uuid
 
-from hf_train_mcp.backends.base import JobRef, JobSpec, JobState
+from hf_train_mcp.backends.base import JobGone, JobRef, JobSpec, JobState, LogRead, SubmissionUnknown
 from hf_train_mcp.errors import TrainError
-from hf_train_mcp.hub import hub_api, hub_error, scrub
+from hf_train_mcp.hub import bounded, hub_api, hub_error, scrub, transient
 from hf_train_mcp.render import Script
 
 UV_IMAGE = "ghcr.io/astral-sh/uv:python3.12-bookworm"
@@ -20,16 +20,6 @@ MAX_INLINE_CHARS = 128 * 1024 - len(SCRIPT_ENV) - 1024
 LOG_DEADLINE_S = 3.0
 SUBMIT_ATTEMPTS = 3
 RETRY_BACKOFF_S = 0.5
-
-
-def _transient(exc: Exception) -> bool:
-    """Worth retrying: a 5xx or 429 answer, or no answer at all (connection, timeout, protocol errors)."""
-    status = getattr(getattr(exc, "response", None), "status_code", None)
-    if status is not None:
-        return status >= 500 or status == 429
-    names = {cls.__name__ for cls in type(exc).__mro__}
-    return bool(names & {"TransportError", "ConnectError", "TimeoutException", "NetworkError", "RemoteProtocolError",
-                         "ConnectionError", "OSError"})
 
 
 def _iso(value) -> str | None:
@@ -78,7 +68,7 @@ class HfJobsBackend:
         """POST the job; on a 5xx, 429 or network failure, look the job up by its one-off `submission` label
         before trying again, so that a failure after the job was created never launches it twice."""
         api = hub_api(self._token)
-        labels = {**spec.labels, "submission": uuid.uuid4().hex[:12]}
+        labels = {"submission": uuid.uuid4().hex[:12], **spec.labels}  # the core usually names it (crash recovery)
         for attempt in range(SUBMIT_ATTEMPTS):
             try:
                 job = api.run_job(
@@ -96,7 +86,7 @@ class HfJobsBackend:
             except TrainError:
                 raise
             except Exception as exc:
-                if not _transient(exc):
+                if not transient(exc):
                     raise hub_error("submitting the job to Hugging Face Jobs", exc, self._token) from None
                 job = self._find_submission(api, spec.namespace, labels["submission"], exc)
                 if job is not None:
@@ -110,24 +100,31 @@ class HfJobsBackend:
         try:
             found = list(api.list_jobs(labels={"submission": submission}, namespace=namespace))
         except Exception:
-            raise TrainError(
+            raise SubmissionUnknown(
                 f"submitting failed ({scrub(str(cause).splitlines()[0], self._token)}) and the job list cannot be "
                 f"read to tell whether it was created: check list_jobs (label submission={submission}) before "
                 "submitting again"
             ) from None
         return found[0] if found else None
 
+    def find(self, submission: str, namespace: str | None):
+        """The job posted with this `submission` label, if the Hub has it (crash recovery)."""
+        api = hub_api(self._token)
+        found = bounded("looking up a submission", lambda: list(api.list_jobs(labels={"submission": submission},
+                                                                              namespace=namespace)), self._token)
+        return JobRef(found[0].id, found[0].url, str(found[0].status.stage), _iso(found[0].created_at),
+                      namespace=found[0].owner.name) if found else None
+
     def inspect(self, job_id: str, namespace: str | None) -> JobState:
         from huggingface_hub.errors import JobNotFoundError
 
-        try:
-            job = hub_api(self._token).inspect_job(job_id=job_id, namespace=namespace)
-        except JobNotFoundError:
-            raise TrainError(
-                f"no job {job_id!r} in namespace {namespace!r}: pass a job_id from submit_training or list_jobs"
-            ) from None
-        except Exception as exc:
-            raise hub_error(f"reading job {job_id}", exc, self._token) from None
+        def read():
+            try:
+                return hub_api(self._token).inspect_job(job_id=job_id, namespace=namespace)
+            except JobNotFoundError:
+                raise JobGone(f"the Hub has no job {job_id!r} in namespace {namespace!r}") from None
+
+        job = bounded(f"reading job {job_id}", read, self._token)
         return JobState(
             stage=str(job.status.stage.value if hasattr(job.status.stage, "value") else job.status.stage),
             message=job.status.message,
@@ -137,26 +134,31 @@ class HfJobsBackend:
             url=job.url,
         )
 
-    def logs(self, job_id: str, namespace: str | None, *, tail: int | None, finished: bool) -> list[str]:
-        """At most LOG_DEADLINE_S of log reading: a silent running job must not stall job_status."""
+    def logs(self, job_id: str, namespace: str | None, *, tail: int | None, finished: bool,
+             upto: int | None = None) -> LogRead:
+        """At most LOG_DEADLINE_S of log reading (a silent running job must not stall job_status), stopping after
+        `upto` lines; a stream the Hub drops returns what was read, marked incomplete."""
         lines: list[str] = []
+        problem: list[str] = []
         api = hub_api(self._token)
 
         def pump() -> None:
             try:
                 for line in api.fetch_job_logs(job_id=job_id, namespace=namespace, tail=tail):
                     lines.append(line)
-            except Exception:  # logs are best effort; the stage came from inspect
-                pass
+                    if upto is not None and len(lines) >= upto:
+                        return
+            except Exception as exc:  # logs are best effort; the stage came from inspect
+                problem.append(f"the log stream broke off ({type(exc).__name__}) after {len(lines)} lines")
 
         reader = threading.Thread(target=pump, name=f"logs-{job_id}", daemon=True)
         reader.start()
         # A finished job's stream closes at once; a running one may stay silent until the client's 5 s timeout.
         reader.join(LOG_DEADLINE_S * (2 if finished else 1))
-        return list(lines)
+        if reader.is_alive() and finished:
+            problem.append(f"the log stream did not finish within {LOG_DEADLINE_S * 2:.0f} s")
+        return LogRead(list(lines), complete=not problem, note=scrub(problem[0], self._token) if problem else None)
 
     def cancel(self, job_id: str, namespace: str | None) -> None:
-        try:
-            hub_api(self._token).cancel_job(job_id=job_id, namespace=namespace)
-        except Exception as exc:
-            raise hub_error(f"canceling job {job_id}", exc, self._token) from None
+        bounded(f"canceling job {job_id}", lambda: hub_api(self._token).cancel_job(job_id=job_id,
+                                                                                    namespace=namespace), self._token)

@@ -12,7 +12,7 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
-from hf_train_mcp.backends.base import JobRef, JobSpec, JobState
+from hf_train_mcp.backends.base import JobGone, JobRef, JobSpec, JobState, LogRead
 from hf_train_mcp.errors import TrainError
 from hf_train_mcp.ledger import now_iso
 from hf_train_mcp.local_runner import CANCEL_FILE, EXIT_FILE, LOG_FILE, STARTED_FILE, TIMEOUT_EXIT
@@ -61,7 +61,7 @@ def has_cuda() -> bool:
     return shutil.which("nvidia-smi") is not None or os.path.exists("/dev/nvidia0")
 
 
-def _process_alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -136,7 +136,7 @@ class LocalBackend:
     def inspect(self, job_id: str, namespace: str | None = None) -> JobState:
         folder = self.job_dir(job_id)
         if not folder.is_dir():
-            raise TrainError(f"no local job {job_id!r}: pass a job_id from submit_training or list_jobs")
+            raise JobGone(f"no local job {job_id!r}: pass a job_id from submit_training or list_jobs")
         state = JobState(stage="RUNNING", created_at=_mtime_iso(folder / "launch.json"), url=folder.as_uri())
         if (folder / STARTED_FILE).exists():
             state.started_at = (folder / STARTED_FILE).read_text().strip()
@@ -151,7 +151,7 @@ class LocalBackend:
             else:
                 state.stage = "ERROR"
                 state.message = "timed out" if code == TIMEOUT_EXIT else f"training exited with code {code}"
-        elif not _process_alive(int((folder / "pid").read_text())):
+        elif not process_alive(int((folder / "pid").read_text())):
             state.stage, state.message = "ERROR", "the training process died without an exit code (killed?)"
             state.finished_at = _mtime_iso(folder / LOG_FILE) if (folder / LOG_FILE).exists() else None
         if state.stage != "RUNNING":
@@ -173,9 +173,10 @@ class LocalBackend:
             return []
         return log.read_text(errors="replace").splitlines()
 
-    def logs(self, job_id: str, namespace: str | None = None, *, tail: int | None, finished: bool) -> list[str]:
+    def logs(self, job_id: str, namespace: str | None = None, *, tail: int | None, finished: bool,
+             upto: int | None = None) -> LogRead:
         lines = self.read_log(job_id)
-        return lines[-tail:] if tail else lines
+        return LogRead(lines[-tail:] if tail else lines[:upto])
 
     def cancel(self, job_id: str, namespace: str | None = None) -> None:
         folder = self.job_dir(job_id)

@@ -8,6 +8,7 @@ from hf_train_mcp.data.rules import is_conversation
 from hf_train_mcp.schemas import TokenStats
 
 log = logging.getLogger(__name__)
+TOKENIZER_DEADLINE_S = 8.0
 
 
 def _as_text(tokenizer: Any, value: Any) -> str:
@@ -30,18 +31,33 @@ def _row_text(tokenizer: Any, row: dict, fmt: str) -> str:
     return _as_text(tokenizer, row.get("prompt")) + _as_text(tokenizer, row.get("completion"))
 
 
-def token_stats(model: str, token: str | None, rows: list[dict], fmt: str, max_length: int,
-                num_rows: int | None) -> TokenStats | None:
-    try:
+def load_tokenizer(model: str, token: str | None, *, local: bool) -> Any:
+    """The model's tokenizer, failing within seconds when the Hub is slow or unreachable (a Hub model is
+    looked up with one quick metadata read first: tokenizer downloads retry for tens of seconds)."""
+    from hf_train_mcp.hub import bounded, hub_api
+
+    if not local:
+        bounded(f"reading {model}", lambda: hub_api(token).model_info(model), token)
+
+    def load() -> Any:
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(model, token=token or None)
-    except Exception as exc:  # no transformers, offline, gated: stats are optional
+        return AutoTokenizer.from_pretrained(model, token=token or None)
+
+    return bounded(f"loading the tokenizer of {model}", load, token, deadline_s=TOKENIZER_DEADLINE_S)
+
+
+def token_stats(model: str, token: str | None, rows: list[dict], fmt: str, max_length: int,
+                num_rows: int | None, *, local: bool) -> tuple[TokenStats | None, str | None]:
+    """Token statistics of `rows`, or None and why not (offline, gated, no transformers)."""
+    try:
+        tokenizer = load_tokenizer(model, token, local=local)
+    except Exception as exc:  # stats are optional; the reason goes into the report
         log.info("no tokenizer for %s: %s", model, exc)
-        return None
+        return None, str(exc).splitlines()[0]
     lengths = sorted(len(tokenizer(_row_text(tokenizer, r, fmt))["input_ids"]) for r in rows)
     if not lengths:
-        return None
+        return None, "no rows to count"
     mean = sum(lengths) / len(lengths)
 
     def pct(p: float) -> int:
@@ -51,4 +67,4 @@ def token_stats(model: str, token: str | None, rows: list[dict], fmt: str, max_l
         tokenizer=model, sampled_rows=len(lengths), p50=pct(0.5), p95=pct(0.95), max=lengths[-1],
         mean=round(mean, 1), share_over_max_length=round(sum(n > max_length for n in lengths) / len(lengths), 3),
         max_length=max_length, estimated_total_tokens=int(mean * num_rows) if num_rows else None,
-    )
+    ), None

@@ -70,7 +70,13 @@ def validate_dataset(
     if not sample.rows:
         issues.append(DatasetIssue(severity="error", message="the dataset has no rows"))
     limit = max_length or MAX_LENGTH[method]
-    stats = token_stats(model, token, rows[:TOKEN_SAMPLE_ROWS], fmt, limit, sample.num_rows) if model and rows else None
+    stats = None
+    if model and rows:
+        stats, why_not = token_stats(model, token, rows[:TOKEN_SAMPLE_ROWS], fmt, limit, sample.num_rows,
+                                     local=is_local(model))
+        if stats is None:
+            issues.append(DatasetIssue(severity="warning", message=f"no token statistics with {model}'s tokenizer "
+                                       f"({why_not}); estimates will assume a typical length"))
     if stats and stats.share_over_max_length > 0.1:
         issues.append(DatasetIssue(severity="warning", message=f"{stats.share_over_max_length:.0%} of sampled rows "
                                    f"exceed max_length={limit} tokens (p95 {stats.p95}): raise max_length or accept "

@@ -9,10 +9,16 @@ from typing import Any
 
 from hf_train_mcp.data.local import Sample
 from hf_train_mcp.errors import TrainError
-from hf_train_mcp.hub import scrub
+from hf_train_mcp.hub import TRANSIENT_STATUS, HubUnreachable, bounded, scrub
 
 DEFAULT_SERVER = "https://datasets-server.huggingface.co"
-TIMEOUT_S = 15.0
+TIMEOUT_S = 5.0
+
+
+class ViewerStatus(Exception):
+    def __init__(self, response) -> None:
+        super().__init__(f"HTTP {response.status_code}")
+        self.response = response
 
 
 def viewer_base() -> str:
@@ -35,12 +41,18 @@ class Viewer:
 
         url = f"{viewer_base()}/{path}"
         headers = build_hf_headers(token=self.token or False)
-        try:
+
+        def read():
             response = get_session().get(url, params={"dataset": self.dataset, **params}, headers=headers,
                                          timeout=TIMEOUT_S)
-        except Exception as exc:
-            raise TrainError(f"could not reach the dataset viewer at {viewer_base()} ({type(exc).__name__}): check "
-                             "the network, or validate a local copy of the data") from None
+            if response.status_code in TRANSIENT_STATUS:  # raised so that `bounded` retries it
+                raise ViewerStatus(response)
+            return response
+
+        try:
+            response = bounded(f"reading {self.dataset!r} from the dataset viewer", read, self.token)
+        except HubUnreachable as exc:
+            raise HubUnreachable(f"{exc}; validate a local copy of the data, or pass skip_validation") from None
         if response.status_code == 200:
             return response.json()
         try:

@@ -26,8 +26,10 @@ class FlavorInfo:
 class Catalog:
     flavors: dict[str, FlavorInfo]
     source: str  # "live" or "built-in"
+    note: str | None = None  # why the built-in table is used, for the caller's warnings
 
 
+HARDWARE_DEADLINE_S = 3.0  # prices are advisory: fall back quickly
 _lock = threading.Lock()
 _cached: Catalog | None = None
 
@@ -51,11 +53,12 @@ def _gpu_for(model: str, vram: str) -> GpuFacts | None:
 
 def live_catalog(token: str | None) -> Catalog:
     """Prices and accelerators from `list_jobs_hardware()`; GPU facts the API lacks come from GPU_FACTS."""
-    from hf_train_mcp.hub import hub_api
+    from hf_train_mcp.hub import bounded, hub_api
 
     built_in = fallback_catalog().flavors
     flavors: dict[str, FlavorInfo] = {}
-    for hw in hub_api(token).list_jobs_hardware():
+    for hw in bounded("reading the Jobs hardware list", lambda: hub_api(token).list_jobs_hardware(), token,
+                      deadline_s=HARDWARE_DEADLINE_S):
         per_hour = hw.unit_cost_usd * {"minute": 60, "hour": 1, "second": 3600}.get(hw.unit_label, 60)
         acc = hw.accelerator
         if acc is None:
@@ -81,9 +84,10 @@ def get_catalog(token: str | None = None, *, offline: bool = False) -> Catalog:
         if _cached is None:
             try:
                 _cached = live_catalog(token)
-            except Exception as exc:  # any failure (offline, 5xx, odd payload) falls back: prices are advisory
+            except Exception as exc:  # any failure (offline, 5xx, odd payload) falls back, and says so
                 log.info("hardware catalog unavailable (%s); using the built-in table", exc)
-                return fallback_catalog()
+                return Catalog(fallback_catalog().flavors, "built-in",
+                               f"prices and flavors come from the built-in table: {exc}")
         return _cached
 
 

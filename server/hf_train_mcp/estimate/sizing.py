@@ -4,7 +4,7 @@ import json
 import logging
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hf_train_mcp.estimate import constants as C
@@ -20,6 +20,7 @@ class ModelSize:
     vocab: int
     intermediate: int
     source: str  # "hub safetensors metadata", "config.json", "model name", ...
+    note: str | None = None  # why Hub metadata was not used, when the size is a guess
 
     @property
     def billions(self) -> float:
@@ -83,24 +84,28 @@ def model_size(model: str, token: str | None = None, *, offline: bool = False) -
     if (path / "config.json").is_file():
         return _from_config(json.loads((path / "config.json").read_text()), None, "local config.json")
     hub_params: int | None = None
+    note = None
     if not offline and not path.exists():
         try:
             from huggingface_hub import hf_hub_download
 
-            from hf_train_mcp.hub import hub_api, hub_endpoint
+            from hf_train_mcp.hub import bounded, hub_api, hub_endpoint
 
-            info = hub_api(token).model_info(model, expand=["safetensors"])
+            info = bounded(f"reading {model}", lambda: hub_api(token).model_info(model, expand=["safetensors"]),
+                           token)
             if info.safetensors is not None:
                 hub_params = int(info.safetensors.total)
-            cfg_path = hf_hub_download(model, "config.json", token=token or False, endpoint=hub_endpoint())
+            cfg_path = bounded(f"reading {model}/config.json", lambda: hf_hub_download(
+                model, "config.json", token=token or False, endpoint=hub_endpoint()), token)
             return _from_config(json.loads(Path(cfg_path).read_text()), hub_params, "hub config.json + safetensors")
-        except Exception as exc:  # metadata is a nicety: fall through to what we have
+        except Exception as exc:  # metadata is a nicety: fall through to what we have, and say why
             log.info("could not read Hub metadata of %s: %s", model, exc)
+            note = str(exc)
     if hub_params:
-        return _guess_architecture(hub_params, "hub safetensors metadata (shape guessed)")
+        return replace(_guess_architecture(hub_params, "hub safetensors metadata (shape guessed)"), note=note)
     from_name = params_from_name(model)
     if from_name:
-        return _guess_architecture(from_name, "model name (shape guessed)")
+        return replace(_guess_architecture(from_name, "model name (shape guessed)"), note=note)
     raise ValueError(
         f"cannot tell the size of {model!r}: no local config.json, no Hub metadata, no size in its name. "
         "Send a Hub model id with safetensors weights, a local model folder, or a name such as 'org/Model-7B'."
