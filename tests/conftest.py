@@ -68,6 +68,8 @@ def hub(emulator: Emulator, monkeypatch: pytest.MonkeyPatch) -> Emulator:
     monkeypatch.setenv("HF_ENDPOINT", emulator.url)
     monkeypatch.setenv("HF_TRAIN_DATASETS_SERVER", emulator.url)
     monkeypatch.setenv("HF_TOKEN", WRITE_TOKEN)
+    with emulator.lock:  # faults a test injected but did not consume must not reach the next test
+        emulator.faults.clear()
     return emulator
 
 

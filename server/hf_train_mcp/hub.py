@@ -40,7 +40,7 @@ def transient(exc: BaseException) -> bool:
         return status in TRANSIENT_STATUS
     names = {cls.__name__ for cls in type(exc).__mro__}
     return bool(names & {"TransportError", "ConnectError", "TimeoutException", "NetworkError", "RemoteProtocolError",
-                         "ConnectionError", "OSError", "TimeoutError"})
+                         "ConnectionError", "TimeoutError"})
 
 
 def _wait_hint(exc: BaseException) -> float | None:
@@ -87,6 +87,8 @@ def bounded(action: str, call: Callable[[], T], token: str | None, *,
     while True:
         try:
             return _within(call, deadline - time.monotonic())
+        except TrainError:
+            raise  # already worded by the call itself
         except Exception as exc:
             if not transient(exc):
                 raise hub_error(action, exc, token) from None

@@ -1,0 +1,168 @@
+"""The Hub as it really behaves: intermittent 5xx and 429s, hangs, dropped log streams, 402, scarce hardware,
+and a server killed mid-submission. Each test injects the fault into the emulator and checks the tool's answer
+and how many requests it took."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+from mcp import Client
+
+from hf_train_mcp.app import build_server
+from tests.emulator import Emulator, JobPlan, ViewerDataset
+
+pytestmark = pytest.mark.anyio
+
+ROWS = [{"messages": [{"role": "user", "content": f"Q{i}?"}, {"role": "assistant", "content": f"A{i}."}]}
+        for i in range(20)]
+BASE = {"model": "Qwen/Qwen2-0.5B-Instruct", "dataset": "org/chat", "hub_model_id": "emu-user/out", "max_steps": 5}
+INSPECT = r"/api/jobs/emu-user/[0-9a-f]{24}"
+
+
+@pytest.fixture(autouse=True)
+def chat(hub: Emulator) -> Emulator:
+    hub.datasets["org/chat"] = ViewerDataset({"default": {"train": ROWS}})
+    return hub
+
+
+async def call(name: str, arguments: dict[str, Any]) -> Any:
+    async with Client(build_server()) as client:
+        return await client.call_tool(name, arguments)
+
+
+async def submitted(hub: Emulator, plan: JobPlan | None = None) -> str:
+    if plan:
+        hub.plan_next(plan)
+    result = await call("submit_training", BASE)
+    assert not result.is_error, result.content[0].text
+    return result.structured_content["job_id"]
+
+
+@pytest.mark.parametrize(("status", "times", "headers"), [(503, 1, {}), (502, 2, {}), (429, 1, {"Retry-After": "1"})])
+async def test_job_status_rides_out_transient_hub_errors(status: int, times: int, headers: dict, hub: Emulator) -> None:
+    job_id = await submitted(hub, JobPlan(scheduling_s=0, running_s=0.1))
+    time.sleep(0.3)
+    before = hub.count("GET", INSPECT)
+    hub.fail_next("GET", INSPECT, status, count=times, headers=headers)
+    started = time.monotonic()
+    result = await call("job_status", {"job_id": job_id})
+    took = time.monotonic() - started
+    assert not result.is_error, result.content[0].text
+    assert result.structured_content["stage"] == "COMPLETED" and not result.structured_content["stale"]
+    assert hub.count("GET", INSPECT) - before == times + 1
+    if headers:
+        assert took >= 1.0  # it waited as the Hub asked
+
+
+async def test_a_hanging_hub_gets_the_last_known_state_within_ten_seconds(hub: Emulator) -> None:
+    job_id = await submitted(hub, JobPlan(scheduling_s=0, running_s=60))
+    hub.fail_next("GET", INSPECT, None, hang=12, count=3)
+    hub.fail_next("GET", r"/api/jobs/emu-user/[0-9a-f]{24}", None, hang=12, count=3)
+    started = time.monotonic()
+    status = await call("job_status", {"job_id": job_id})
+    listed = await call("list_jobs", {})
+    assert time.monotonic() - started < 16  # two tools, each under ten seconds
+    report = status.structured_content
+    assert report["stale"], json.dumps(report)[:1500]
+    assert report["stale"] and report["stage"] in ("SCHEDULING", "RUNNING") and "did not answer" in report["next_step"]
+    assert [j["stale"] for j in listed.structured_content["jobs"]] == [True]
+
+
+async def test_no_credits_is_a_billing_answer_and_is_not_retried(hub: Emulator) -> None:
+    before = len(hub.posted_jobs())
+    hub.fail_next("POST", r"/api/jobs/emu-user", 402)
+    result = await call("submit_training", BASE)
+    assert result.is_error and "settings/billing" in result.content[0].text
+    assert len(hub.posted_jobs()) == before + 1  # one POST: a 402 will not change by retrying
+
+
+async def test_a_token_without_the_scope_gets_a_scope_answer(hub: Emulator) -> None:
+    hub.fail_next("POST", r"/api/jobs/emu-user", 403)
+    result = await call("submit_training", BASE)
+    assert result.is_error and "'jobs' and 'repo write' permissions" in result.content[0].text
+
+
+async def test_a_job_the_hub_no_longer_has_is_reported_gone(hub: Emulator) -> None:
+    job_id = await submitted(hub)
+    hub.jobs.pop(job_id)
+    report = (await call("job_status", {"job_id": job_id})).structured_content
+    assert report["stage"] == "DELETED" and "no longer exists" in report["next_step"], report
+
+
+async def test_a_dropped_log_stream_returns_what_was_read_and_says_so(hub: Emulator) -> None:
+    lines = [f"HFTM_LOG {{\"step\": {i}, \"total_steps\": 10, \"loss\": 1.0}}" for i in range(1, 6)]
+    job_id = await submitted(hub, JobPlan(scheduling_s=0, running_s=0.1, log_lines=lines, drop_logs_after=2))
+    time.sleep(0.3)
+    report = (await call("job_status", {"job_id": job_id})).structured_content
+    assert report["log_tail"] == lines[:2] and report["progress"]["step"] == 2
+    assert "broke off" in report["next_step"]
+    page = (await call("job_logs", {"job_id": job_id})).structured_content
+    assert page["lines"] == lines[:2] and not page["finished"] and "broke off" in page["note"]
+
+
+async def test_a_long_scheduling_wait_names_other_flavors(hub: Emulator, monkeypatch) -> None:
+    from hf_train_mcp import service
+
+    job_id = await submitted(hub, JobPlan(scheduling_s=3600))
+    monkeypatch.setattr(service, "SCHEDULING_ALERT_MIN", 0)
+    report = (await call("job_status", {"job_id": job_id})).structured_content
+    assert report["stage"] == "SCHEDULING" and "may be scarce" in report["next_step"]
+    assert "flavor that fits, e.g." in report["next_step"]
+
+
+async def test_validation_rides_out_a_viewer_503(hub: Emulator) -> None:
+    before = hub.count("GET", "/first-rows")
+    hub.fail_next("GET", "/first-rows", 503)
+    report = (await call("validate_dataset", {"dataset": "org/chat"})).structured_content
+    assert report["valid"] and hub.count("GET", "/first-rows") - before == 2
+
+
+async def test_offline_validation_and_estimates_fail_fast_and_say_what_they_assumed(offline) -> None:
+    started = time.monotonic()
+    rows = "\n".join('{"text": "hello world"}' for _ in range(5))
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+        f.write(rows + "\n")
+    report = (await call("validate_dataset", {"dataset": f.name, "model": "Qwen/Qwen2.5-0.5B"})).structured_content
+    estimate = (await call("estimate_cost", {"model": "Qwen/Qwen2.5-0.5B", "num_examples": 100})).structured_content
+    assert time.monotonic() - started < 10
+    assert report["token_stats"] is None
+    assert any("no token statistics" in i["message"] and "no connection" in i["message"] for i in report["issues"])
+    assert any("model size taken from its model name" in w for w in estimate["warnings"])
+    assert any("built-in table" in w for w in estimate["warnings"])
+
+
+KILLER = """
+import os, signal, sys
+from hf_train_mcp.backends import hf_jobs
+from hf_train_mcp.request import TrainingRequest
+from hf_train_mcp.service import Core
+post = hf_jobs.HfJobsBackend.submit
+
+def post_then_die(self, script, spec):
+    post(self, script, spec)
+    os.kill(os.getpid(), signal.SIGKILL)  # after the POST, before the ledger write
+
+hf_jobs.HfJobsBackend.submit = post_then_die
+Core().submit_training(TrainingRequest(model=sys.argv[1], dataset="org/chat", hub_model_id="emu-user/out",
+                                       max_steps=5, idempotency_key="killed"))
+"""
+
+
+async def test_a_server_killed_between_post_and_ledger_write_finds_its_job_on_the_next_call(hub: Emulator) -> None:
+    before = len(hub.posted_jobs())
+    proc = subprocess.run([sys.executable, "-c", KILLER, BASE["model"]], env=dict(os.environ), timeout=120,
+                          capture_output=True, text=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    assert len(hub.posted_jobs()) == before + 1
+    posted = next(j for j in hub.jobs.values() if j.spec == hub.posted_jobs()[-1])
+    listed = (await call("list_jobs", {})).structured_content["jobs"]
+    assert [j["job_id"] for j in listed] == [posted.id]
+    again = await call("submit_training", {**BASE, "idempotency_key": "killed"})
+    assert again.structured_content["job_id"] == posted.id and len(hub.posted_jobs()) == before + 1
