@@ -60,6 +60,7 @@ def test_a_step_number_with_401_in_it_is_not_taken_for_a_refused_token() -> None
     parsed = parse_log([
         "{'loss': '1.2', 'step': 401, 'epoch': '0.4'}",
         "checkpoint-403 saved",
+        "warning: telemetry endpoint answered 401 Unauthorized, skipping",
         "RuntimeError: CUDA error: an illegal memory access was encountered",
     ])
     assert parsed.error.startswith("RuntimeError") and parsed.hint is None
