@@ -81,8 +81,7 @@ async def run(clients: int, seconds: float) -> None:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         env = {**os.environ, "HF_TRAIN_HOME": tmp, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_TOKEN": ""}
-        profile = ["-m", "cProfile", "-o", os.environ["HFTM_PROFILE"]] if os.environ.get("HFTM_PROFILE") else []
-        server = subprocess.Popen([sys.executable, *profile, "-m", "hf_train_mcp", "serve", "--transport", "http", "--port",
+        server = subprocess.Popen([sys.executable, "-m", "hf_train_mcp", "serve", "--transport", "http", "--port",
                                    str(port), "--allow-local-jobs"], env=env, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL)
         try:
