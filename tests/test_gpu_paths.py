@@ -183,3 +183,13 @@ def _write(tmp_path: Path, text: str) -> str:
 def test_the_final_push_names_the_dataset_as_trls_scripts_do(tmp_path: Path) -> None:
     text = Path(rendered(tmp_path)).read_text()
     assert 'trainer.push_to_hub(commit_message="hf-train-mcp: final model", dataset_name=CONFIG["dataset"])' in text
+
+
+def test_the_offered_chatml_template_ends_assistant_turns_with_the_models_own_eos() -> None:
+    import jinja2
+
+    from hf_train_mcp.chat_template import CHATML
+
+    messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
+    text = jinja2.Template(CHATML).render(messages=messages, eos_token="</s>", add_generation_prompt=False)
+    assert text == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello<|im_end|></s>\n"

@@ -162,7 +162,33 @@ async def test_a_server_killed_between_post_and_ledger_write_finds_its_job_on_th
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
     assert len(hub.posted_jobs()) == before + 1
     posted = next(j for j in hub.jobs.values() if j.spec == hub.posted_jobs()[-1])
+    again = await call("submit_training", {**BASE, "idempotency_key": "killed"})  # the agent retries at once
+    assert again.structured_content["job_id"] == posted.id and len(hub.posted_jobs()) == before + 1
     listed = (await call("list_jobs", {})).structured_content["jobs"]
     assert [j["job_id"] for j in listed] == [posted.id]
-    again = await call("submit_training", {**BASE, "idempotency_key": "killed"})
-    assert again.structured_content["job_id"] == posted.id and len(hub.posted_jobs()) == before + 1
+
+
+async def test_a_submission_of_unknown_outcome_keeps_its_key_so_a_retry_cannot_launch_twice(hub: Emulator) -> None:
+    before = len(hub.posted_jobs())
+    hub.fail_next("POST", r"/api/jobs/emu-user", 500, count=3, after=True)  # created, but the answer is lost
+    hub.fail_next("GET", r"/api/jobs/emu-user", 503, count=50)  # and the job list cannot be read
+    first = await call("submit_training", {**BASE, "idempotency_key": "unsure"})
+    assert first.is_error and "check list_jobs" in first.content[0].text
+    retry = await call("submit_training", {**BASE, "idempotency_key": "unsure"})
+    assert retry.is_error and "in progress" in retry.content[0].text
+    assert len(hub.posted_jobs()) == before + 1
+
+
+def test_two_recoveries_of_one_job_record_it_once(isolated_home) -> None:
+    from dataclasses import replace
+
+    from hf_train_mcp.ledger import SUBMITTING, Ledger
+    from tests.test_local_backend import _record
+
+    ledger = Ledger()
+    entry = _record(SUBMITTING + "abc")
+    ledger.journal(entry)
+    job = replace(entry, job_id="job-1")
+    assert ledger.record(job, journal=entry.job_id)
+    assert ledger.record(job, journal=entry.job_id)  # the second finder: no UNIQUE error, nothing doubled
+    assert [r.job_id for r in ledger.list()] == ["job-1"] and ledger.submissions() == []

@@ -11,9 +11,11 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 # ChatML, what most instruct models use; offered for base models that ship no template.
+# Assistant turns end with the model's own EOS too: a base model does not know <|im_end|> as a stop token.
 CHATML = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>'"
-    " + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+    " }}{% if message['role'] == 'assistant' and eos_token != '<|im_end|>' %}{{ eos_token }}{% endif %}{{ '\\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
 
@@ -36,15 +38,16 @@ def has_chat_template(model: str, token: str | None, *, local: bool) -> bool | N
     try:
         from huggingface_hub import hf_hub_download
 
-        from hf_train_mcp.hub import hub_api, hub_endpoint
+        from hf_train_mcp.hub import bounded, hub_api, hub_endpoint
 
-        # model_info first: one request that fails fast offline (downloads retry for ~20 s)
-        files = {s.rfilename for s in hub_api(token).model_info(model).siblings or []}
+        info = bounded(f"reading {model}", lambda: hub_api(token).model_info(model), token)
+        files = {s.rfilename for s in info.siblings or []}
         if files & set(TEMPLATE_FILES):
             return True
         if "tokenizer_config.json" not in files:
             return None
-        path = hf_hub_download(model, "tokenizer_config.json", token=token or False, endpoint=hub_endpoint())
+        path = bounded(f"reading {model}/tokenizer_config.json", lambda: hf_hub_download(
+            model, "tokenizer_config.json", token=token or False, endpoint=hub_endpoint()), token)
         return _config_has_template(Path(path).read_text())
     except Exception as exc:  # the job will tell; we only lose the early warning
         log.info("could not read the tokenizer files of %s: %s", model, exc)

@@ -18,10 +18,13 @@ from hf_train_mcp.errors import TrainError
 
 T = TypeVar("T")
 READ_DEADLINE_S = 6.0  # one read, retries included; a tool makes at most one read that can time out
-CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S = 3.0, 5.0
+# The read timeout also bounds the job POST, which must not be cut short (a retry could launch twice); reads
+# are cut by `bounded`'s deadline instead, and their worker threads end within this.
+CONNECT_TIMEOUT_S, REQUEST_TIMEOUT_S = 3.0, 30.0
 BACKOFF_S = 0.5
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _timeouts_installed = False
+_install_lock = threading.Lock()
 
 
 class HubUnreachable(TrainError):
@@ -78,9 +81,10 @@ def _within(call: Callable[[], T], seconds: float) -> T:
 
 
 def bounded(action: str, call: Callable[[], T], token: str | None, *,
-            deadline_s: float = READ_DEADLINE_S) -> T:
+            deadline_s: float = READ_DEADLINE_S, retry: bool = True) -> T:
     """An idempotent Hub read with retries and a hard deadline. Raises hub_error() for a definite answer (401,
-    402, 403, 404, ...) and HubUnreachable when the Hub did not give one in time."""
+    402, 403, 404, ...) and HubUnreachable when the Hub did not give one in time. retry=False: one attempt
+    (a call whose repeat could be refused for having worked, like a cancel)."""
     install_timeouts()
     deadline = time.monotonic() + deadline_s
     attempt = 0
@@ -98,7 +102,7 @@ def bounded(action: str, call: Callable[[], T], token: str | None, *,
             hinted = _wait_hint(exc)
             wait = hinted if hinted is not None else BACKOFF_S * 2**attempt
             attempt += 1
-            if time.monotonic() + wait >= deadline - 0.2:
+            if not retry or time.monotonic() + wait >= deadline - 0.2:
                 later = f"; the Hub asked to retry after {hinted:.0f} s" if hinted else ""
                 raise HubUnreachable(f"{action} failed: the Hub did not answer in time "
                                      f"({_detail(exc, token)}, {attempt} attempt(s)){later}") from None
@@ -108,8 +112,13 @@ def bounded(action: str, call: Callable[[], T], token: str | None, *,
 def install_timeouts() -> None:
     """Give huggingface_hub's shared client connect/read timeouts (it has none), once per process."""
     global _timeouts_installed
-    if _timeouts_installed:
-        return
+    with _install_lock:  # set_client_factory closes the shared client: do it once, before anyone uses it
+        if not _timeouts_installed:
+            _install_client_factory()
+            _timeouts_installed = True
+
+
+def _install_client_factory() -> None:
     import httpx2
     from huggingface_hub.utils import set_client_factory
     from huggingface_hub.utils._http import default_client_factory
@@ -120,7 +129,6 @@ def install_timeouts() -> None:
         return client
 
     set_client_factory(client_factory)
-    _timeouts_installed = True
 
 
 def hub_endpoint() -> str:

@@ -168,8 +168,9 @@ class Ledger:
         db = self._connect()
         db.execute("BEGIN IMMEDIATE")
         try:
-            if journal is not None:
-                db.execute("DELETE FROM jobs WHERE job_id = ?", (journal,))
+            if journal is not None and not db.execute("DELETE FROM jobs WHERE job_id = ?", (journal,)).rowcount:
+                db.execute("COMMIT")  # recorded already, by crash recovery racing a slow submitter (or another)
+                return True
             owned = True
             if job.idempotency_key is not None:
                 if claim is None:  # recorded without a reservation: the key is ours if nobody holds it

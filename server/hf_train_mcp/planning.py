@@ -336,7 +336,7 @@ def plan_run(
         output_dir = HF_OUTPUT_DIR if backend == "hf" else "output"
     eval_batch = sched.per_device_batch_size
     if method == "grpo" and (eval_batch * gpus) % generations:
-        eval_batch = generations  # TRL needs whole groups of generations in the eval batch too
+        eval_batch = generations // math.gcd(generations, gpus)  # TRL needs whole groups in the eval batch too
 
     config = {
         "method": method,

@@ -3,6 +3,7 @@
 import json
 import logging
 import os
+import time
 import uuid
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -46,6 +47,7 @@ SCHEDULING_ALERT_MIN = 15
 
 
 RECOVER_AFTER_MIN = 2  # a live server's POST (3 attempts with timeouts) never takes this long
+RECOVERY_RETRY_S = 60
 ABANDON_AFTER_MIN = 30
 
 
@@ -73,6 +75,7 @@ class Core:
         self._ledger = ledger
         self._local = LocalBackend()
         self.access = access
+        self._recovery_tried: dict[str, float] = {}
 
     @property
     def ledger(self) -> Ledger:
@@ -131,6 +134,7 @@ class Core:
         for ref, kind in ((req.model, "model"), (req.dataset, "dataset")):
             self.access.check_ref(ref, kind)
         if req.idempotency_key and not req.dry_run:
+            self._recover_submissions()  # a key whose server died mid-submit belongs to the job it posted
             claim = _claim()
             existing = self.ledger.reserve(req.idempotency_key, claim)
             if existing is not None:
@@ -143,6 +147,8 @@ class Core:
                     f"idempotency_key matched job {existing.job_id}: returned it instead of submitting again"])
             try:
                 return self._submit(req, backend_name, claim)
+            except SubmissionUnknown:
+                raise  # the job may exist: the key stays held until recovery finds the job or gives up
             except BaseException:
                 self.ledger.release(req.idempotency_key, claim)
                 raise
@@ -284,6 +290,9 @@ class Core:
             age = _minutes_since(entry.created_at) or 0.0
             if pid is not None and process_alive(pid) and age < RECOVER_AFTER_MIN:
                 continue  # still being posted by a live server
+            if time.monotonic() - self._recovery_tried.get(entry.job_id, -RECOVERY_RETRY_S) < RECOVERY_RETRY_S:
+                continue  # looked it up a moment ago: do not make every call pay for a Hub that is down
+            self._recovery_tried[entry.job_id] = time.monotonic()
             key = json.loads(entry.request_json).get("idempotency_key")
             try:
                 ref = HfJobsBackend(hub_token()).find(entry.job_id.removeprefix(SUBMITTING), entry.namespace)

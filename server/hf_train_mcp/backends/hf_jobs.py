@@ -98,7 +98,8 @@ class HfJobsBackend:
 
     def _find_submission(self, api, namespace: str | None, submission: str, cause: Exception):
         try:
-            found = list(api.list_jobs(labels={"submission": submission}, namespace=namespace))
+            found = bounded("looking up the submission", lambda: list(api.list_jobs(
+                labels={"submission": submission}, namespace=namespace)), self._token)
         except Exception:
             raise SubmissionUnknown(
                 f"submitting failed ({scrub(str(cause).splitlines()[0], self._token)}) and the job list cannot be "
@@ -157,8 +158,10 @@ class HfJobsBackend:
         reader.join(LOG_DEADLINE_S * (2 if finished else 1))
         if reader.is_alive() and finished:
             problem.append(f"the log stream did not finish within {LOG_DEADLINE_S * 2:.0f} s")
+        elif reader.is_alive() and upto is not None and len(lines) < upto:
+            problem.append(f"only {len(lines)} lines arrived within {LOG_DEADLINE_S:.0f} s; call again for more")
         return LogRead(list(lines), complete=not problem, note=scrub(problem[0], self._token) if problem else None)
 
     def cancel(self, job_id: str, namespace: str | None) -> None:
-        bounded(f"canceling job {job_id}", lambda: hub_api(self._token).cancel_job(job_id=job_id,
-                                                                                    namespace=namespace), self._token)
+        bounded(f"canceling job {job_id}", lambda: hub_api(self._token).cancel_job(job_id=job_id, namespace=namespace),
+                self._token, retry=False)

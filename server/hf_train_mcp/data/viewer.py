@@ -45,7 +45,8 @@ class Viewer:
         def read():
             response = get_session().get(url, params={"dataset": self.dataset, **params}, headers=headers,
                                          timeout=TIMEOUT_S)
-            if response.status_code in TRANSIENT_STATUS:  # raised so that `bounded` retries it
+            # raised so that `bounded` retries it; a 500 is the viewer's definite "not available for this dataset"
+            if response.status_code in TRANSIENT_STATUS - {500}:
                 raise ViewerStatus(response)
             return response
 
