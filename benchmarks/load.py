@@ -24,6 +24,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
 from hf_train_mcp.ledger import JobRecord, Ledger, now_iso  # noqa: E402
 
 JOBS = 20
+# The same two tool names on a bare MCPServer: what the SDK and uvicorn cost alone, on this machine.
+BARE = """
+import sys, uvicorn
+from mcp.server import MCPServer
+mcp = MCPServer("bare")
+
+@mcp.tool()
+def list_jobs(limit: int = 20) -> dict:
+    return {"jobs": []}
+
+@mcp.tool()
+def job_status(job_id: str) -> dict:
+    return {"job_id": job_id, "stage": "COMPLETED"}
+
+uvicorn.run(mcp.streamable_http_app(), host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+"""
 
 
 def seed(home: Path) -> list[str]:
@@ -74,15 +90,16 @@ async def client_loop(url: str, ids: list[str], until: float, index: int, latenc
             n += 1
 
 
-async def run(clients: int, seconds: float) -> None:
+async def run(clients: int, seconds: float, bare: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         ids = seed(Path(tmp))
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         env = {**os.environ, "HF_TRAIN_HOME": tmp, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_TOKEN": ""}
-        server = subprocess.Popen([sys.executable, "-m", "hf_train_mcp", "serve", "--transport", "http", "--port",
-                                   str(port), "--allow-local-jobs"], env=env, stdout=subprocess.DEVNULL,
+        command = (["-c", BARE, str(port)] if bare else
+                   ["-m", "hf_train_mcp", "serve", "--transport", "http", "--port", str(port), "--allow-local-jobs"])
+        server = subprocess.Popen([sys.executable, *command], env=env, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL)
         try:
             for _ in range(300):
@@ -105,7 +122,8 @@ async def run(clients: int, seconds: float) -> None:
         finally:
             server.terminate()
             server.wait(10)
-    print(f"{clients} clients, {seconds:.0f} s, server peak RSS {peak:.0f} MB")
+    print(f"{'bare MCPServer' if bare else 'hf-train-mcp'}: {clients} clients, {seconds:.0f} s, "
+          f"server peak RSS {peak:.0f} MB")
     summary = {}
     for name, times in latencies.items():
         ordered = sorted(times)
@@ -120,8 +138,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=30)
+    parser.add_argument("--bare", action="store_true", help="a bare MCPServer with trivial tools, as a baseline")
     args = parser.parse_args()
-    anyio.run(run, args.clients, args.seconds)
+    anyio.run(run, args.clients, args.seconds, args.bare)
 
 
 if __name__ == "__main__":

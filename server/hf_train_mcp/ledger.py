@@ -153,7 +153,9 @@ class Ledger:
         self._write(f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})", values)
 
     def submissions(self) -> list[JobRecord]:
-        rows = self._connect().execute("SELECT * FROM jobs WHERE job_id LIKE ?", (SUBMITTING + "%",)).fetchall()
+        # a range on the primary key (an index lookup, not a scan: every job_status call asks)
+        rows = self._connect().execute("SELECT * FROM jobs WHERE job_id >= ? AND job_id < ?",
+                                       (SUBMITTING, SUBMITTING[:-1] + chr(ord(SUBMITTING[-1]) + 1))).fetchall()
         return [JobRecord(**dict(r)) for r in rows]
 
     def forget(self, job_id: str) -> None:
