@@ -22,6 +22,10 @@ SUBMIT_ATTEMPTS = 3
 RETRY_BACKOFF_S = 0.5
 
 
+def _ref(job) -> JobRef:
+    return JobRef(job.id, job.url, str(job.status.stage), _iso(job.created_at), namespace=job.owner.name)
+
+
 def _iso(value) -> str | None:
     return value.isoformat().replace("+00:00", "Z") if value else None
 
@@ -71,7 +75,7 @@ class HfJobsBackend:
         labels = {"submission": uuid.uuid4().hex[:12], **spec.labels}  # the core usually names it (crash recovery)
         for attempt in range(SUBMIT_ATTEMPTS):
             try:
-                job = api.run_job(
+                return _ref(api.run_job(
                     image=self.image(spec),
                     command=self.command(spec),
                     env=self.environment(script),
@@ -81,40 +85,32 @@ class HfJobsBackend:
                     labels=labels,
                     volumes=self.volumes(spec) or None,
                     namespace=spec.namespace,
-                )
-                break
+                ))
             except TrainError:
                 raise
             except Exception as exc:
                 if not transient(exc):
                     raise hub_error("submitting the job to Hugging Face Jobs", exc, self._token) from None
-                job = self._find_submission(api, spec.namespace, labels["submission"], exc)
-                if job is not None:
-                    break
+                try:
+                    found = self.find(labels["submission"], spec.namespace)
+                except TrainError:
+                    raise SubmissionUnknown(
+                        f"submitting failed ({scrub(str(exc).splitlines()[0], self._token)}) and the job list cannot "
+                        f"be read to tell whether it was created: check list_jobs (label "
+                        f"submission={labels['submission']}) before submitting again") from None
+                if found is not None:
+                    return found
                 if attempt == SUBMIT_ATTEMPTS - 1:
                     raise hub_error(f"submitting the job ({SUBMIT_ATTEMPTS} attempts)", exc, self._token) from None
                 time.sleep(RETRY_BACKOFF_S * 2**attempt)
-        return JobRef(job.id, job.url, str(job.status.stage), _iso(job.created_at), namespace=job.owner.name)
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
-    def _find_submission(self, api, namespace: str | None, submission: str, cause: Exception):
-        try:
-            found = bounded("looking up the submission", lambda: list(api.list_jobs(
-                labels={"submission": submission}, namespace=namespace)), self._token)
-        except Exception:
-            raise SubmissionUnknown(
-                f"submitting failed ({scrub(str(cause).splitlines()[0], self._token)}) and the job list cannot be "
-                f"read to tell whether it was created: check list_jobs (label submission={submission}) before "
-                "submitting again"
-            ) from None
-        return found[0] if found else None
-
-    def find(self, submission: str, namespace: str | None):
-        """The job posted with this `submission` label, if the Hub has it (crash recovery)."""
+    def find(self, submission: str, namespace: str | None) -> JobRef | None:
+        """The job posted with this `submission` label, if the Hub has it (retries, crash recovery)."""
         api = hub_api(self._token)
         found = bounded("looking up a submission", lambda: list(api.list_jobs(labels={"submission": submission},
                                                                               namespace=namespace)), self._token)
-        return JobRef(found[0].id, found[0].url, str(found[0].status.stage), _iso(found[0].created_at),
-                      namespace=found[0].owner.name) if found else None
+        return _ref(found[0]) if found else None
 
     def inspect(self, job_id: str, namespace: str | None) -> JobState:
         from huggingface_hub.errors import JobNotFoundError
