@@ -308,14 +308,14 @@ async def test_jobs_bill_started_minutes_and_a_flavor_without_a_price_is_refused
 
 def test_the_largest_timeout_that_fits_really_fits() -> None:
     from hf_train_mcp.estimate.hardware import fallback_catalog
-    from hf_train_mcp.planning import _within, largest_timeout, worst_case_usd
+    from hf_train_mcp.planning import _fits, largest_timeout, worst_case_usd
 
     for flavor in fallback_catalog().flavors.values():
         for cents in range(1, 5001, 7):
             budget = cents / 100
             fits = largest_timeout(budget, flavor.usd_per_hour)
-            assert _within(worst_case_usd(fits, flavor.usd_per_hour), budget), (flavor.name, budget)
-            assert not _within(worst_case_usd(fits + 60, flavor.usd_per_hour), budget), (flavor.name, budget)
+            assert _fits(worst_case_usd(fits, flavor.usd_per_hour), budget), (flavor.name, budget)
+            assert not _fits(worst_case_usd(fits + 60, flavor.usd_per_hour), budget), (flavor.name, budget)
 
 
 async def test_local_runs_cost_nothing_whatever_the_budget(allowed_dir: Path, offline) -> None:

@@ -193,7 +193,7 @@ def worst_case_usd(timeout_seconds: int, usd_per_hour: float) -> float:
     return math.ceil(timeout_seconds / 60) * usd_per_hour / 60
 
 
-def _within(cost: float, budget: float) -> bool:
+def _fits(cost: float, budget: float) -> bool:
     """cost <= budget to a thousandth of a cent (18 min x $0.80/h is $0.24, not $0.24000000000000002)."""
     return round(cost, 5) <= round(budget, 5)
 
@@ -201,7 +201,7 @@ def _within(cost: float, budget: float) -> bool:
 def largest_timeout(budget: float, usd_per_hour: float) -> int:
     """The longest timeout, in whole minutes, whose worst case fits the budget."""
     fits = (int(budget / usd_per_hour * 60) + 1) * 60  # one over, then down: float division errs both ways
-    while fits > 0 and not _within(worst_case_usd(fits, usd_per_hour), budget):
+    while fits > 0 and not _fits(worst_case_usd(fits, usd_per_hour), budget):
         fits -= 60
     return fits
 
@@ -222,7 +222,7 @@ def _within_budget(req: TrainingRequest, flavor: str, price: float | None, timeo
         raise TrainError(f"the price of {flavor} is unknown, so its worst case cannot be checked against {name} "
                          f"(${budget:.2f}); pick a flavor from estimate_cost's list. Nothing was submitted.")
     worst = worst_case_usd(timeout, price)
-    if _within(worst, budget):
+    if _fits(worst, budget):
         return timeout
     fits = largest_timeout(budget, price)
     needed = int(estimate.train_seconds + estimate.overhead_seconds) if estimate else None
