@@ -105,6 +105,27 @@ async def test_a_dropped_log_stream_returns_what_was_read_and_says_so(hub: Emula
     assert page["lines"] == lines[:2] and not page["finished"] and "broke off" in page["note"]
 
 
+async def test_a_finished_job_is_answered_from_the_ledger_without_asking_the_hub_again(hub: Emulator) -> None:
+    lines = [f"HFTM_LOG {{\"step\": {i}, \"total_steps\": 3, \"loss\": {1 - i / 10}}}" for i in range(1, 4)]
+    job_id = await submitted(hub, JobPlan(scheduling_s=0, running_s=0.1, log_lines=lines))
+    time.sleep(0.3)
+    logs = rf"{INSPECT}/logs"
+    async with Client(build_server()) as client:  # one server: its first look settles the job
+        first = (await client.call_tool("job_status", {"job_id": job_id})).structured_content
+        inspects, reads = hub.count("GET", INSPECT), hub.count("GET", logs)
+        hub.fail_next("GET", INSPECT, None, hang=12, count=5)  # a Hub that would now stall every call
+        hub.fail_next("GET", logs, None, hang=12, count=5)
+        started = time.monotonic()
+        again = (await client.call_tool("job_status", {"job_id": job_id})).structured_content
+        assert time.monotonic() - started < 1
+    assert first["stage"] == again["stage"] == "COMPLETED" and not again["stale"]
+    assert again["progress"]["step"] == 3 and again["last_metrics"]["loss"] == pytest.approx(0.7)
+    assert again["started_at"] == first["started_at"] and again["finished_at"] == first["finished_at"]
+    assert (hub.count("GET", INSPECT), hub.count("GET", logs)) == (inspects, reads)
+    with hub.lock:
+        hub.faults.clear()
+
+
 async def test_a_long_scheduling_wait_names_other_flavors(hub: Emulator, monkeypatch) -> None:
     from hf_train_mcp import service
 

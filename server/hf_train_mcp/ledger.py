@@ -7,7 +7,7 @@ timeout, so two servers (two agents) writing at once queue instead of failing or
 import json
 import sqlite3
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -48,16 +48,12 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE INDEX IF NOT EXISTS jobs_created ON jobs(created_at);
 """
 
-_COLUMNS = (
-    "job_id", "backend", "namespace", "method", "model", "dataset", "request_json", "script_sha256", "script_path",
-    "job_dir", "stage", "flavor", "timeout", "job_url", "hub_model_id", "model_url", "trackio_url", "output_bucket",
-    "estimated_hours", "estimated_cost_usd", "effective_batch_size", "warnings_json", "idempotency_key",
-    "created_at", "finished_at", "worst_case_cost_usd", "claim", "output_dir",
-)  # fmt: skip
 # Columns added after the first release: older ledgers get them on open.
-_ADDED_COLUMNS = {"worst_case_cost_usd": "REAL", "claim": "TEXT", "output_dir": "TEXT"}
+_ADDED_COLUMNS = {"worst_case_cost_usd": "REAL", "claim": "TEXT", "output_dir": "TEXT", "started_at": "TEXT",
+                  "message": "TEXT"}
 
 
+SETTLED_STAGES = frozenset({"COMPLETED", "CANCELED", "ERROR"})  # DELETED can still follow them on the Hub
 PENDING = "pending:"  # job_id prefix of an idempotency-key reservation
 SUBMITTING = "submitting:"  # job_id prefix of a submission being posted (see Ledger.journal)
 STALE_RESERVATION_S = 600
@@ -97,6 +93,13 @@ class JobRecord:
     worst_case_cost_usd: float | None = None
     claim: str | None = None  # the owner of a pending reservation (one server's submit call)
     output_dir: str | None = None  # where the job writes checkpoints (its own folder of a bucket, or locally)
+    started_at: str | None = None
+    message: str | None = None  # the backend's last word on the stage ("training finished", an error)
+
+    @property
+    def settled(self) -> bool:
+        """Ended for good: its stage, times and logs no longer change, so they are served from here."""
+        return self.stage in SETTLED_STAGES
 
     @property
     def request(self) -> dict[str, Any]:
@@ -107,13 +110,18 @@ class JobRecord:
         return json.loads(self.warnings_json)
 
 
+_COLUMNS = tuple(f.name for f in fields(JobRecord))
+_SELECT = f"SELECT {', '.join(_COLUMNS)} FROM jobs"  # in field order: rows build records positionally (fast)
+_INSERT = f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
+
+
 class Ledger:
     def __init__(self, path: Path | None = None):
         self.path = path or data_home() / "ledger.sqlite3"
         self._local = threading.local()
         db = self._connect()
         db.executescript(_SCHEMA)
-        present = {row["name"] for row in db.execute("PRAGMA table_info(jobs)")}
+        present = {row[1] for row in db.execute("PRAGMA table_info(jobs)")}
         for column, kind in _ADDED_COLUMNS.items():
             if column not in present:
                 try:
@@ -127,7 +135,6 @@ class Ledger:
             db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA busy_timeout=30000")
-            db.row_factory = sqlite3.Row
             self._local.db = db
         return db
 
@@ -149,14 +156,13 @@ class Ledger:
     def journal(self, entry: JobRecord) -> None:
         """Note a submission about to be posted (job_id SUBMITTING + its label), so that a server killed before
         `record` is called leaves a trace that the next call can look up on the backend."""
-        values = tuple(getattr(entry, c) for c in _COLUMNS)
-        self._write(f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})", values)
+        self._write(_INSERT, tuple(getattr(entry, c) for c in _COLUMNS))
 
     def submissions(self) -> list[JobRecord]:
         # a range on the primary key (an index lookup, not a scan: every job_status call asks)
-        rows = self._connect().execute("SELECT * FROM jobs WHERE job_id >= ? AND job_id < ?",
+        rows = self._connect().execute(f"{_SELECT} WHERE job_id >= ? AND job_id < ?",
                                        (SUBMITTING, SUBMITTING[:-1] + chr(ord(SUBMITTING[-1]) + 1))).fetchall()
-        return [JobRecord(**dict(r)) for r in rows]
+        return [JobRecord(*r) for r in rows]
 
     def forget(self, job_id: str) -> None:
         self._write("DELETE FROM jobs WHERE job_id = ?", (job_id,))
@@ -183,8 +189,7 @@ class Ledger:
                                        (PENDING + job.idempotency_key, claim)).rowcount == 1
                 if not owned:
                     job = replace(job, idempotency_key=None)
-            values = tuple(getattr(job, c) for c in _COLUMNS)
-            db.execute(f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})", values)
+            db.execute(_INSERT, tuple(getattr(job, c) for c in _COLUMNS))
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -227,21 +232,23 @@ class Ledger:
         """Give up our reservation (and only ours: a stale one taken over belongs to someone else)."""
         self._write("DELETE FROM jobs WHERE job_id = ? AND claim IS ?", (PENDING + key, claim))
 
-    def update_stage(self, job_id: str, stage: str, finished_at: str | None = None) -> None:
+    def update_stage(self, job_id: str, stage: str, finished_at: str | None = None, *,
+                     started_at: str | None = None, message: str | None = None) -> None:
         self._write(
-            "UPDATE jobs SET stage = ?, finished_at = COALESCE(finished_at, ?) WHERE job_id = ?",
-            (stage, finished_at, job_id),
+            "UPDATE jobs SET stage = ?, finished_at = COALESCE(finished_at, ?), started_at = COALESCE(started_at, ?), "
+            "message = COALESCE(?, message) WHERE job_id = ?",
+            (stage, finished_at, started_at, message, job_id),
         )
 
     def _one(self, sql: str, args: tuple) -> JobRecord | None:
         row = self._connect().execute(sql, args).fetchone()
-        return JobRecord(**dict(row)) if row else None
+        return JobRecord(*row) if row else None
 
     def get(self, job_id: str) -> JobRecord | None:
-        return self._one("SELECT * FROM jobs WHERE job_id = ?", (job_id,))
+        return self._one(f"{_SELECT} WHERE job_id = ?", (job_id,))
 
     def by_idempotency_key(self, key: str) -> JobRecord | None:
-        return self._one("SELECT * FROM jobs WHERE idempotency_key = ?", (key,))
+        return self._one(f"{_SELECT} WHERE idempotency_key = ?", (key,))
 
     def list(self, *, stage: str | None = None, backend: str | None = None, limit: int = 20) -> list[JobRecord]:
         clauses, args = ["job_id NOT LIKE ?", "job_id NOT LIKE ?"], [PENDING + "%", SUBMITTING + "%"]
@@ -253,6 +260,6 @@ class Ledger:
             args.append(backend)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         rows = self._connect().execute(
-            f"SELECT * FROM jobs {where} ORDER BY created_at DESC, rowid DESC LIMIT ?", (*args, limit)
+            f"{_SELECT} {where} ORDER BY created_at DESC, rowid DESC LIMIT ?", (*args, limit)
         )
-        return [JobRecord(**dict(r)) for r in rows.fetchall()]
+        return [JobRecord(*r) for r in rows.fetchall()]

@@ -5,6 +5,7 @@ import logging
 import os
 import time
 import uuid
+from collections import OrderedDict
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,8 +23,8 @@ from hf_train_mcp.estimate import constants as EC
 from hf_train_mcp.estimate.hardware import get_catalog
 from hf_train_mcp.estimate.sizing import ModelSize, model_size
 from hf_train_mcp.hub import HubUnreachable, hub_endpoint, hub_token, needs_token, resolve_identity, scrub
-from hf_train_mcp.ledger import PENDING, SUBMITTING, JobRecord, Ledger, now_iso
-from hf_train_mcp.logparse import parse_log
+from hf_train_mcp.ledger import PENDING, SETTLED_STAGES, SUBMITTING, JobRecord, Ledger, now_iso
+from hf_train_mcp.logparse import ParsedLog, parse_log
 from hf_train_mcp.estimate.cost import how_to_fit
 from hf_train_mcp.planning import DataFacts, Hyper, estimate_flavors, plan_run
 from hf_train_mcp.request import TrainingRequest
@@ -48,7 +49,9 @@ SCHEDULING_ALERT_MIN = 15
 
 RECOVER_AFTER_MIN = 2  # a live server's POST (3 attempts with timeouts) never takes this long
 RECOVERY_RETRY_S = 60
+RECOVERY_SCAN_S = 5.0  # status calls look for orphaned submissions at most this often (submit always looks)
 ABANDON_AFTER_MIN = 30
+SETTLED_LOGS_CACHED = 256  # finished jobs whose last log lines are kept in memory (their logs never change)
 
 
 def _claim() -> str:
@@ -76,6 +79,8 @@ class Core:
         self._local = LocalBackend()
         self.access = access
         self._recovery_tried: dict[str, float] = {}
+        self._recovery_scanned = -RECOVERY_SCAN_S
+        self._settled_logs: OrderedDict[str, tuple[int, LogRead, ParsedLog]] = OrderedDict()
 
     @property
     def ledger(self) -> Ledger:
@@ -134,7 +139,7 @@ class Core:
         for ref, kind in ((req.model, "model"), (req.dataset, "dataset")):
             self.access.check_ref(ref, kind)
         if req.idempotency_key and not req.dry_run:
-            self._recover_submissions()  # a key whose server died mid-submit belongs to the job it posted
+            self._recover_submissions(now=True)  # a key whose server died mid-submit belongs to the job it posted
             claim = _claim()
             existing = self.ledger.reserve(req.idempotency_key, claim)
             if existing is not None:
@@ -282,9 +287,13 @@ class Core:
                                                "over by another server while this slow submission ran"])
         return self._submission(record)
 
-    def _recover_submissions(self) -> None:
+    def _recover_submissions(self, *, now: bool = False) -> None:
         """Record the jobs of submissions whose server died between the POST and the ledger write: the job is
-        found on the Hub by its one-off `submission` label. One that never reached the Hub is dropped."""
+        found on the Hub by its one-off `submission` label. One that never reached the Hub is dropped.
+        Status calls scan at most every RECOVERY_SCAN_S; `now` (a submission about to reserve its key) always."""
+        if not now and time.monotonic() - self._recovery_scanned < RECOVERY_SCAN_S:
+            return
+        self._recovery_scanned = time.monotonic()
         for entry in self.ledger.submissions():
             pid = int(entry.claim.split("-", 1)[0]) if entry.claim and entry.claim[0].isdigit() else None
             age = _minutes_since(entry.created_at) or 0.0
@@ -351,6 +360,10 @@ class Core:
     def _state(self, job_id: str) -> tuple[Backend, str, str | None, JobRecord | None, JobState]:
         backend_name, bare, namespace, record = self._locate(job_id)
         backend = self.backend(backend_name)
+        if record is not None and record.settled:  # its stage can no longer change: no need to ask the backend
+            return backend, bare, namespace, record, JobState(
+                stage=record.stage, message=record.message, created_at=record.created_at,
+                started_at=record.started_at, finished_at=record.finished_at, url=record.job_url)
         try:
             state = backend.inspect(bare, namespace)
         except JobGone:
@@ -363,18 +376,15 @@ class Core:
                 raise
             state = JobState(stage=record.stage, created_at=record.created_at, finished_at=record.finished_at,
                              url=record.job_url, stale=f"{exc} Showing the last known state from the ledger.")
-        if record is not None and record.stage != state.stage:
-            self.ledger.update_stage(bare, state.stage, state.finished_at)
+        if record is not None and (record.stage != state.stage or state.stage in SETTLED_STAGES):
+            self.ledger.update_stage(bare, state.stage, state.finished_at, started_at=state.started_at,
+                                     message=state.message)
         return backend, bare, namespace, record, state
 
     def job_status(self, job_id: str, tail: int = 20) -> JobReport:
         self._recover_submissions()
         backend, bare, namespace, record, state = self._state(job_id)
-        read = LogRead([])
-        if state.stage not in ("SCHEDULING", "DELETED") and not state.stale:
-            read = self._logs(backend, bare, namespace, tail=max(tail, STATUS_LOG_LINES),
-                              finished=state.stage in TERMINAL_STAGES)
-        parsed = parse_log(read.lines)
+        read, parsed = self._status_logs(backend, bare, namespace, state, tail)
         error = None
         if state.stage == "ERROR":
             error = parsed.error or state.message or "the job failed without an error line; read log_tail"
@@ -390,6 +400,24 @@ class Core:
             last_metrics=parsed.metrics, log_tail=read.lines[-tail:] if tail else [], error=error,
             trackio_url=trackio_url, model_url=model_url, next_step=next_step, stale=bool(state.stale),
         )
+
+    def _status_logs(self, backend: Backend, job_id: str, namespace: str | None, state: JobState,
+                     tail: int) -> tuple[LogRead, ParsedLog]:
+        """The log lines job_status shows and what they say; a settled job's are read once and kept."""
+        wanted = max(tail, STATUS_LOG_LINES)
+        cached = self._settled_logs.get(job_id)
+        if cached is not None and (cached[0] >= wanted or len(cached[1].lines) < cached[0]):  # or the whole log
+            self._settled_logs.move_to_end(job_id)
+            return cached[1], cached[2]
+        if state.stage in ("SCHEDULING", "DELETED") or state.stale:
+            return LogRead([]), parse_log([])
+        read = self._logs(backend, job_id, namespace, tail=wanted, finished=state.stage in TERMINAL_STAGES)
+        parsed = parse_log(read.lines)
+        if state.stage in SETTLED_STAGES and read.complete:
+            self._settled_logs[job_id] = (wanted, read, parsed)
+            while len(self._settled_logs) > SETTLED_LOGS_CACHED:
+                self._settled_logs.popitem(last=False)
+        return read, parsed
 
     def _next_step(self, state: JobState, parsed, job_id: str, record: JobRecord | None, trackio_url: str | None,
                    model_url: str | None) -> str:
@@ -475,17 +503,20 @@ class Core:
                 try:
                     if record.backend in unreachable:
                         raise HubUnreachable("skipped")
-                    current = self.backend(record.backend).inspect(record.job_id, record.namespace).stage
+                    state = self.backend(record.backend).inspect(record.job_id, record.namespace)
+                    current = state.stage
+                    if current != record.stage:
+                        self.ledger.update_stage(record.job_id, current, state.finished_at,
+                                                 started_at=state.started_at, message=state.message)
                 except JobGone:
                     current = "DELETED"
+                    self.ledger.update_stage(record.job_id, current)
                 except HubUnreachable:
                     unreachable.add(record.backend)
                     stale = True
                 except TrainError as exc:
                     log.info("could not refresh %s: %s", record.job_id, exc)
                     stale = True
-                if current != record.stage:
-                    self.ledger.update_stage(record.job_id, current)
             if stage and current != stage:
                 continue
             jobs.append(JobSummary(job_id=record.job_id, backend=record.backend, stage=current,

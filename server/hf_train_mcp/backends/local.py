@@ -104,6 +104,7 @@ class LocalBackend:
         return self.training_command()
 
     def submit(self, script: Script, spec: JobSpec) -> JobRef:
+        self._reap_finished()
         command = self.training_command()
         job_id = f"local-{uuid.uuid4().hex[:12]}"
         folder = jobs_dir() / job_id
@@ -158,6 +159,12 @@ class LocalBackend:
             self._reap(job_id)
         return state
 
+    def _reap_finished(self) -> None:
+        """Collect every runner of ours that has exited (a settled job is no longer inspected, so do it here)."""
+        for job_id, child in list(self._children.items()):
+            if child.poll() is not None:
+                self._children.pop(job_id, None)
+
     def _reap(self, job_id: str) -> None:
         """Collect a runner we started once its job has ended (it exits right after writing its files)."""
         child = self._children.pop(job_id, None)
@@ -175,6 +182,7 @@ class LocalBackend:
 
     def logs(self, job_id: str, namespace: str | None = None, *, tail: int | None, finished: bool,
              upto: int | None = None) -> LogRead:
+        self._reap_finished()
         lines = self.read_log(job_id)
         return LogRead(lines[-tail:] if tail else lines[:upto])
 
