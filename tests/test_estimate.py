@@ -8,7 +8,7 @@ from mcp import Client
 
 from hf_train_mcp.app import build_server
 from hf_train_mcp.estimate import constants as C
-from hf_train_mcp.estimate.cost import Workload, achieved_flops, estimate_on, optimizer_steps
+from hf_train_mcp.estimate.cost import Workload, estimate_on, optimizer_steps
 from hf_train_mcp.estimate.hardware import fallback_catalog, get_catalog
 from hf_train_mcp.estimate.sizing import ModelSize, memory_need, model_size, params_from_config, params_from_name
 from tests.emulator import Emulator
@@ -20,25 +20,10 @@ QWEN_CONFIG = {"hidden_size": 896, "num_hidden_layers": 24, "vocab_size": 151_93
                "num_attention_heads": 14, "num_key_value_heads": 2, "tie_word_embeddings": True}
 SEVEN_B = ModelSize(7_240_000_000, 32, 4096, 32_000, 14_336, "name")
 
-# Calibration (shared/seeds 000 and 003): TRL's sft.py defaults — full fine-tuning, per-device batch 8,
-# no accumulation, max_length 1024, no packing, 3 epochs — on trl-lib/Capybara. Assumptions stated here:
-# 15,806 training rows; 560 mean tokens per row after truncation at 1024 (x1.25 padding => 700 per row).
-CAPYBARA = dict(method="sft", peft="full", num_examples=15_806, tokens_per_example=560, epochs=3.0,
+# TRL's sft.py defaults on trl-lib/Capybara (shared/seeds 000 and 003): full fine-tuning, per-device batch 8, no
+# accumulation, max_length 1024, no packing, 3 epochs. The accuracy against measured runs is tests/test_calibration.py.
+CAPYBARA = dict(method="sft", peft="full", num_examples=15_806, tokens_per_example=1100, epochs=3.0,
                 max_length=1024, per_device_batch_size=8, gradient_accumulation=1, max_steps=None)
-CALIBRATION = [
-    # (flavor, max_steps, measured hours, source)
-    ("a10g-small", None, 2 + 20 / 60, "seed 003: 3 epochs ~2h20 on a10g-small"),
-    ("a10g-largex2", None, 1 + 35 / 60, "seed 000/001: 3 epochs ~1h35 on a10g-largex2 (2 processes)"),
-    ("l4x4", None, 1.0, "seed 000: 3 epochs ~1 h on l4x4 (4 processes)"),
-    ("a10g-small", 100, 6 / 60, "seed 003: --max_steps 100 ~6 minutes for the whole job"),
-]
-
-
-@pytest.mark.parametrize(("flavor", "max_steps", "measured", "source"), CALIBRATION)
-def test_the_estimate_is_within_30_percent_of_measured_runs(flavor, max_steps, measured, source) -> None:
-    estimate = estimate_on(QWEN_05B, Workload(**{**CAPYBARA, "max_steps": max_steps}), CATALOG.flavors[flavor])
-    assert estimate.fits
-    assert abs(estimate.hours - measured) / measured <= 0.30, (source, estimate.hours)
 
 
 def test_params_from_config_matches_qwen2_half_billion() -> None:
@@ -71,35 +56,56 @@ def test_model_size_falls_back_to_the_name_offline() -> None:
         model_size("someone/thing", offline=True)
 
 
-def test_lora_needs_less_compute_than_full_and_qlora_is_slower_than_lora() -> None:
+def test_lora_needs_less_compute_than_full_and_qlora_pays_for_dequantising() -> None:
     flavor = CATALOG.flavors["a10g-large"]
     base = dict(CAPYBARA, max_steps=100)
-    full, lora, qlora = (estimate_on(QWEN_05B, Workload(**{**base, "peft": p}), flavor).train_seconds
-                         for p in ("full", "lora", "qlora"))
-    assert lora == pytest.approx(full * 6 / 8) and qlora == pytest.approx(lora * C.QLORA_SLOWDOWN)
+    full, lora, qlora = (estimate_on(SEVEN_B, Workload(**{**base, "peft": p}), flavor).step for p in ("full", "lora", "qlora"))
+    # forward + backward (2 with weight gradients, 1 without) + recompute: 4 vs 3 forward-equivalents of weights
+    assert 0.74 < lora.compute / full.compute < 0.80
+    assert qlora.compute == pytest.approx(lora.compute) and qlora.dequantise > 0 and lora.dequantise == 0
+    # dequantising does not shrink with the batch: small micro-batches make QLoRA relatively slow
+    small = estimate_on(SEVEN_B, Workload(**{**base, "peft": "qlora", "per_device_batch_size": 1}), flavor).step
+    assert small.dequantise / small.total > qlora.dequantise / qlora.total
+
+
+def test_padding_grows_with_the_batch_and_packing_removes_it() -> None:
+    from hf_train_mcp.estimate.cost import padded_length
+
+    work = Workload(**CAPYBARA)
+    assert padded_length(work, 1) == padded_length(work, 8) == 1024  # rows longer than max_length are cut anyway
+    short = Workload(**{**CAPYBARA, "tokens_per_example": 200})
+    assert 200 == padded_length(short, 1) < padded_length(short, 4) < padded_length(short, 16) <= 1024
+    packed = Workload(**{**CAPYBARA, "tokens_per_example": 200, "packing": True})
+    assert optimizer_steps(packed, 1) < optimizer_steps(short, 1)  # a packed row holds several examples
 
 
 def test_dpo_counts_chosen_rejected_and_the_reference_forward() -> None:
     flavor = CATALOG.flavors["a100-large"]
-    sft = estimate_on(QWEN_05B, Workload(**dict(CAPYBARA, max_steps=100, peft="lora")), flavor)
-    dpo = estimate_on(QWEN_05B, Workload(**dict(CAPYBARA, max_steps=100, peft="lora", method="dpo")), flavor)
-    assert dpo.train_seconds == pytest.approx(sft.train_seconds * (2 + 2 * 2 / 6))
+    sft = estimate_on(QWEN_05B, Workload(**dict(CAPYBARA, max_steps=100, peft="lora", per_device_batch_size=4)), flavor)
+    dpo = estimate_on(QWEN_05B, Workload(**dict(CAPYBARA, max_steps=100, peft="lora", per_device_batch_size=2,
+                                                method="dpo")), flavor)
+    # the same 4 sequences per micro-batch, plus one forward of the reference: (3 + 1) / 3 of the SFT compute
+    assert dpo.step.compute == pytest.approx(sft.step.compute * 4 / 3, rel=0.05)
 
 
-def test_grpo_pays_for_generation() -> None:
+def test_grpo_pays_for_generation_token_by_token() -> None:
     flavor = CATALOG.flavors["a100-large"]
     work = Workload(method="grpo", peft="lora", num_examples=1000, tokens_per_example=100, epochs=1, max_steps=None,
                     max_length=512, per_device_batch_size=8, gradient_accumulation=1, num_generations=8,
                     max_completion_length=256)
     grpo = estimate_on(QWEN_05B, work, flavor)
     assert optimizer_steps(work, 1) == 1000  # 8 completions per step = one prompt's group
-    training_only = grpo.tokens * QWEN_05B.params * 6 / achieved_flops(flavor)
-    assert grpo.train_seconds > training_only * 1.5
+    assert grpo.step.generation > grpo.step.compute  # decoding 256 tokens one by one dominates a small model
+    longer = estimate_on(QWEN_05B, Workload(**{**work.__dict__, "max_completion_length": 512}), flavor)
+    assert longer.step.generation == pytest.approx(grpo.step.generation * 2, rel=0.15)
 
 
-def test_multi_gpu_speedup_uses_the_calibrated_efficiency() -> None:
+def test_more_gpus_are_faster_but_not_linearly_over_pcie() -> None:
     one, two = CATALOG.flavors["a10g-large"], CATALOG.flavors["a10g-largex2"]
-    assert achieved_flops(two) == pytest.approx(2 * C.MULTI_GPU_EFFICIENCY * achieved_flops(one))
+    work = Workload(**CAPYBARA)
+    single, double = estimate_on(QWEN_05B, work, one), estimate_on(QWEN_05B, work, two)
+    assert single.train_seconds / 2 < double.train_seconds < single.train_seconds * 0.75
+    assert double.step.communication > 0 == single.step.communication
 
 
 def test_a_7b_full_fine_tune_does_not_fit_24_gb_but_lora_and_qlora_shrink_it() -> None:

@@ -51,7 +51,7 @@ def assert_no_token(text: str) -> None:
 
 async def test_submit_training_posts_an_inline_job_with_secret_labels_and_a_derived_timeout(hub: Emulator) -> None:
     before = len(hub.posted_jobs())
-    result = await call("submit_training", {**BASE, "max_steps": 3000})
+    result = await call("submit_training", {**BASE, "max_steps": 12000})
     assert not result.is_error, result.content[0].text
     out = result.structured_content
     spec = hub.posted_jobs()[before]
@@ -63,7 +63,10 @@ async def test_submit_training_posts_an_inline_job_with_secret_labels_and_a_deri
     assert len(spec["labels"]["request"]) == 12
     assert spec["flavor"] == out["flavor"]
     # derived from the estimate with a margin, never the bare 30-minute default
-    assert spec["timeoutSeconds"] >= out["estimated_hours"] * 3600 * 1.2 and spec["timeoutSeconds"] != 1800
+    estimate = (await call("estimate_cost", {"model": BASE["model"], "max_steps": 12000, "flavor": out["flavor"],
+                                             "dataset": BASE["dataset"]})).structured_content
+    assert spec["timeoutSeconds"] >= out["estimated_hours"] * 3600 * 1.5 and spec["timeoutSeconds"] != 1800
+    assert out["timeout"] == estimate["recommended_timeout"]
     assert_no_token(json.dumps(spec["environment"]) + json.dumps(spec["command"]))
 
     script = decoded_script(spec)

@@ -115,17 +115,24 @@ def build_server(core: Any | None = None, access: Access = STDIO) -> MCPServer:
         max_steps: Annotated[int | None, Field(ge=1)] = None,
         max_length: Annotated[int | None, Field(ge=32)] = None,
         per_device_batch_size: Annotated[int | None, Field(ge=1)] = None,
+        gradient_accumulation: Annotated[int | None, Field(ge=1)] = None,
         packing: bool = False,
+        num_generations: Annotated[int | None, Field(ge=2, description="GRPO only")] = None,
+        max_completion_length: Annotated[int | None, Field(ge=8, description="GRPO only")] = None,
+        measure: Annotated[bool, Field(description="run a short measurement job on the flavor (needs dataset)")] = False,
+        backend: BackendName | None = None,
     ) -> CostEstimate:
         """Hours, dollars, GPU memory fit and recommended_timeout on Jobs hardware. Without flavor: the
-        cheapest flavor that fits, plus the fastest."""
+        cheapest flavor that fits, plus the fastest. measure=True launches a few real training steps on the
+        flavor; call again with the same arguments when it finished to get the measured estimate."""
         from hf_train_mcp.planning import Hyper
 
         hyper = Hyper(method=method, peft=peft, epochs=epochs, max_steps=max_steps, max_length=max_length,
-                      per_device_batch_size=per_device_batch_size, packing=packing)
+                      per_device_batch_size=per_device_batch_size, gradient_accumulation=gradient_accumulation,
+                      packing=packing, num_generations=num_generations, max_completion_length=max_completion_length)
         return await call(lambda c: c.estimate_cost(model=model, hyper=hyper, flavor=flavor, dataset=dataset,
-                                                    num_examples=num_examples,
-                                                    tokens_per_example=tokens_per_example))
+                                                    num_examples=num_examples, tokens_per_example=tokens_per_example,
+                                                    measure=measure, backend=backend))
 
     @mcp.tool(
         title="Submit a training job",
@@ -175,6 +182,7 @@ def build_server(core: Any | None = None, access: Access = STDIO) -> MCPServer:
         output_bucket: Annotated[HubRepoId | None, Field(description="bucket mounted as output_dir")] = None,
         backend: BackendName | None = None,
         dry_run: bool = False,
+        preflight: Annotated[bool, Field(description="a few timed steps first; stops early on OOM or too slow")] = False,
         max_cost_usd: Annotated[float | None, Field(gt=0, description="cap on timeout x price")] = None,
         idempotency_key: str | None = None,
         skip_validation: bool = False,

@@ -50,7 +50,7 @@ CREATE INDEX IF NOT EXISTS jobs_created ON jobs(created_at);
 
 # Columns added after the first release: older ledgers get them on open.
 _ADDED_COLUMNS = {"worst_case_cost_usd": "REAL", "claim": "TEXT", "output_dir": "TEXT", "started_at": "TEXT",
-                  "message": "TEXT"}
+                  "message": "TEXT", "kind": "TEXT NOT NULL DEFAULT 'train'", "measured_json": "TEXT"}
 
 
 SETTLED_STAGES = frozenset({"COMPLETED", "CANCELED", "ERROR"})  # DELETED can still follow them on the Hub
@@ -95,6 +95,8 @@ class JobRecord:
     output_dir: str | None = None  # where the job writes checkpoints (its own folder of a bucket, or locally)
     started_at: str | None = None
     message: str | None = None  # the backend's last word on the stage ("training finished", an error)
+    kind: str = "train"  # train | probe (a measurement for estimate_cost) | evaluate | export
+    measured_json: str | None = None  # the preflight's HFTM_PROBE numbers, kept once seen (logs scroll on)
 
     @property
     def settled(self) -> bool:
@@ -108,6 +110,10 @@ class JobRecord:
     @property
     def warnings(self) -> list[str]:
         return json.loads(self.warnings_json)
+
+    @property
+    def measured(self) -> dict | None:
+        return json.loads(self.measured_json) if self.measured_json else None
 
 
 _COLUMNS = tuple(f.name for f in fields(JobRecord))
@@ -240,6 +246,9 @@ class Ledger:
             (stage, finished_at, started_at, message, job_id),
         )
 
+    def set_measured(self, job_id: str, measured: dict) -> None:
+        self._write("UPDATE jobs SET measured_json = ? WHERE job_id = ?", (json.dumps(measured), job_id))
+
     def _one(self, sql: str, args: tuple) -> JobRecord | None:
         row = self._connect().execute(sql, args).fetchone()
         return JobRecord(*row) if row else None
@@ -249,6 +258,14 @@ class Ledger:
 
     def by_idempotency_key(self, key: str) -> JobRecord | None:
         return self._one(f"{_SELECT} WHERE idempotency_key = ?", (key,))
+
+    def keyed(self, prefix: str) -> list[JobRecord]:
+        """Records whose idempotency key starts with `prefix`, newest first (the attempts of one measurement)."""
+        upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)  # a range on the key's unique index, not a scan
+        rows = self._connect().execute(
+            f"{_SELECT} WHERE idempotency_key >= ? AND idempotency_key < ? ORDER BY created_at DESC, rowid DESC",
+            (prefix, upper))
+        return [JobRecord(*r) for r in rows.fetchall()]
 
     def list(self, *, stage: str | None = None, backend: str | None = None, limit: int = 20) -> list[JobRecord]:
         clauses, args = ["job_id NOT LIKE ?", "job_id NOT LIKE ?"], [PENDING + "%", SUBMITTING + "%"]

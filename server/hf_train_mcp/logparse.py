@@ -17,6 +17,7 @@ _EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)|to
 # the Hub refusing a token, as huggingface_hub words it (not any line that happens to contain "401")
 _AUTH = re.compile(r"\b40[13] (Client Error|Unauthorized|Forbidden)|\bUnauthorized\b|\bForbidden\b|"
                    r"Invalid (user )?token|GatedRepoError|RepositoryNotFoundError", re.IGNORECASE)
+PROBE_METRICS = ("seconds_per_step", "tokens_per_second", "peak_memory_gb", "projected_train_seconds")
 _METRIC_KEYS = ("loss", "learning_rate", "grad_norm", "eval_loss", "reward", "rewards/accuracies",
                 "rewards/margins", "mean_token_accuracy", "accuracy", "kl", "entropy", "train_loss")
 
@@ -28,6 +29,7 @@ class ParsedLog:
     error: str | None = None
     hint: str | None = None
     done: bool = False
+    probe: dict | None = None  # the preflight's measurement (HFTM_PROBE)
 
 
 def _numbers(record: dict) -> dict[str, float]:
@@ -58,6 +60,11 @@ def _update_progress(progress: Progress, step: object, total: object, epoch: obj
         progress.epoch = round(epoch_n, 3)
     if progress.step is not None and progress.total_steps:
         progress.percent = round(100.0 * progress.step / progress.total_steps, 1)
+
+
+def probe_metrics(probe: dict) -> dict[str, float]:
+    """The preflight's numbers as job_status metrics (preflight_seconds_per_step, ...)."""
+    return {f"preflight_{k}": float(v) for k, v in probe.items() if k in PROBE_METRICS and _number(v) is not None}
 
 
 def _hint(text: str) -> str | None:
@@ -92,6 +99,9 @@ def parse_log(lines: list[str]) -> ParsedLog:
                 parsed.error = f"{record.get('type')}: {record.get('message')}".strip()
             elif kind == "HFTM_DONE":
                 parsed.done = True
+            elif kind == "HFTM_PROBE" and isinstance(record, dict):
+                parsed.probe = record
+                parsed.metrics.update(probe_metrics(record))
             continue
         if line.startswith("{") and ("'loss'" in line or "'eval_loss'" in line or "'train_runtime'" in line):
             try:

@@ -13,8 +13,9 @@ from hf_train_mcp.chat_template import CHATML
 from hf_train_mcp.durations import format_duration, header_duration
 from hf_train_mcp.errors import TrainError
 from hf_train_mcp.estimate import constants as EC
-from hf_train_mcp.estimate.cost import FlavorEstimate, Workload, estimate_on, how_to_fit
+from hf_train_mcp.estimate.cost import FlavorEstimate, Workload, estimate_on, how_to_fit, push_seconds, rows_per_step
 from hf_train_mcp.estimate.hardware import Catalog
+from hf_train_mcp.measure import apply_measurement
 from hf_train_mcp.estimate.sizing import ModelSize
 from hf_train_mcp.render import Script, render_script
 from hf_train_mcp.request import TrainingRequest
@@ -30,6 +31,23 @@ BASE_DEPENDENCIES = ["trl>=1.0,<2", "transformers>=5.0,<6", "datasets>=4.0,<6", 
 HF_OUTPUT_DIR = "/tmp/outputs"
 BUCKET_MOUNT = "/outputs"
 DEFAULT_LOCAL_TIMEOUT_S = 6 * 3600
+
+
+PROBE_STEPS = 3  # the first warms up (kernels, allocator); the others are timed
+PROBE_TIMEOUT_MIN_S = 20 * 60
+
+
+def probe_timeout(estimate: FlavorEstimate | None) -> int:
+    """A measurement job: container, installs and model download, then PROBE_STEPS steps, with room to spare."""
+    if estimate is None:
+        return PROBE_TIMEOUT_MIN_S
+    step = estimate.train_seconds / max(1, estimate.steps)
+    return int(max(PROBE_TIMEOUT_MIN_S, math.ceil((estimate.overhead_seconds * 2 + step * PROBE_STEPS * 3) / 600) * 600))
+
+
+def probe_sample_rows(work: Workload, gpus: int) -> int:
+    """Rows the preflight tokenizes: enough for its steps twice over (the trainer repeats them if it runs out)."""
+    return int(min(work.num_examples, max(64, math.ceil(rows_per_step(work, gpus) * PROBE_STEPS * 2))))
 
 
 @dataclass(frozen=True)
@@ -72,7 +90,7 @@ class RunPlan:
             "reward_code": self.request.reward_code,
         })
 
-    def job_spec(self) -> JobSpec:
+    def job_spec(self, kind: str = "train") -> JobSpec:
         request_hash = hashlib.sha256(
             json.dumps(self.request.model_dump(mode="json"), sort_keys=True).encode()
         ).hexdigest()[:12]
@@ -81,7 +99,7 @@ class RunPlan:
             flavor=self.flavor,
             gpus=self.gpus,
             timeout_seconds=self.timeout_seconds,
-            labels={"hf-train-mcp": "1", "method": self.method, "request": request_hash},
+            labels={"hf-train-mcp": "1", "method": self.method, "request": request_hash, "kind": kind},
             dependencies=self.dependencies,
             namespace=self.namespace,
             output_bucket=self.request.output_bucket,
@@ -254,13 +272,17 @@ def plan_run(
     local_cuda: bool = False,
     resume_repo: str | None = None,
     resume_dir: str | None = None,
+    probe_only: bool = False,
+    measured: dict | None = None,
 ) -> RunPlan:
+    """probe_only: the plan of a measurement job (estimate_cost(measure=True)): the preflight alone, nothing pushed.
+    measured: a finished measurement of this run on its flavor, which replaces the modelled time."""
     warnings: list[str] = []
     method, billions, hyper = req.method, size.billions, Hyper.of(req)
     lr_full, lr_lora = D.LEARNING_RATE[method]
     learning_rate = req.learning_rate or (lr_full if req.peft == "full" else lr_lora)
     generations = hyper.generations
-    push = backend == "hf"
+    push = backend == "hf" and not probe_only
     if push and not req.hub_model_id:
         raise TrainError("hub_model_id is required for backend='hf' (e.g. 'your-name/qwen-sft'): without a push "
                          "the trained model is lost when the job ends")
@@ -291,6 +313,10 @@ def plan_run(
                 estimate = choose_flavor(hyper, size, catalog, data)
             flavor = estimate.flavor
             gpus = catalog.flavors[flavor].gpus
+            if measured:
+                estimate = apply_measurement(estimate, measured, catalog.flavors[flavor].usd_per_hour)
+                warnings.append(f"time measured on {flavor} ({measured['seconds_per_step']} s per step): "
+                                f"~{format_duration(estimate.train_seconds)} of training")
             if flavor.startswith("t4"):
                 warnings.append("T4 has no bf16: the script trains in fp16 mixed precision (can overflow); "
                                 "l4x1 has bf16 for a similar price")
@@ -304,7 +330,9 @@ def plan_run(
         raise TrainError(f"GRPO needs per_device_batch_size x gradient_accumulation x GPUs ({effective}) divisible "
                          f"by num_generations ({generations}); change one of them")
 
-    if req.timeout is not None:
+    if probe_only:
+        timeout = req.timeout or probe_timeout(estimate)
+    elif req.timeout is not None:
         timeout = req.timeout
         if estimate and timeout < estimate.train_seconds + estimate.overhead_seconds:
             warnings.append(f"timeout {format_duration(timeout)} is below the estimated "
@@ -324,7 +352,7 @@ def plan_run(
     if backend == "local" and req.hub_model_id:
         warnings.append("the local backend keeps the model in the job folder; hub_model_id is not pushed")
     trackio_space = None
-    if backend == "hf":
+    if backend == "hf" and not probe_only:
         trackio_space = req.trackio_space_id or f"{namespace or req.hub_model_id.split('/')[0]}/trackio"
     steps = (estimate.steps if estimate else None) or req.max_steps
     # One Trackio run and one bucket folder per job: two jobs of one request must not mix curves or checkpoints.
@@ -368,7 +396,7 @@ def plan_run(
         "save_steps": req.save_steps or D.SAVE_STEPS,
         "save_total_limit": req.save_total_limit or D.SAVE_TOTAL_LIMIT,
         "output_dir": output_dir,
-        "trackio": True,
+        "trackio": not probe_only,
         "trackio_space_id": trackio_space,
         "project": req.project or "hf-train-mcp",
         "run_name": run_name,
@@ -384,7 +412,16 @@ def plan_run(
         "num_generations": generations,
         "max_completion_length": hyper.completion_length,
         "reward_funcs": req.reward_funcs or (["think_format", "length"] if not req.reward_code else []),
+        "probe": None,
     }
+    if probe_only or req.preflight:
+        config["probe"] = {
+            "steps": PROBE_STEPS, "only": probe_only,
+            "sample_rows": probe_sample_rows(hyper.workload(size, gpus, data), gpus),
+            # what the timeout leaves the script (download, training) once the container, installs and push are paid
+            "train_budget_s": None if probe_only else int(max(60, timeout - EC.IMAGE_START_S - EC.DEPENDENCY_INSTALL_S
+                                                              - push_seconds(size, hyper.workload(size, gpus, data)))),
+        }
     return RunPlan(
         request=req, backend=backend, flavor=flavor, gpus=gpus, timeout_seconds=timeout,
         worst_case_cost_usd=None if price is None else round(worst_case_usd(timeout, price), 2),

@@ -26,7 +26,8 @@ RESERVED_NAMES = frozenset({
     "json", "os", "sys", "CONFIG", "is_main_process", "emit", "completion_text", "think_format_reward",
     "length_reward", "final_answer", "accuracy_reward", "reward_functions", "load_training_data", "to_role_content",
     "precision", "require_gpu", "model_init_kwargs", "quantization_config", "upcast_trainable", "peft_config",
-    "load_tokenizer", "common_args", "resume_checkpoint", "status_callback", "build_trainer", "main",
+    "load_tokenizer", "common_args", "resume_checkpoint", "status_callback", "build_trainer", "main", "time",
+    "SCRIPT_STARTED", "rows_per_step", "preflight",
 })
 
 
@@ -136,6 +137,7 @@ class TrainingRequest(BaseModel):
     output_bucket: HubRepoId | None = None
     backend: BackendName | None = None
     dry_run: bool = False
+    preflight: bool = False
     max_cost_usd: Annotated[float, Field(gt=0)] | None = None
     idempotency_key: Annotated[str, Field(min_length=1, max_length=128)] | None = None
     skip_validation: bool = False

@@ -147,6 +147,19 @@ class FlavorOption(BaseModel):
     cost_usd: float
 
 
+class Measurement(BaseModel):
+    """A measurement job's state, and what it measured once finished."""
+
+    job_id: str
+    stage: Stage | None
+    job_url: str | None = None
+    seconds_per_step: float | None = None
+    tokens_per_second: float | None = None
+    peak_memory_gb: float | None = None
+    device: str | None = None
+    error: str | None = None
+
+
 class CostEstimate(BaseModel):
     flavor: str
     fits: bool
@@ -161,6 +174,7 @@ class CostEstimate(BaseModel):
     fastest: FlavorOption | None = None
     assumptions: dict[str, Any]
     warnings: list[str]
+    measurement: Measurement | None = Field(default=None, description="measure=True: the measurement job")
 
 
 class HardwareRow(BaseModel):

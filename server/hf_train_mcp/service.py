@@ -6,7 +6,7 @@ import os
 import time
 import uuid
 from collections import OrderedDict
-from dataclasses import replace
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -24,9 +24,11 @@ from hf_train_mcp.estimate.hardware import get_catalog
 from hf_train_mcp.estimate.sizing import ModelSize, model_size
 from hf_train_mcp.hub import HubUnreachable, hub_endpoint, hub_token, needs_token, resolve_identity, scrub
 from hf_train_mcp.ledger import PENDING, SETTLED_STAGES, SUBMITTING, JobRecord, Ledger, now_iso
-from hf_train_mcp.logparse import ParsedLog, parse_log
-from hf_train_mcp.estimate.cost import how_to_fit
-from hf_train_mcp.planning import DataFacts, Hyper, estimate_flavors, plan_run
+from hf_train_mcp.logparse import ParsedLog, parse_log, probe_metrics
+from hf_train_mcp.estimate.cost import FlavorEstimate, how_to_fit
+from hf_train_mcp.measure import apply_measurement, attempt_key, probe_key
+from hf_train_mcp.measure import prefix as measure_prefix
+from hf_train_mcp.planning import PROBE_STEPS, DataFacts, Hyper, estimate_flavors, plan_run
 from hf_train_mcp.request import TrainingRequest
 from hf_train_mcp.schemas import (
     CancelResult,
@@ -39,6 +41,7 @@ from hf_train_mcp.schemas import (
     JobReport,
     JobSummary,
     LogPage,
+    Measurement,
     Submission,
 )
 
@@ -130,14 +133,15 @@ class Core:
             return previous.hub_model_id, None
         raise TrainError(f"job {req.resume_from} pushed no model repo to resume from; pass a Hub repo id")
 
-    def submit_training(self, req: TrainingRequest) -> Submission:
+    def submit_training(self, req: TrainingRequest, *, kind: str = "train") -> Submission:
+        """kind='probe': the measurement job of estimate_cost(measure=True) (the preflight alone, nothing pushed)."""
         backend_name = req.backend or default_backend()
         if backend_name == "local":
             self.access.check_local_jobs()
         if req.reward_code:
             self.access.check_reward_code()
-        for ref, kind in ((req.model, "model"), (req.dataset, "dataset")):
-            self.access.check_ref(ref, kind)
+        for ref, what in ((req.model, "model"), (req.dataset, "dataset")):
+            self.access.check_ref(ref, what)
         if req.idempotency_key and not req.dry_run:
             self._recover_submissions(now=True)  # a key whose server died mid-submit belongs to the job it posted
             claim = _claim()
@@ -151,13 +155,13 @@ class Core:
                 return self._submission(existing, extra_warnings=[
                     f"idempotency_key matched job {existing.job_id}: returned it instead of submitting again"])
             try:
-                return self._submit(req, backend_name, claim)
+                return self._submit(req, backend_name, claim, kind=kind)
             except SubmissionUnknown:
                 raise  # the job may exist: the key stays held until recovery finds the job or gives up
             except BaseException:
                 self.ledger.release(req.idempotency_key, claim)
                 raise
-        return self._submit(req, backend_name)
+        return self._submit(req, backend_name, kind=kind)
 
     def _checked_dataset(self, req: TrainingRequest, token: str | None
                          ) -> tuple[TrainingRequest, DataFacts, list[str]]:
@@ -195,11 +199,12 @@ class Core:
                              "fail when it formats the first row: send chat_template='chatml', or use the model's "
                              "instruct/chat version. Nothing was submitted.")
 
-    def _submit(self, req: TrainingRequest, backend_name: str, claim: str | None = None) -> Submission:
+    def _submit(self, req: TrainingRequest, backend_name: str, claim: str | None = None, *, kind: str = "train"
+                ) -> Submission:
         if backend_name == "hf":
-            for ref, kind in ((req.model, "model"), (req.dataset, "dataset")):
+            for ref, what in ((req.model, "model"), (req.dataset, "dataset")):
                 if is_local(ref):
-                    raise TrainError(f"{kind} {ref!r} is a local path, which a Hugging Face job cannot read: push it "
+                    raise TrainError(f"{what} {ref!r} is a local path, which a Hugging Face job cannot read: push it "
                                      "to the Hub first, or use backend='local'")
         token = hub_token() if backend_name == "hf" else None
         namespace = None
@@ -221,18 +226,26 @@ class Core:
         size = self._model_size(req.model, token, offline=backend_name == "local")
         catalog = get_catalog(token, offline=backend_name == "local")
         resume_repo, resume_dir = self._resume_source(req, backend_name)
-        plan = plan_run(req, backend=backend_name, size=size, catalog=catalog, namespace=namespace, data=data,
-                        local_cuda=has_cuda(), resume_repo=resume_repo, resume_dir=resume_dir)
+        plan_args = dict(backend=backend_name, size=size, catalog=catalog, namespace=namespace, data=data,
+                         local_cuda=has_cuda(), resume_repo=resume_repo, resume_dir=resume_dir, probe_only=kind == "probe")
+        plan = plan_run(req, **plan_args)
+        if kind == "train" and backend_name == "hf" and plan.estimate is not None:
+            key = probe_key(model=req.model, dataset=req.dataset, flavor=plan.flavor, backend=backend_name,
+                            timing=asdict(Hyper.of(req)))
+            measured = self._finished_measurement(key)
+            if measured:  # a measurement of exactly this run on this flavor: its time, not the model's
+                plan = plan_run(req.model_copy(update={"flavor": plan.flavor}), **plan_args, measured=measured)
         plan.warnings[:0] = warnings
         script = plan.render()
-        spec = plan.job_spec()
+        spec = plan.job_spec(kind)
         backend = self.backend(backend_name)
         endpoint = hub_endpoint()
-        model_url = f"{endpoint}/{req.hub_model_id}" if backend_name == "hf" else None
+        pushes = backend_name == "hf" and kind == "train"
+        model_url = f"{endpoint}/{req.hub_model_id}" if pushes else None
         trackio_url = f"{endpoint}/spaces/{plan.trackio_space_id}" if plan.trackio_space_id else None
         estimate = plan.estimate
         common = dict(
-            backend=backend_name, hub_model_id=req.hub_model_id if backend_name == "hf" else None,
+            backend=backend_name, hub_model_id=req.hub_model_id if pushes else None,
             flavor=plan.flavor, timeout=format_duration(plan.timeout_seconds),
             estimated_hours=round(estimate.hours, 2) if estimate else None,
             estimated_cost_usd=estimate.cost_usd if estimate else None,
@@ -257,7 +270,7 @@ class Core:
             estimated_cost_usd=common["estimated_cost_usd"], effective_batch_size=plan.effective_batch_size,
             warnings_json=json.dumps(plan.warnings), idempotency_key=None, created_at=now_iso(),
             worst_case_cost_usd=plan.worst_case_cost_usd, claim=claim or _claim(),
-            output_dir=plan.config["output_dir"],
+            output_dir=plan.config["output_dir"], kind=kind,
         )
         journal = None
         if backend_name == "hf":  # a server killed mid-POST leaves this; _recover_submissions finds the job
@@ -272,7 +285,7 @@ class Core:
             if journal:
                 self.ledger.forget(journal)
             raise
-        if backend_name == "local":
+        if backend_name == "local" and kind == "train":
             model_url = f"{ref.url}/output"
             trackio_url = f"{ref.url}/trackio"
         record = replace(
@@ -322,7 +335,7 @@ class Core:
     @staticmethod
     def _local_job_reads_private(req: TrainingRequest, resume_repo: str | None, warnings: list[str]) -> bool:
         """A local job gets HF_TOKEN only when the Hub says a repo it reads is gated or private."""
-        repos = [(kind, ref) for ref, kind in ((req.model, "model"), (req.dataset, "dataset"), (resume_repo, "model"))
+        repos = [(what, ref) for ref, what in ((req.model, "model"), (req.dataset, "dataset"), (resume_repo, "model"))
                  if ref and not is_local(ref)]
         verdict = needs_token(hub_token(), repos) if repos else False
         if verdict is None:
@@ -382,9 +395,18 @@ class Core:
         return backend, bare, namespace, record, state
 
     def job_status(self, job_id: str, tail: int = 20) -> JobReport:
+        return self._report(job_id, tail)[0]
+
+    def _report(self, job_id: str, tail: int) -> tuple[JobReport, dict | None]:
+        """The job's report and its preflight measurement (from the log, or the ledger once seen)."""
         self._recover_submissions()
         backend, bare, namespace, record, state = self._state(job_id)
         read, parsed = self._status_logs(backend, bare, namespace, state, tail)
+        measured = parsed.probe or (record.measured if record else None)
+        if parsed.probe and record is not None and record.measured != parsed.probe:
+            self.ledger.set_measured(bare, parsed.probe)
+        if measured and not parsed.probe:  # the preflight line has scrolled out of the tail
+            parsed.metrics.update(probe_metrics(measured))
         error = None
         if state.stage == "ERROR":
             error = parsed.error or state.message or "the job failed without an error line; read log_tail"
@@ -399,7 +421,7 @@ class Core:
             started_at=state.started_at, finished_at=state.finished_at, progress=parsed.progress,
             last_metrics=parsed.metrics, log_tail=read.lines[-tail:] if tail else [], error=error,
             trackio_url=trackio_url, model_url=model_url, next_step=next_step, stale=bool(state.stale),
-        )
+        ), measured
 
     def _status_logs(self, backend: Backend, job_id: str, namespace: str | None, state: JobState,
                      tail: int) -> tuple[LogRead, ParsedLog]:
@@ -537,7 +559,10 @@ class Core:
 
 
     def estimate_cost(self, *, model: str, hyper: Hyper, flavor: str | None = None, dataset: str | None = None,
-                      num_examples: int | None = None, tokens_per_example: float | None = None) -> CostEstimate:
+                      num_examples: int | None = None, tokens_per_example: float | None = None,
+                      measure: bool = False, backend: str | None = None) -> CostEstimate:
+        if measure and not dataset:
+            raise TrainError("measure=True runs a few training steps on the real data: pass dataset too")
         token = hub_token()
         size = self._model_size(model, token, offline=False)
         warnings: list[str] = []
@@ -572,9 +597,13 @@ class Core:
         else:
             fitting = [e for e in ranked if e.fits]
             chosen = fitting[0] if fitting else max(ranked, key=lambda e: e.gpu_memory_gb)
+        measurement = None
+        if dataset:
+            chosen, measurement = self._measured(model, dataset, hyper, chosen, catalog, backend, measure, warnings)
         fitting = [e for e in ranked if e.fits]
         fastest = min(fitting, key=lambda e: e.hours) if fitting else None
-        work = hyper.workload(size, catalog.flavors[chosen.flavor].gpus, data)
+        gpus = catalog.flavors[chosen.flavor].gpus if chosen.flavor in catalog.flavors else 1
+        work = hyper.workload(size, gpus, data)
         if not chosen.fits:
             warnings.append(f"does not fit: {chosen.reasons[0]}. "
                             + how_to_fit(work, fitting[0] if fitting else None))
@@ -583,7 +612,21 @@ class Core:
         if chosen.hours > 4:
             warnings.append(f"over 4 h ({chosen.hours:.1f} h): make sure checkpoints are pushed (the default) and "
                             "consider a multi-GPU flavor")
-        gpus = catalog.flavors[chosen.flavor].gpus
+        assumptions = {
+            "params_billions": round(size.billions, 3), "params_source": size.source,
+            "num_examples": rows, "tokens_per_example": mean, "tokens_source": token_source,
+            "tokens_total": int(chosen.tokens), "tokens_per_second": int(chosen.tokens_per_second),
+            "throughput": "measured" if chosen.measured else "modelled",
+            "per_device_batch_size": work.per_device_batch_size,
+            "gradient_accumulation": work.gradient_accumulation, "max_length": work.max_length,
+            "overhead_minutes": round(chosen.overhead_seconds / 60, 1), "prices": catalog.source,
+            "billing": "per minute while the job is starting or running (not while scheduling)",
+        }
+        if chosen.step is not None and not chosen.measured:
+            step = chosen.step
+            assumptions["seconds_per_step"] = {k: round(v, 3) for k, v in (
+                ("compute", step.compute), ("dequantise", step.dequantise), ("generation", step.generation),
+                ("communication", step.communication), ("other", step.fixed + step.optimizer)) if v}
         return CostEstimate(
             flavor=chosen.flavor, fits=chosen.fits, memory_gb_needed=chosen.memory.gb,
             gpu_memory_gb=chosen.gpu_memory_gb, hours=round(chosen.hours, 2), cost_usd=chosen.cost_usd,
@@ -593,13 +636,64 @@ class Core:
                           for e in ranked if e.flavor != chosen.flavor][:8],
             fastest=FlavorOption(flavor=fastest.flavor, fits=True, hours=round(fastest.hours, 2),
                                  cost_usd=fastest.cost_usd) if fastest else None,
-            assumptions={
-                "params_billions": round(size.billions, 3), "params_source": size.source,
-                "num_examples": rows, "tokens_per_example": mean, "tokens_source": token_source,
-                "tokens_total": int(chosen.tokens), "tokens_per_second": int(chosen.tokens_per_second),
-                "per_device_batch_size": work.per_device_batch_size,
-                "gradient_accumulation": work.gradient_accumulation, "max_length": work.max_length,
-                "overhead_minutes": round(chosen.overhead_seconds / 60, 1), "prices": catalog.source,
-            },
-            warnings=warnings,
+            assumptions=assumptions, warnings=warnings, measurement=measurement,
         )
+
+    def _finished_measurement(self, key: str) -> dict | None:
+        """The numbers of the newest finished measurement of these settings, if any."""
+        for record in self.ledger.keyed(measure_prefix(key)):
+            if record.job_id.startswith(PENDING):
+                continue
+            measured = record.measured or self._report(record.job_id, 0)[1]
+            if measured:
+                return measured
+        return None
+
+    def _measured(self, model: str, dataset: str, hyper: Hyper, chosen: FlavorEstimate, catalog, backend: str | None,
+                  measure: bool, warnings: list[str]) -> tuple[FlavorEstimate, Measurement | None]:
+        """The modelled estimate, replaced by a finished measurement of the same settings; with measure=True a
+        measurement job is launched unless one is running or has finished (a failed one is tried again)."""
+        backend_name = backend or default_backend()
+        target = chosen.flavor if backend_name == "hf" else ("local-cuda" if has_cuda() else "local-cpu")
+        key = probe_key(model=model, dataset=dataset, flavor=target, backend=backend_name, timing=asdict(hyper))
+        attempts = [r for r in self.ledger.keyed(measure_prefix(key)) if not r.job_id.startswith(PENDING)]
+        report, probe = self._report(attempts[0].job_id, 0) if attempts else (None, None)
+        if report is not None and report.stage not in ("ERROR", "CANCELED", "DELETED") and probe is None:
+            measure = False  # still measuring: never two measurements of the same settings at once
+        if measure and (report is None or report.stage in ("ERROR", "CANCELED", "DELETED")):
+            if report is not None:
+                warnings.append(f"the previous measurement {report.job_id} ended {report.stage}"
+                                + (f" ({report.error})" if report.error else "") + "; measuring again")
+            request = TrainingRequest(
+                model=model, dataset=dataset, backend=backend_name, flavor=chosen.flavor if backend_name == "hf" else None,
+                idempotency_key=attempt_key(key, len(attempts) + 1),
+                **{k: v for k, v in asdict(hyper).items() if v is not None},
+            )
+            sub = self.submit_training(request, kind="probe")
+            warnings.append(f"measuring on {sub.flavor}: job {sub.job_id} runs {PROBE_STEPS} optimizer steps at the "
+                            f"real batch size (at most {sub.timeout}, ${sub.worst_case_cost_usd or 0:.2f}); call "
+                            "estimate_cost again with the same arguments once it has finished")
+            return chosen, Measurement(job_id=sub.job_id, stage=sub.stage, job_url=sub.job_url)
+        if report is None:
+            return chosen, None
+        measurement = Measurement(job_id=report.job_id, stage=report.stage, job_url=report.job_url,
+                                  error=report.error)
+        if probe is None:
+            if report.stage in ("ERROR", "CANCELED", "DELETED"):
+                warnings.append(f"the measurement {report.job_id} ended {report.stage}"
+                                + (f": {report.error}" if report.error else "") + "; measure=True tries again")
+                if report.error and "out of memory" in report.error.lower():
+                    chosen = replace(chosen, fits=False, reasons=[f"the measurement ran out of GPU memory on "
+                                                                  f"{chosen.flavor}"])
+            else:
+                warnings.append(f"still measuring: job {report.job_id} is {report.stage}; call again once it finished")
+            return chosen, measurement
+        measurement = measurement.model_copy(update={k: probe.get(k) for k in (
+            "seconds_per_step", "tokens_per_second", "peak_memory_gb", "device")})
+        price = catalog.flavors[chosen.flavor].usd_per_hour if backend_name == "hf" else 0.0
+        measured = apply_measurement(chosen, probe, price)
+        if backend_name != "hf":  # this machine: no container, installs or bill
+            measured = replace(measured, flavor=target, overhead_seconds=0.0, cost_usd=0.0,
+                               hours=measured.train_seconds / 3600,
+                               gpu_memory_gb=float(probe.get("gpu_memory_gb") or 0.0))
+        return measured, measurement

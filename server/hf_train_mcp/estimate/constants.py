@@ -12,24 +12,25 @@ class GpuFacts:
     bf16: bool
     peak_tflops: float  # dense bf16 (fp16 on T4) tensor-core peak
     bandwidth_tbps: float
+    link_gbps: float  # GPU-to-GPU bandwidth of an all-reduce inside one machine (NVLink, else PCIe)
+    fp32_tflops: float  # plain fp32 (no tensor cores, no TF32): training without mixed precision
     source: str
-    mfu: float | None = None  # this GPU's achievable share of peak, where it differs from MFU below
 
 
 # NVIDIA datasheets (dense, i.e. without 2:4 sparsity). A10G: AWS G5 documentation and the commonly cited
-# 70 TFLOPS dense bf16 (it is a power-capped A10). T4 has no bf16: its peak is fp16.
+# 70 TFLOPS dense bf16 (it is a power-capped A10). T4 has no bf16: its peak is fp16. Links: NVLink where the
+# flavor's GPUs are SXM parts (A100, H100, H200), else PCIe 4/5 shared through the host (~10-25 GB/s achieved).
 GPU_FACTS: dict[str, GpuFacts] = {
     g.model: g
     for g in (
-        # T4 is power-capped at 70 W and throttles under sustained tensor load: LLM fine-tuning runs ~2.5x slower
-        # than on an A10G in practice, hence its own utilisation.
-        GpuFacts("T4", 16, False, 65, 0.32, "NVIDIA T4 datasheet (fp16 tensor, no bf16)", mfu=0.10),
-        GpuFacts("L4", 24, True, 121, 0.30, "NVIDIA L4 datasheet"),
-        GpuFacts("A10G", 24, True, 70, 0.60, "AWS EC2 G5 docs; NVIDIA A10 datasheet scaled to A10G clocks"),
-        GpuFacts("L40S", 48, True, 362, 0.864, "NVIDIA L40S datasheet"),
-        GpuFacts("A100", 80, True, 312, 2.04, "NVIDIA A100 80GB SXM datasheet"),
-        GpuFacts("H200", 141, True, 989, 4.8, "NVIDIA H200 SXM datasheet"),
-        GpuFacts("RTX PRO 6000", 96, True, 500, 1.79, "NVIDIA RTX PRO 6000 Blackwell Server datasheet"),
+        GpuFacts("T4", 16, False, 65, 0.32, 8, 8.1, "NVIDIA T4 datasheet (fp16 tensor, no bf16)"),
+        GpuFacts("L4", 24, True, 121, 0.30, 12, 30, "NVIDIA L4 datasheet"),
+        GpuFacts("A10G", 24, True, 70, 0.60, 12, 31, "AWS EC2 G5 docs; NVIDIA A10 datasheet scaled to A10G clocks"),
+        GpuFacts("L40S", 48, True, 362, 0.864, 20, 91, "NVIDIA L40S datasheet"),
+        GpuFacts("A100", 80, True, 312, 2.04, 200, 19.5, "NVIDIA A100 80GB SXM datasheet"),
+        GpuFacts("H100", 80, True, 989, 3.35, 300, 67, "NVIDIA H100 SXM datasheet (not a Jobs flavor: calibration)"),
+        GpuFacts("H200", 141, True, 989, 4.8, 300, 67, "NVIDIA H200 SXM datasheet"),
+        GpuFacts("RTX PRO 6000", 96, True, 500, 1.79, 25, 120, "NVIDIA RTX PRO 6000 Blackwell Server datasheet"),
     )
 }
 
@@ -50,37 +51,94 @@ FALLBACK_FLAVORS: tuple[tuple[str, str | None, int, float], ...] = (
     ("rtx-pro-6000x4", "RTX PRO 6000", 4, 11.00), ("rtx-pro-6000x8", "RTX PRO 6000", 8, 22.00),
 )  # fmt: skip
 
-# --- Throughput --------------------------------------------------------------------------------------
-# Achieved training FLOP/s per GPU = min(MFU * peak, FLOPS_PER_BYTE * bandwidth). Small models (the common
-# fine-tuning case) are memory-bound on low-bandwidth cards, hence the bandwidth cap. Both constants are
-# calibrated on the seeds' measurements (shared/seeds 000 and 003): Qwen2-0.5B-Instruct full SFT on Capybara,
-# 3 epochs = 2h20 on a10g-small, 1h35 on a10g-largex2, ~1h on l4x4; 100 steps ~6 min. See tests/test_estimate.py.
-MFU = 0.23
-FLOPS_PER_BYTE = 40.0
-# Data-parallel efficiency for N > 1 GPUs (gradient all-reduce over PCIe, uneven last batches): the seeds'
-# a10g-largex2 run is 1.47x faster than a10g-small, i.e. 0.74 per GPU.
-MULTI_GPU_EFFICIENCY = 0.74
-# FLOPs per parameter per token: forward 2, backward 4; gradient checkpointing recomputes the forward (+2).
+# --- Throughput: see estimate/cost.py for the model and estimate/calibration/ for the fit ------------------
+# FLOPs per parameter per token: forward 2, backward 4 (2 for activation gradients, 2 for weight gradients);
+# gradient checkpointing recomputes the forward (+2). LoRA/QLoRA skip the frozen weights' gradients (-2).
 FORWARD_FLOPS = 2.0
-BACKWARD_FLOPS = 4.0
-RECOMPUTE_FLOPS = 2.0
-# LoRA skips weight gradients of the frozen base: backward keeps only activation gradients (2 of 4).
-LORA_BACKWARD_SHARE = 0.5
-# QLoRA dequantizes 4-bit weights on every matmul: ~30% slower than LoRA (QLoRA paper, Dettmers et al. 2023).
-QLORA_SLOWDOWN = 1.3
-# GRPO generation runs token by token and is memory-bound: it reads all weights once per decoding step for
-# the whole batch. Achieved decode efficiency relative to bandwidth.
-DECODE_BANDWIDTH_EFFICIENCY = 0.35
 
-# Without packing every batch pads to its longest row: ~25% wasted tokens on typical chat data.
-PADDING_FACTOR = 1.25
+# How the measured runs were executed, where it differs from our scripts (TRL, transformers' generate, DDP).
+# Unsloth's own kernels, its gradient offload and 8-bit Adam make its runs faster than plain TRL on the same
+# settings (Unsloth claims ~2x for QLoRA SFT); only calibration rows use this.
+FRAMEWORKS = ("trl", "unsloth")
+# Generation engines for GRPO: transformers' generate (our scripts) and vLLM (CUDA graphs, paged attention).
+GENERATION_ENGINES = ("hf", "vllm")
+
+# Without packing every batch pads to its longest row. Lengths of chat data vary with a coefficient of
+# variation around 0.6-0.9 (Capybara, dolly, alpaca: measured on their token counts); the expected longest of
+# b rows is mean x (1 + cv x z_b), z_b the expected maximum of b standard normals.
+LENGTH_CV = 0.7
+
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The time model's fitted constants (estimate/calibration/fit.py fits them to runs.csv; see cost.py)."""
+
+    # sustained share of the dense peak on large matmuls in real training kernels (power and clock limits)
+    efficiency: dict[str, float]
+    width_half: float  # hidden size at which the width term is 1/2
+    tokens_half: float  # tokens per micro-batch at which the batch term is 1/2
+    dequant_bytes: float  # QLoRA: memory traffic per parameter and weight pass to unpack 4-bit weights
+    layer_overhead_s: float  # launch/Python cost per layer and weight pass of a training micro-batch
+    optimizer_bytes: float  # AdamW traffic per trainable parameter and step (fp32 weights, grads, moments)
+    communication_overlap: float  # share of the transfers hidden behind compute, up to the compute's length
+    multi_gpu_step_s: float  # fixed synchronisation cost of a data-parallel step
+    shard_layer_latency_s: float  # ZeRO-3/FSDP: fetching one layer's shards, per layer and pass (calibration rows)
+    internode_gbps: float  # all-reduce bandwidth between machines (calibration rows only)
+    unsloth_speedup: float  # Unsloth's kernels vs plain TRL on the same settings (calibration rows only)
+    decode_bandwidth_share: float  # achieved share of memory bandwidth while decoding
+    decode_step_s: float  # transformers' generate: fixed cost per decoded token (the Python loop, sampling)
+    decode_layer_s: float  # transformers' generate: launch/Python cost per layer and decoded token
+    vllm_step_s: float  # vLLM: fixed cost per decoding step (its scheduler)
+    vllm_layer_s: float  # vLLM: cost per layer and step (CUDA graphs leave little)
+    kv_share: float  # KV-cache size relative to full multi-head attention (grouped-query attention)
+    weight_sync_gbps: float  # GRPO with a vLLM server: new weights sent to it every step (gather + load)
+    eager_score_bytes: float  # unfused attention: memory traffic per attention score and pass (calibration rows)
+    moe_efficiency: float  # mixture of experts: matmul efficiency of routed experts relative to a dense layer
+    save_gbps: float  # writing a checkpoint to local disk
+    emulated_bf16_speedup: float  # bf16 on a GPU without it, relative to its fp32 peak (calibration rows)
+    expert_launch_s: float  # mixture of experts: fixed cost per expert, layer and pass
+
+
+# Fitted on estimate/calibration/runs.csv by estimate/calibration/fit.py (see its report in sources.md).
+CALIBRATED = Calibration(
+    efficiency={"T4": 0.328, "L4": 0.311, "A10G": 0.650, "L40S": 0.450, "A100": 0.496, "H100": 0.402, "H200": 0.402, "RTX PRO 6000": 0.450},
+    width_half=885.5,
+    tokens_half=394.2,
+    dequant_bytes=4.944,
+    layer_overhead_s=0.000195,
+    optimizer_bytes=32,
+    communication_overlap=0.959,
+    multi_gpu_step_s=0.05001,
+    shard_layer_latency_s=0.002734,
+    internode_gbps=25.47,
+    unsloth_speedup=1.705,
+    decode_bandwidth_share=0.5957,
+    decode_step_s=0.005755,
+    decode_layer_s=0.00119,
+    vllm_step_s=0.005665,
+    vllm_layer_s=2.006e-05,
+    kv_share=0.25,
+    weight_sync_gbps=5,
+    eager_score_bytes=18.7,
+    moe_efficiency=0.2157,
+    save_gbps=1,
+    emulated_bf16_speedup=1.539,
+    expert_launch_s=1.522e-05,
+)
 
 # --- Fixed overheads (seconds) -------------------------------------------------------------------------
-IMAGE_START_S = 60  # scheduling + pulling the uv image (seed 003: "a few minutes" for a 100-step job)
+IMAGE_START_S = 60  # pulling the uv image and starting the container (billed: the job is Starting)
 DEPENDENCY_INSTALL_S = 90  # uv resolving torch/transformers/trl/peft/trackio from the PEP 723 header
 DOWNLOAD_GBPS = 0.5  # model download from the Hub inside Jobs, GB per second
 PUSH_GBPS = 0.1  # upload of the final model/adapter and checkpoints, GB per second
-TIMEOUT_FACTOR = 1.3  # recommended timeout = estimate x 1.3 + overheads (issue 5)
+# Recommended timeout: the estimate x TIMEOUT_FACTOR + overheads, rounded up to 10 min. The factor covers the
+# estimator's worst error on the calibration table (a run 40% longer than estimated still finishes) and the
+# run-to-run spread of shared hardware; a timed-out job loses everything since its last checkpoint.
+TIMEOUT_FACTOR = 1.75
+# Once a preflight measured the real seconds per step on the target flavor, what remains is run-to-run spread
+# (evaluation, checkpoint pushes, shared hardware): a smaller margin.
+MEASURED_TIMEOUT_FACTOR = 1.3
 TIMEOUT_MIN_S = 20 * 60
 
 # --- Memory (bytes per parameter unless noted) ---------------------------------------------------------
@@ -90,8 +148,9 @@ WEIGHT_BYTES = {"bf16": 2.0, "fp32": 4.0, "4bit": 0.55}  # nf4 + double-quant sc
 TRAINABLE_EXTRA_BYTES = 12.0
 CUDA_CONTEXT_GB = 1.5  # CUDA context, cuBLAS workspaces, allocator fragmentation floor
 MEMORY_SAFETY = 1.15  # fragmentation and peaks we do not model
-LORA_TRAINABLE_SHARE = 0.01  # r=16 on all linear layers ~ 0.5-1.5% of a dense model's parameters
+LORA_TRAINABLE_SHARE = 0.01
+CHECKPOINT_BYTES = 12.0  # per trainable parameter in a checkpoint: fp32 weights + AdamW's two moments  # r=16 on all linear layers ~ 0.5-1.5% of a dense model's parameters
 
 # --- Defaults when the dataset gives no token statistics (mean tokens per example) ---------------------
-DEFAULT_TOKENS_PER_EXAMPLE = {"sft": 512, "dpo": 640, "grpo": 160, "reward": 512}
+DEFAULT_TOKENS_PER_EXAMPLE = {"sft": 512, "dpo": 640, "grpo": 160, "reward": 512, "kto": 512, "distill": 512}
 DEFAULT_NUM_EXAMPLES = 10_000

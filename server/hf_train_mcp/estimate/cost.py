@@ -1,12 +1,47 @@
-"""Time and money of a training run on a flavor, the memory verdict, and the flavor to recommend."""
+"""Time and money of a training run on a flavor, the memory verdict, and the flavor to recommend.
+
+The time model, per GPU and optimizer step:
+
+    step = micro-batches x (compute + dequantisation + fixed) + optimizer + exposed all-reduce + generation
+
+- compute: the run's FLOPs (forward, backward, recompute, reference/teacher passes, attention) over the
+  achieved FLOP/s, which is the GPU's dense peak x its sustained share x a width term h/(h+H0) x a batch term
+  T/(T+T0) (T: tokens in one micro-batch). Small models and small micro-batches use GPUs poorly; both terms
+  come from the calibration table, not from one constant.
+- dequantisation (QLoRA): every pass (forward, recompute, backward) unpacks the 4-bit weights, a memory-bound
+  cost per parameter and pass that does not shrink with the batch, which is why QLoRA is slow at small batches.
+- generation (GRPO): completions are decoded token by token; each decoding step reads the weights once for the
+  whole generation batch (memory-bound), plus a per-layer launch cost that dominates small models with
+  transformers' generate (vLLM's CUDA graphs mostly remove it), plus the batch's own FLOPs.
+- multi-GPU: data parallel (DDP) all-reduces the trainable parameters' gradients every step over NVLink or PCIe;
+  the part not hidden behind the backward pass is added. Sharded runs (ZeRO-3/FSDP, calibration only) also
+  gather the weights.
+Every constant is in estimate/constants.py (`CALIBRATED`, fitted by estimate/calibration/fit.py on runs.csv).
+"""
 
 import math
 from dataclasses import dataclass, field
 
 from hf_train_mcp.durations import format_duration
 from hf_train_mcp.estimate import constants as C
+from hf_train_mcp.estimate.constants import Calibration
 from hf_train_mcp.estimate.hardware import FlavorInfo
 from hf_train_mcp.estimate.sizing import MemoryNeed, ModelSize, memory_need
+
+# Expected maximum of b standard normal draws (padding of a batch of b rows to its longest).
+_EXPECTED_MAX = {1: 0.0, 2: 0.564, 3: 0.846, 4: 1.029, 5: 1.163, 6: 1.267, 7: 1.352, 8: 1.424, 12: 1.629,
+                 16: 1.766, 24: 1.948, 32: 2.070, 64: 2.336, 128: 2.580}
+
+
+def expected_max_normal(b: int) -> float:
+    if b in _EXPECTED_MAX:
+        return _EXPECTED_MAX[b]
+    below = max(k for k in _EXPECTED_MAX if k <= b)
+    above = min((k for k in _EXPECTED_MAX if k >= b), default=None)
+    if above is None:
+        return math.sqrt(2 * math.log(b))
+    share = (math.log(b) - math.log(below)) / (math.log(above) - math.log(below))
+    return _EXPECTED_MAX[below] + share * (_EXPECTED_MAX[above] - _EXPECTED_MAX[below])
 
 
 @dataclass(frozen=True)
@@ -16,7 +51,7 @@ class Workload:
     method: str
     peft: str
     num_examples: int
-    tokens_per_example: float  # mean, before truncation
+    tokens_per_example: float  # mean, before truncation (GRPO: the prompt)
     epochs: float
     max_steps: int | None
     max_length: int
@@ -27,11 +62,65 @@ class Workload:
     max_completion_length: int = 256
     eval_split: float = 0.0
     save_steps: int = 500
+    completion_length: float | None = None  # GRPO: mean generated tokens, when known (else the maximum)
+    teacher_params: int | None = None  # distill: the teacher's parameters (its forward pass per token)
+    dpo_reference: bool = True  # DPO computes the reference's log-probs every step (TRL's default)
+    # How it is executed: our scripts run TRL with transformers' generate and DDP; calibration rows vary.
+    framework: str = "trl"
+    generation: str = "hf"
+    sharded: bool = False  # ZeRO-3 / FSDP: weights gathered every step
+    gradient_checkpointing: bool = True
+    liger: bool = False
+    generation_gpus: int = 0  # GPUs that only generate (a vLLM server), besides the training GPUs
+    nodes: int = 1
+    fp32: bool = False  # trained without mixed precision (calibration rows; our scripts use bf16/fp16 on GPUs)
+    emulated_bf16: bool = False  # bf16 forced on a GPU without it (T4, calibration rows): no tensor cores
+    fp8_weights: bool = False  # an FP8 base model (calibration rows): decoding reads 1 byte per weight
+    grpo_reference: bool = False  # GRPO with beta > 0 (TRL < 0.18's default): the reference's log-probs too
+    trainable_share: float | None = None  # full fine-tune of part of the layers (Spectrum): their share
+    eager_attention: bool = False  # attention without a fused kernel (calibration rows): scores go through memory
+    generation_per_micro_batch: bool = False  # TRL < 0.16 generated each micro-batch's completions separately
+    eval_tokens: float | None = None  # forward tokens of all evaluations, when known (else from eval_split)
 
-    def seq_len(self) -> int:
+    def sequence_length(self) -> int:
+        """Tokens of one sequence as the GPU sees it (padded or packed), for memory and attention."""
         if self.method == "grpo":
             return int(min(self.tokens_per_example, self.max_length) + self.max_completion_length)
-        return self.max_length if self.packing else int(min(self.max_length, self.tokens_per_example * 2))
+        if self.packing:
+            return self.max_length
+        return int(padded_length(self, self.per_device_batch_size * self.sequences_per_example))
+
+
+    @property
+    def sequences_per_example(self) -> int:
+        return 2 if self.method in ("dpo", "reward") else 1
+
+    @property
+    def mean_length(self) -> float:
+        """Mean tokens of one example after truncation at max_length."""
+        return min(self.tokens_per_example, self.max_length)
+
+
+def padded_length(work: Workload, rows: int) -> float:
+    """Tokens of a row in a micro-batch of `rows` unpacked rows: the batch pads to its longest (up to max_length)."""
+    longest = work.tokens_per_example * (1 + C.LENGTH_CV * expected_max_normal(max(1, rows)))
+    return min(float(work.max_length), max(work.mean_length, longest))
+
+
+@dataclass
+class StepTime:
+    """Seconds of one optimizer step on one GPU, by cause."""
+
+    compute: float
+    dequantise: float
+    fixed: float
+    optimizer: float
+    communication: float
+    generation: float
+
+    @property
+    def total(self) -> float:
+        return self.compute + self.dequantise + self.fixed + self.optimizer + self.communication + self.generation
 
 
 @dataclass
@@ -47,11 +136,14 @@ class FlavorEstimate:
     steps: int
     tokens: float
     tokens_per_second: float
+    step: StepTime | None = None
     reasons: list[str] = field(default_factory=list)
+    timeout_factor: float = C.TIMEOUT_FACTOR  # smaller once the time is measured rather than modelled
+    measured: bool = False
 
     @property
     def recommended_timeout_seconds(self) -> int:
-        raw = self.train_seconds * C.TIMEOUT_FACTOR + self.overhead_seconds
+        raw = self.train_seconds * self.timeout_factor + self.overhead_seconds
         return int(max(C.TIMEOUT_MIN_S, math.ceil(raw / 600) * 600))
 
     @property
@@ -59,80 +151,196 @@ class FlavorEstimate:
         return format_duration(self.recommended_timeout_seconds)
 
 
-def achieved_flops(flavor: FlavorInfo) -> float:
-    """Training FLOP/s of the whole flavor (calibrated; see constants)."""
-    gpu = flavor.gpu
-    assert gpu is not None
-    per_gpu = min((gpu.mfu or C.MFU) * gpu.peak_tflops, C.FLOPS_PER_BYTE * gpu.bandwidth_tbps) * 1e12
-    scale = flavor.gpus * (C.MULTI_GPU_EFFICIENCY if flavor.gpus > 1 else 1.0)
-    return per_gpu * scale
-
-
-def effective_tokens_per_example(work: Workload) -> float:
-    """Tokens one example costs: truncated at max_length; without packing, batches pad to their longest row."""
-    mean = min(work.tokens_per_example, work.max_length)
-    return mean if work.packing else mean * C.PADDING_FACTOR
+def rows_per_step(work: Workload, gpus: int) -> float:
+    """Dataset rows one optimizer step consumes (GRPO: prompts, each sampled num_generations times)."""
+    per_step = work.per_device_batch_size * work.gradient_accumulation * max(1, gpus)
+    if work.method == "grpo":
+        return per_step / work.num_generations
+    if work.packing:  # a packed sequence holds max_length tokens of several rows
+        return per_step * work.max_length / max(1.0, work.mean_length)
+    return per_step
 
 
 def optimizer_steps(work: Workload, gpus: int) -> int:
     if work.max_steps:
         return work.max_steps
     examples = work.num_examples * (1 - work.eval_split)
-    per_step = work.per_device_batch_size * work.gradient_accumulation * max(1, gpus)
+    return max(1, math.ceil(examples * work.epochs / rows_per_step(work, gpus)))
+
+
+def _achieved_flops(gpu, size: ModelSize, tokens: float, cal: Calibration) -> float:
+    """FLOP/s one GPU sustains on micro-batches of `tokens` tokens of this model. A matmul is efficient once all
+    its sides are large: the batch side needed shrinks as the model widens (tokens_half is for hidden 4096)."""
+    width = size.hidden / (size.hidden + cal.width_half)
+    batch = tokens / (tokens + cal.tokens_half * 4096 / size.hidden)
+    return gpu.peak_tflops * 1e12 * cal.efficiency[gpu.model] * width * batch
+
+
+def _passes(work: Workload) -> tuple[float, float]:
+    """(forward-equivalents per trained token for the weights, same for attention): forward 1, backward 2
+    (1 without weight gradients, LoRA), recompute 1 with gradient checkpointing."""
+    backward = 1.0 + (work.trainable_share or 1.0 if work.peft == "full" else 0.0)
+    recompute = 1.0 if work.gradient_checkpointing else 0.0
+    return 1.0 + backward + recompute, 3.0 + recompute  # attention's backward needs both input gradients
+
+
+def step_time(size: ModelSize, work: Workload, flavor: FlavorInfo, cal: Calibration) -> tuple[StepTime, float]:
+    """One optimizer step on one GPU, and the tokens it trains on (all GPUs together)."""
+    gpu = flavor.gpu
+    assert gpu is not None
+    gpus = max(1, flavor.gpus)
+    n = size.compute_params  # FLOPs per token (a mixture of experts runs its active experts only)
+    stored = size.params  # what is held, unpacked, optimised and communicated
+    weight_pass, attention_pass = _passes(work)
+    generation = 0.0
     if work.method == "grpo":
-        per_step = per_step / work.num_generations  # the batch counts completions, G per prompt
-    return max(1, math.ceil(examples * work.epochs / per_step))
+        completion = work.completion_length or work.max_completion_length
+        length = work.mean_length + completion
+        rows = work.per_device_batch_size  # completions per micro-batch
+        generation = _generation_seconds(size, work, flavor, cal)
+    elif work.packing:
+        length, rows = float(work.max_length), work.per_device_batch_size
+    else:
+        rows = work.per_device_batch_size * work.sequences_per_example
+        length = padded_length(work, rows)
+    tokens_mb = rows * length  # tokens one micro-batch runs through the policy
+    fwd_per_token = C.FORWARD_FLOPS * n + 2 * size.layers * size.hidden * length  # weights + causal attention
+    flops = tokens_mb * (weight_pass * C.FORWARD_FLOPS * n + attention_pass * 2 * size.layers * size.hidden * length)
+    if (work.method == "dpo" and work.dpo_reference) or (work.method == "grpo" and work.grpo_reference):
+        flops += tokens_mb * fwd_per_token  # the reference's log-probs of chosen and rejected / the completions
+    if work.method == "kto":
+        flops += tokens_mb * fwd_per_token * 3  # policy KL batch, reference on both
+    if work.method == "distill" and work.teacher_params:
+        flops += tokens_mb * (C.FORWARD_FLOPS * work.teacher_params + 2 * size.layers * size.hidden * length)
+    compute = flops / _achieved_flops(gpu, size, tokens_mb, cal)
+    if size.experts:  # routed experts: small per-expert matmuls, and every pass touches all experts' weights
+        compute /= cal.moe_efficiency
+        compute += weight_pass * stored * 2 / (gpu.bandwidth_tbps * 1e12)
+    if work.fp32:
+        compute *= gpu.peak_tflops / gpu.fp32_tflops
+    elif work.emulated_bf16:
+        compute *= gpu.peak_tflops / (gpu.fp32_tflops * cal.emulated_bf16_speedup)
+    unsloth = work.framework == "unsloth" and work.peft != "full"  # its kernels are for (Q)LoRA
+    if unsloth:
+        compute /= cal.unsloth_speedup
+    dequantise = 0.0
+    if work.peft == "qlora":  # every weight pass (forward, recompute, input gradients) unpacks the weights
+        dequantise = weight_pass * stored * cal.dequant_bytes / (gpu.bandwidth_tbps * 1e12)
+        if unsloth:
+            dequantise /= cal.unsloth_speedup
+    fixed = cal.layer_overhead_s * size.layers * weight_pass
+    if size.experts:  # transformers runs the experts one after another: a launch per expert, layer and pass
+        fixed += cal.expert_launch_s * size.experts * size.layers * weight_pass
+    if work.sharded:  # ZeRO-3/FSDP fetch each layer's shards before using it: a latency per layer and pass
+        fixed += cal.shard_layer_latency_s * size.layers * weight_pass
+    if work.eager_attention:  # fp32 scores of every head written, softmaxed and read back, in each attention pass
+        heads = max(1, size.hidden // 128)
+        fixed += rows * length ** 2 * heads * size.layers * cal.eager_score_bytes * attention_pass / (
+            gpu.bandwidth_tbps * 1e12)
+    micro = work.gradient_accumulation
+    trainable = stored * (work.trainable_share or 1.0) if work.peft == "full" else stored * C.LORA_TRAINABLE_SHARE
+    optimizer = trainable * cal.optimizer_bytes / (gpu.bandwidth_tbps * 1e12)
+    communication = 0.0
+    if gpus > 1 or work.nodes > 1:
+        ring = (gpus - 1) / gpus
+        link = gpu.link_gbps * 1e9 if work.nodes == 1 else cal.internode_gbps * 1e9
+        if work.sharded:  # every micro-batch gathers the weights (4-bit under QLoRA) for each weight pass and
+            # reduce-scatters the fp32 gradients of the trainable ones
+            width = C.WEIGHT_BYTES["4bit"] if work.peft == "qlora" else 2.0
+            gathers = weight_pass - (1 if work.peft == "full" else 0)
+            volume = ring * micro * (stored * width * gathers + trainable * 4)
+        else:  # data parallel: one all-reduce of the fp32 gradients per step (accumulation skips the others)
+            volume = 2 * ring * trainable * 4
+        # overlapped with the compute it can hide behind (the backward, the next layer's forward)
+        transfer = volume / link
+        hidden = min(transfer, compute * micro) * cal.communication_overlap
+        communication = transfer - hidden + cal.multi_gpu_step_s
+    if work.method == "grpo" and work.generation_gpus:  # the new weights are sent to the vLLM server every step
+        communication += stored * 2 / (cal.weight_sync_gbps * 1e9)
+    step = StepTime(compute=compute * micro, dequantise=dequantise * micro, fixed=fixed * micro,
+                    optimizer=optimizer, communication=communication, generation=generation)
+    return step, tokens_mb * micro * gpus
 
 
-def estimate_on(size: ModelSize, work: Workload, flavor: FlavorInfo) -> FlavorEstimate:
+def _generation_seconds(size: ModelSize, work: Workload, flavor: FlavorInfo, cal: Calibration) -> float:
+    """GRPO: decoding one optimizer step's completions (per_device_batch x accumulation per training GPU)."""
+    gpu = flavor.gpu
+    calls = work.gradient_accumulation if work.generation_per_micro_batch else 1
+    completions = work.per_device_batch_size * work.gradient_accumulation / calls  # per training GPU and call
+    if work.generation_gpus:  # a vLLM server on other GPUs decodes everyone's completions
+        completions = completions * max(1, flavor.gpus) / work.generation_gpus
+    steps = work.max_completion_length if work.completion_length is None else work.completion_length * 1.5
+    steps = min(steps, work.max_completion_length)  # the longest completion of the batch sets the pace
+    vllm = work.generation == "vllm"
+    if work.peft == "qlora":  # bitsandbytes unpacks the 4-bit weights at every decoding step
+        weight_bytes = size.params * cal.dequant_bytes
+    else:  # bf16 (or FP8) weights, read once per decoding step
+        weight_bytes = size.params * (1.0 if work.fp8_weights else 2.0)
+    compute_params = size.compute_params
+    context = work.mean_length + steps / 2
+    kv_bytes = completions * context * size.layers * 2 * size.hidden * 2 * cal.kv_share
+    memory = (weight_bytes + kv_bytes) / (gpu.bandwidth_tbps * 1e12 * cal.decode_bandwidth_share)
+    math_s = 2 * compute_params * completions / (gpu.peak_tflops * 1e12 * cal.efficiency[gpu.model] * 0.5)
+    launch = (cal.vllm_step_s + size.layers * cal.vllm_layer_s) if vllm else (
+        cal.decode_step_s + size.layers * cal.decode_layer_s)
+    prefill = completions * work.mean_length * 2 * compute_params / (gpu.peak_tflops * 1e12 * cal.efficiency[gpu.model] * 0.5)
+    return calls * (steps * (max(memory, math_s) + launch) + prefill)
+
+
+def push_seconds(size: ModelSize, work: Workload) -> float:
+    """Uploading the final model (full fine-tune) or adapter."""
+    return size.params * 2 / 1e9 * (1 if work.peft == "full" else C.LORA_TRAINABLE_SHARE) / C.PUSH_GBPS
+
+
+def overhead_seconds(size: ModelSize, work: Workload) -> float:
+    """Billed time outside the training loop: container start, installs, model download, final push."""
+    download_gb = (size.params + (work.teacher_params or 0)) * 2 / 1e9
+    return C.IMAGE_START_S + C.DEPENDENCY_INSTALL_S + download_gb / C.DOWNLOAD_GBPS + push_seconds(size, work)
+
+
+def train_seconds(size: ModelSize, work: Workload, flavor: FlavorInfo, cal: Calibration | None = None
+                  ) -> tuple[float, int, float, StepTime]:
+    """Seconds of the training loop, its optimizer steps, the tokens trained on, and one step's breakdown."""
+    cal = cal or C.CALIBRATED
+    step, tokens = step_time(size, work, flavor, cal)
+    steps = optimizer_steps(work, flavor.gpus)
+    seconds = steps * step.total
+    if work.save_steps and steps >= work.save_steps:  # checkpoints: weights and optimizer state to disk
+        trainable = size.params * (work.trainable_share or 1.0) if work.peft == "full" else (
+            size.params * C.LORA_TRAINABLE_SHARE)
+        saved = trainable * C.CHECKPOINT_BYTES + (size.params * 2 if work.peft == "full" else 0)
+        seconds += (steps // work.save_steps) * saved / max(1, flavor.gpus if work.sharded else 1) / (
+            (cal or C.CALIBRATED).save_gbps * 1e9)
+    eval_tokens = work.eval_tokens
+    if eval_tokens is None and work.eval_split:  # one forward over the held-out rows at every save
+        evals = max(1, steps // max(1, work.save_steps))
+        eval_tokens = evals * work.num_examples * work.eval_split * work.mean_length * work.sequences_per_example
+    if eval_tokens:
+        speedup = cal.unsloth_speedup if work.framework == "unsloth" and work.peft != "full" else 1.0
+        seconds += eval_tokens * C.FORWARD_FLOPS * size.compute_params / speedup / (
+            _achieved_flops(flavor.gpu, size, work.per_device_batch_size * work.mean_length, cal) * flavor.gpus)
+    return seconds, steps, steps * tokens, step
+
+
+def estimate_on(size: ModelSize, work: Workload, flavor: FlavorInfo, cal: Calibration | None = None
+                ) -> FlavorEstimate:
     gpu = flavor.gpu
     if gpu is None:
         raise ValueError(f"{flavor.name} has no GPU: training estimates cover GPU flavors only")
     memory = memory_need(
-        size, method=work.method, peft=work.peft, batch=work.per_device_batch_size, seq_len=work.seq_len(),
-        num_generations=work.num_generations,
+        size, method=work.method, peft=work.peft, batch=work.per_device_batch_size, seq_len=work.sequence_length(),
+        num_generations=work.num_generations, teacher_params=work.teacher_params,
     )
-    steps = optimizer_steps(work, flavor.gpus)
-    rows = steps * work.per_device_batch_size * work.gradient_accumulation * max(1, flavor.gpus)
-    n = size.params
-    backward = C.BACKWARD_FLOPS * (1.0 if work.peft == "full" else C.LORA_BACKWARD_SHARE)
-    per_token = n * (C.FORWARD_FLOPS + backward + C.RECOMPUTE_FLOPS)
-    if work.peft == "qlora":
-        per_token *= C.QLORA_SLOWDOWN
-    seconds_decode = 0.0
-    if work.method == "grpo":
-        tokens = rows * (min(work.tokens_per_example, work.max_length) + work.max_completion_length)
-        weight_bytes = n * (C.WEIGHT_BYTES["4bit"] if work.peft == "qlora" else C.WEIGHT_BYTES["bf16"])
-        decode_passes = rows / (work.per_device_batch_size * max(1, flavor.gpus)) * work.max_completion_length
-        seconds_decode = decode_passes * weight_bytes / (gpu.bandwidth_tbps * 1e12 * C.DECODE_BANDWIDTH_EFFICIENCY)
-    else:
-        tokens = rows * effective_tokens_per_example(work)
-    flops = tokens * per_token
-    if work.method in ("dpo", "reward"):
-        flops *= 2  # chosen and rejected
-    if work.method == "dpo":
-        flops += 2 * tokens * n * C.FORWARD_FLOPS  # reference log-probs of both
-    if work.eval_split:
-        evals = max(1, steps // max(1, work.save_steps))
-        eval_tokens = work.num_examples * work.eval_split * effective_tokens_per_example(work)
-        flops += evals * eval_tokens * n * C.FORWARD_FLOPS
-    train_seconds = flops / achieved_flops(flavor) + seconds_decode
-    final_gb = n * C.WEIGHT_BYTES["bf16"] / 1e9 * (1 if work.peft == "full" else C.LORA_TRAINABLE_SHARE)
-    overhead = (
-        C.IMAGE_START_S
-        + C.DEPENDENCY_INSTALL_S
-        + n * C.WEIGHT_BYTES["bf16"] / 1e9 / C.DOWNLOAD_GBPS
-        + final_gb / C.PUSH_GBPS
-    )
-    hours = (train_seconds + overhead) / 3600
+    seconds, steps, tokens, step = train_seconds(size, work, flavor, cal)
+    overhead = overhead_seconds(size, work)
+    hours = (seconds + overhead) / 3600
     fits = memory.gb <= gpu.memory_gb
     reasons = [] if fits else [f"needs ~{memory.gb:.0f} GB per GPU, {flavor.name} has {gpu.memory_gb:.0f} GB"]
     return FlavorEstimate(
         flavor=flavor.name, fits=fits, memory=memory, gpu_memory_gb=gpu.memory_gb,
-        train_seconds=train_seconds, overhead_seconds=overhead, hours=hours,
-        cost_usd=round(hours * flavor.usd_per_hour, 2), steps=steps, tokens=tokens,
-        tokens_per_second=tokens / max(train_seconds, 1e-9),
-        reasons=reasons,
+        train_seconds=seconds, overhead_seconds=overhead, hours=hours,
+        cost_usd=round(math.ceil((seconds + overhead) / 60) * flavor.usd_per_hour / 60, 2), steps=steps,
+        tokens=tokens, tokens_per_second=tokens / max(seconds, 1e-9), step=step, reasons=reasons,
     )
 
 

@@ -3,6 +3,7 @@
 import logging
 import re
 import threading
+import time
 from dataclasses import dataclass
 
 from hf_train_mcp.estimate.constants import FALLBACK_FLAVORS, GPU_FACTS, GpuFacts
@@ -30,8 +31,10 @@ class Catalog:
 
 
 HARDWARE_DEADLINE_S = 3.0  # prices are advisory: fall back quickly
+LIVE_TTL_S = 3600.0  # prices change rarely; a long-running server still picks up new ones within the hour
+FAILED_TTL_S = 60.0
 _lock = threading.Lock()
-_cached: Catalog | None = None
+_cached: tuple[float, Catalog] | None = None  # (valid until, catalog)
 
 
 def fallback_catalog() -> Catalog:
@@ -76,19 +79,20 @@ def live_catalog(token: str | None) -> Catalog:
 
 
 def get_catalog(token: str | None = None, *, offline: bool = False) -> Catalog:
-    """The catalog for this process: fetched once, or the built-in table when the Hub is unreachable."""
+    """The live catalog, cached for LIVE_TTL_S; the built-in table (named in `note`) when the Hub cannot be read,
+    and then not asked again for FAILED_TTL_S, so that an offline server does not wait on every call."""
     global _cached
     if offline:
         return fallback_catalog()
     with _lock:
-        if _cached is None:
+        if _cached is None or time.monotonic() >= _cached[0]:
             try:
-                _cached = live_catalog(token)
+                _cached = (time.monotonic() + LIVE_TTL_S, live_catalog(token))
             except Exception as exc:  # any failure (offline, 5xx, odd payload) falls back, and says so
                 log.info("hardware catalog unavailable (%s); using the built-in table", exc)
-                return Catalog(fallback_catalog().flavors, "built-in",
-                               f"prices and flavors come from the built-in table: {exc}")
-        return _cached
+                _cached = (time.monotonic() + FAILED_TTL_S, Catalog(
+                    fallback_catalog().flavors, "built-in", f"prices and flavors come from the built-in table: {exc}"))
+        return _cached[1]
 
 
 def reset_cache() -> None:

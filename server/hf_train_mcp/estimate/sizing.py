@@ -21,35 +21,71 @@ class ModelSize:
     intermediate: int
     source: str  # "hub safetensors metadata", "config.json", "model name", ...
     note: str | None = None  # why Hub metadata was not used, when the size is a guess
+    active: int | None = None  # mixture of experts: parameters one token passes through
+    experts: int = 0  # mixture of experts: routed experts per layer (0: dense)
 
     @property
     def billions(self) -> float:
         return self.params / 1e9
 
+    @property
+    def compute_params(self) -> int:
+        """What a token's FLOPs scale with: all parameters, or a mixture of experts' active ones."""
+        return self.active or self.params
 
-def params_from_config(cfg: dict) -> int:
-    """Dense decoder parameter count from a transformers config (embeddings, attention with GQA, gated MLP)."""
+
+def _experts(cfg: dict) -> tuple[int, int, int] | None:
+    """(experts, experts per token, expert width) of a mixture-of-experts config (Mixtral, Qwen-MoE, gpt-oss,
+    DeepSeek naming), or None for a dense model."""
+    experts = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts")
+    per_token = cfg.get("num_experts_per_tok") or cfg.get("experts_per_token") or cfg.get("num_experts_per_token")
+    if not experts or not per_token or experts <= 1:
+        return None
+    return int(experts), int(per_token), int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size"))
+
+
+def param_counts(cfg: dict) -> tuple[int, int | None]:
+    """(total, active per token or None when dense) from a transformers config: embeddings, attention with GQA,
+    gated MLP, and routed plus shared experts for a mixture of experts."""
     cfg = cfg.get("text_config", cfg)
     h, layers, vocab = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
     inter = cfg.get("intermediate_size", 4 * h)
     heads = cfg.get("num_attention_heads", max(1, h // 64))
-    kv_dim = h // heads * cfg.get("num_key_value_heads", heads)
-    attention = 2 * h * h + 2 * h * kv_dim
-    mlp = 3 * h * inter
+    kv_dim = cfg.get("head_dim", h // heads) * cfg.get("num_key_value_heads", heads)
+    q_dim = cfg.get("head_dim", h // heads) * heads
+    attention = 2 * h * q_dim + 2 * h * kv_dim
     embeddings = vocab * h * (1 if cfg.get("tie_word_embeddings", False) else 2)
-    return embeddings + layers * (attention + mlp)
+    moe = _experts(cfg)
+    if moe is None:
+        return embeddings + layers * (attention + 3 * h * inter), None
+    experts, per_token, width = moe
+    shared = 3 * h * (cfg.get("shared_expert_intermediate_size") or width * (cfg.get("n_shared_experts") or 0))
+    router = h * experts
+    total = embeddings + layers * (attention + router + shared + 3 * h * width * experts)
+    active = embeddings + layers * (attention + router + shared + 3 * h * width * per_token)
+    return total, active
+
+
+def params_from_config(cfg: dict) -> int:
+    return param_counts(cfg)[0]
 
 
 def _from_config(cfg: dict, params: int | None, source: str) -> ModelSize:
     text = cfg.get("text_config", cfg)
     h = text["hidden_size"]
+    total, active = param_counts(cfg)
+    if params and active:  # the Hub's exact total, with the config's share of it active per token
+        active = int(params * active / total)
+    moe = _experts(text)
     return ModelSize(
-        params=params or params_from_config(cfg),
+        params=params or total,
         layers=text["num_hidden_layers"],
         hidden=h,
         vocab=text["vocab_size"],
         intermediate=text.get("intermediate_size", 4 * h),
         source=source,
+        active=active,
+        experts=moe[0] if moe else 0,
     )
 
 
@@ -65,9 +101,15 @@ def _guess_architecture(params: int, source: str) -> ModelSize:
 _NAME_SIZE = re.compile(r"(?<![A-Za-z0-9.])(\d+(?:\.\d+)?)\s*([bBmM])(?![A-Za-z])")
 
 
+def active_from_name(name: str) -> int | None:
+    """'Qwen3-30B-A3B' -> 3e9: a mixture of experts' active parameters, where the name says them."""
+    found = re.search(r"(?<![A-Za-z0-9])A(\d+(?:\.\d+)?)[bB](?![A-Za-z])", name.rsplit("/", 1)[-1])
+    return int(float(found.group(1)) * 1e9) if found else None
+
+
 def params_from_name(name: str) -> int | None:
     """'Qwen2.5-0.5B' -> 5e8, 'SmolLM2-135M' -> 1.35e8; mixture-of-experts 'AxB' names count all experts."""
-    base = name.rsplit("/", 1)[-1]
+    base = re.sub(r"(?<![A-Za-z0-9])A\d+(?:\.\d+)?[bB](?![A-Za-z])", "", name.rsplit("/", 1)[-1])
     moe = re.search(r"(\d+)x(\d+(?:\.\d+)?)[bB]", base)
     if moe:
         return int(int(moe.group(1)) * float(moe.group(2)) * 1e9)
@@ -102,10 +144,12 @@ def model_size(model: str, token: str | None = None, *, offline: bool = False) -
             log.info("could not read Hub metadata of %s: %s", model, exc)
             note = str(exc)
     if hub_params:
-        return replace(_guess_architecture(hub_params, "hub safetensors metadata (shape guessed)"), note=note)
+        return replace(_guess_architecture(hub_params, "hub safetensors metadata (shape guessed)"), note=note,
+                       active=active_from_name(model))
     from_name = params_from_name(model)
     if from_name:
-        return replace(_guess_architecture(from_name, "model name (shape guessed)"), note=note)
+        return replace(_guess_architecture(from_name, "model name (shape guessed)"), note=note,
+                       active=active_from_name(model))
     raise ValueError(
         f"cannot tell the size of {model!r}: no local config.json, no Hub metadata, no size in its name. "
         "Send a Hub model id with safetensors weights, a local model folder, or a name such as 'org/Model-7B'."
@@ -129,6 +173,7 @@ def memory_need(
     batch: int,
     seq_len: int,
     num_generations: int = 1,
+    teacher_params: int | None = None,
 ) -> MemoryNeed:
     """Peak GPU memory of one data-parallel replica (each GPU holds a full copy), with gradient checkpointing."""
     if peft == "qlora":
@@ -139,12 +184,14 @@ def memory_need(
     else:
         weight_bytes = C.WEIGHT_BYTES["bf16"]
     weights = size.params * weight_bytes
-    if method == "dpo" and peft == "full":
+    if teacher_params:  # distillation: the frozen teacher in bf16 beside the student
+        weights += teacher_params * C.WEIGHT_BYTES["bf16"]
+    if method in ("dpo", "kto") and peft == "full":
         weights += size.params * C.WEIGHT_BYTES["fp32"]  # the frozen reference, loaded like the policy (PEFT
         # disables the adapters instead of keeping a copy)
     trainable = size.params if peft == "full" else int(size.params * C.LORA_TRAINABLE_SHARE)
     state = trainable * C.TRAINABLE_EXTRA_BYTES
-    sequences = batch * (2 if method in ("dpo", "reward") else 1)
+    sequences = batch * (2 if method in ("dpo", "reward", "kto") else 1)
     act_bytes = 2.0
     # checkpointed hidden states of every layer + the working set of the one layer being recomputed
     acts = sequences * seq_len * size.hidden * act_bytes * size.layers

@@ -1,0 +1,139 @@
+"""Measured, not modelled: estimate_cost(measure=True) runs the preflight alone as a job, and a later estimate
+with the same arguments uses its numbers; submit_training(preflight=True) times a few steps first and stops a
+run that could not finish (or fails) minutes in. Everything runs on CPU with the tiny model (local backend);
+the Hub backend's measurement job is checked against the emulator."""
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+
+from hf_train_mcp.app import build_server
+from hf_train_mcp.tiny import example_rows, write_jsonl
+from tests.conftest import needs_training
+from tests.emulator import Emulator, JobPlan, ViewerDataset
+
+pytestmark = pytest.mark.anyio
+
+
+async def wait(client: Client, job_id: str, limit: float = 300) -> dict:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        report = (await client.call_tool("job_status", {"job_id": job_id, "tail": 50})).structured_content
+        if report["stage"] not in ("SCHEDULING", "RUNNING"):
+            return report
+        time.sleep(0.5)
+    raise AssertionError(f"{job_id} still running: {report}")
+
+
+@pytest.fixture
+def sft_data(tmp_path: Path) -> Path:
+    return write_jsonl(tmp_path / "sft.jsonl", example_rows("sft", 48))
+
+
+@needs_training
+@pytest.mark.training
+async def test_a_measurement_job_replaces_the_model_with_measured_seconds_per_step(tiny_model: Path, sft_data: Path,
+                                                                                   offline) -> None:
+    args: dict[str, Any] = {"model": str(tiny_model), "dataset": str(sft_data), "max_steps": 400, "backend": "local"}
+    async with Client(build_server()) as client:
+        first = (await client.call_tool("estimate_cost", {**args, "measure": True})).structured_content
+        probe = first["measurement"]
+        assert probe["stage"] == "RUNNING" and first["assumptions"]["throughput"] == "modelled"
+        again = (await client.call_tool("estimate_cost", {**args, "measure": True})).structured_content
+        assert again["measurement"]["job_id"] == probe["job_id"]  # never two measurements of one setting at once
+        report = await wait(client, probe["job_id"])
+        assert report["stage"] == "COMPLETED", report["log_tail"]
+        assert report["last_metrics"]["preflight_seconds_per_step"] > 0
+        assert not any(line.startswith("HFTM_LOG") and '"step": 4' in line for line in report["log_tail"])
+        measured = (await client.call_tool("estimate_cost", args)).structured_content
+    assert measured["assumptions"]["throughput"] == "measured" and measured["flavor"] == "local-cpu"
+    per_step = measured["measurement"]["seconds_per_step"]
+    assert per_step == report["last_metrics"]["preflight_seconds_per_step"]
+    projected = report["last_metrics"]["preflight_projected_train_seconds"]
+    assert projected == pytest.approx(per_step * 400, rel=0.05, abs=2)  # 400 planned steps at the measured pace
+    assert abs(measured["hours"] * 3600 - projected) <= 18  # hours are given to 0.01 (36 s)
+    assert measured["memory_gb_needed"] == measured["measurement"]["peak_memory_gb"] > 0
+    assert measured["cost_usd"] == 0
+
+
+@needs_training
+@pytest.mark.training
+async def test_a_preflight_stops_a_run_that_cannot_finish_inside_its_timeout(tiny_model: Path, sft_data: Path,
+                                                                             offline) -> None:
+    async with Client(build_server()) as client:
+        sub = (await client.call_tool("submit_training", {
+            "model": str(tiny_model), "dataset": str(sft_data), "backend": "local", "max_steps": 500_000,
+            "timeout": "5m", "preflight": True})).structured_content
+        report = await wait(client, sub["job_id"])
+    assert report["stage"] == "ERROR" and "preflight" in report["error"] and "cannot finish" in report["error"]
+    assert report["last_metrics"]["preflight_projected_train_seconds"] > 300
+    assert not any('"step": 10' in line for line in report["log_tail"])  # the real run never started
+    assert not (Path(sub["model_url"].removeprefix("file://")) / "adapter_config.json").exists()
+
+
+@needs_training
+@pytest.mark.training
+async def test_a_preflight_that_passes_lets_the_run_train_and_reports_what_it_measured(tiny_model: Path,
+                                                                                       sft_data: Path, offline) -> None:
+    async with Client(build_server()) as client:
+        sub = (await client.call_tool("submit_training", {
+            "model": str(tiny_model), "dataset": str(sft_data), "backend": "local", "max_steps": 6,
+            "timeout": "30m", "preflight": True})).structured_content
+        report = await wait(client, sub["job_id"])
+    assert report["stage"] == "COMPLETED", report["log_tail"]
+    assert report["progress"]["step"] == 6 and report["last_metrics"]["preflight_seconds_per_step"] > 0
+    assert (Path(sub["model_url"].removeprefix("file://")) / "adapter_config.json").exists()
+
+
+@needs_training
+@pytest.mark.training
+async def test_bad_data_fails_the_preflight_before_the_run(tiny_model: Path, tmp_path: Path, offline) -> None:
+    broken = write_jsonl(tmp_path / "broken.jsonl", [{"messages": "not a list of messages"}] * 8)
+    async with Client(build_server()) as client:
+        sub = (await client.call_tool("submit_training", {
+            "model": str(tiny_model), "dataset": str(broken), "backend": "local", "max_steps": 6,
+            "timeout": "30m", "preflight": True, "skip_validation": True})).structured_content
+        report = await wait(client, sub["job_id"])
+    assert report["stage"] == "ERROR" and report["error"]
+    assert "preflight_seconds_per_step" not in report["last_metrics"]
+
+
+async def test_measure_without_a_dataset_is_refused(offline) -> None:
+    async with Client(build_server()) as client:
+        result = await client.call_tool("estimate_cost", {"model": "org/Model-7B", "measure": True})
+    assert result.is_error and "pass dataset" in result.content[0].text
+
+
+ROWS = [{"messages": [{"role": "user", "content": f"Q{i}?"}, {"role": "assistant", "content": f"A{i}."}]}
+        for i in range(20)]
+
+
+async def test_a_measurement_on_jobs_is_a_short_job_that_pushes_nothing(hub: Emulator) -> None:
+    hub.datasets["org/chat"] = ViewerDataset({"default": {"train": ROWS}})
+    probe = {"steps": 3, "seconds_per_step": 2.0, "tokens_per_second": 900.0, "peak_memory_gb": 3.1,
+             "device": "NVIDIA A10G", "gpu_memory_gb": 23.7, "planned_steps": 300, "projected_train_seconds": 600}
+    import json
+
+    hub.plan_next(JobPlan(scheduling_s=0, running_s=0.2, log_lines=[f"HFTM_PROBE {json.dumps(probe)}",
+                                                                    'HFTM_DONE {"probe": true}']))
+    args = {"model": "Qwen/Qwen2-0.5B-Instruct", "dataset": "org/chat", "flavor": "a10g-small", "max_steps": 300}
+    async with Client(build_server()) as client:
+        first = (await client.call_tool("estimate_cost", {**args, "measure": True})).structured_content
+        job = hub.posted_jobs()[-1]
+        assert job["labels"]["kind"] == "probe" and job["flavor"] == "a10g-small"
+        assert "HF_TOKEN" in job["secrets"] and not any("hf_emu" in str(v) for v in job["environment"].values())
+        assert job["timeoutSeconds"] <= 3600
+        time.sleep(0.4)
+        measured = (await client.call_tool("estimate_cost", args)).structured_content
+        assert measured["assumptions"]["throughput"] == "measured"
+        assert measured["measurement"]["device"] == "NVIDIA A10G"
+        assert measured["hours"] * 3600 == pytest.approx(600 + measured["assumptions"]["overhead_minutes"] * 60,
+                                                         rel=0.02)
+        # the same run submitted for real takes its default timeout from the measurement
+        sub = (await client.call_tool("submit_training", {**args, "hub_model_id": "emu-user/out",
+                                                          "dry_run": True})).structured_content
+    assert any("measured on a10g-small" in w for w in sub["warnings"])
+    assert sub["estimated_hours"] == pytest.approx(measured["hours"], rel=0.02)
