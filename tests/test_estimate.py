@@ -26,6 +26,27 @@ CAPYBARA = dict(method="sft", peft="full", num_examples=15_806, tokens_per_examp
                 max_length=1024, per_device_batch_size=8, gradient_accumulation=1, max_steps=None)
 
 
+def test_a_mixture_of_experts_computes_with_its_active_parameters_and_holds_them_all() -> None:
+    from hf_train_mcp.estimate.sizing import active_from_name, param_counts
+
+    mixtral = {"hidden_size": 4096, "num_hidden_layers": 32, "vocab_size": 32000, "intermediate_size": 14336,
+               "num_attention_heads": 32, "num_key_value_heads": 8, "num_local_experts": 8, "num_experts_per_tok": 2}
+    total, active = param_counts(mixtral)
+    assert abs(total - 46.7e9) / 46.7e9 < 0.01 and abs(active - 12.9e9) / 12.9e9 < 0.01  # Mistral's own figures
+    assert active_from_name("Qwen/Qwen3-30B-A3B") == 3_000_000_000 and params_from_name("Qwen/Qwen3-30B-A3B") == 30e9
+    small_dense = ModelSize(int(active), 32, 4096, 32000, 14336, "config")
+    big_dense = ModelSize(int(total), 32, 4096, 32000, 14336, "config")
+    moe = ModelSize(int(total), 32, 4096, 32000, 14336, "config", active=int(active), experts=8)
+    work = Workload(**dict(CAPYBARA, peft="lora", max_steps=10))
+    flavor = CATALOG.flavors["h200"]
+    on = {name: estimate_on(size, work, flavor) for name, size in (("small", small_dense), ("big", big_dense),
+                                                                    ("moe", moe))}
+    # a token runs through the active experts only, but routed experts run slower than one dense matmul
+    assert on["moe"].step.compute == pytest.approx(
+        on["small"].step.compute / C.CALIBRATED.moe_efficiency + 3 * total * 2 / (4.8e12), rel=0.01)
+    assert on["moe"].memory.gb == on["big"].memory.gb > on["small"].memory.gb  # every expert is held
+
+
 def test_params_from_config_matches_qwen2_half_billion() -> None:
     assert abs(params_from_config(QWEN_CONFIG) - 494_032_768) / 494_032_768 < 0.02
 

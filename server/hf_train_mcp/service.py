@@ -612,8 +612,13 @@ class Core:
         if chosen.hours > 4:
             warnings.append(f"over 4 h ({chosen.hours:.1f} h): make sure checkpoints are pushed (the default) and "
                             "consider a multi-GPU flavor")
+        if hyper.method == "grpo" and not chosen.measured:
+            warnings.append(f"GRPO's generation time assumes each step's longest completion reaches "
+                            f"max_completion_length ({hyper.completion_length} tokens); shorter completions finish "
+                            "sooner (measure=True measures the real pace)")
         assumptions = {
             "params_billions": round(size.billions, 3), "params_source": size.source,
+            **({"active_params_billions": round(size.compute_params / 1e9, 3)} if size.active else {}),
             "num_examples": rows, "tokens_per_example": mean, "tokens_source": token_source,
             "tokens_total": int(chosen.tokens), "tokens_per_second": int(chosen.tokens_per_second),
             "throughput": "measured" if chosen.measured else "modelled",
@@ -658,8 +663,7 @@ class Core:
         key = probe_key(model=model, dataset=dataset, flavor=target, backend=backend_name, timing=asdict(hyper))
         attempts = [r for r in self.ledger.keyed(measure_prefix(key)) if not r.job_id.startswith(PENDING)]
         report, probe = self._report(attempts[0].job_id, 0) if attempts else (None, None)
-        if report is not None and report.stage not in ("ERROR", "CANCELED", "DELETED") and probe is None:
-            measure = False  # still measuring: never two measurements of the same settings at once
+        # one measurement of a setting at a time: a new one only when none exists or the last one failed
         if measure and (report is None or report.stage in ("ERROR", "CANCELED", "DELETED")):
             if report is not None:
                 warnings.append(f"the previous measurement {report.job_id} ended {report.stage}"

@@ -132,10 +132,11 @@ IMAGE_START_S = 60  # pulling the uv image and starting the container (billed: t
 DEPENDENCY_INSTALL_S = 90  # uv resolving torch/transformers/trl/peft/trackio from the PEP 723 header
 DOWNLOAD_GBPS = 0.5  # model download from the Hub inside Jobs, GB per second
 PUSH_GBPS = 0.1  # upload of the final model/adapter and checkpoints, GB per second
-# Recommended timeout: the estimate x TIMEOUT_FACTOR + overheads, rounded up to 10 min. The factor covers the
-# estimator's worst error on the calibration table (a run 40% longer than estimated still finishes) and the
-# run-to-run spread of shared hardware; a timed-out job loses everything since its last checkpoint.
-TIMEOUT_FACTOR = 1.75
+# Recommended timeout: the estimate x TIMEOUT_FACTOR + overheads, rounded up to 10 min. A run that takes twice its
+# estimate still finishes: the calibration table's worst under-estimate is 28% (estimate/calibration), runs on
+# shared hardware vary, and a timed-out job loses everything since its last checkpoint. Jobs bill what runs, not
+# the timeout; budgets are checked against the timeout (the worst case), and shorten it when the run still fits.
+TIMEOUT_FACTOR = 2.0
 # Once a preflight measured the real seconds per step on the target flavor, what remains is run-to-run spread
 # (evaluation, checkpoint pushes, shared hardware): a smaller margin.
 MEASURED_TIMEOUT_FACTOR = 1.3
