@@ -15,7 +15,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 pytestmark = pytest.mark.anyio
 
-EXPECTED_TOOLS = {"validate_dataset", "estimate_cost", "submit_training", "job_status", "job_logs", "cancel_job",
+EXPECTED_TOOLS = {"list_hardware", "validate_dataset", "estimate_cost", "submit_training", "job_status", "job_logs", "cancel_job",
                   "list_jobs"}
 
 

@@ -1,74 +1,127 @@
-"""The MCP shell: tool declarations only. Work happens in service.Core; fixable errors become ToolError."""
+"""The MCP shell: the tools of tools.py, the job resource with subscriptions, and the finetune prompt.
 
-from collections.abc import Callable
-from typing import Annotated, Any, Literal, TypeVar
+Work happens in service.Core (created on first use, so that tools/list touches no disk, network or heavy
+import); this module turns its TrainError into ToolError, its progress into MCP progress notifications, and a
+large spend into a question to the user when the client can ask.
+"""
 
+import inspect
+import json
+import os
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, TypeVar
+
+import anyio
+import anyio.from_thread
 import anyio.to_thread
 from mcp.server import MCPServer
+from mcp.server.mcpserver import Context, Elicit, ElicitationResult, Resolve
+from mcp.server.mcpserver import AcceptedElicitation
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import Tool as MCPTool
 from mcp.types import ToolAnnotations
-from pydantic import Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from hf_train_mcp.access import STDIO, Access
-from hf_train_mcp.compact_schema import compact
+from hf_train_mcp.compact_schema import compact_tool_schema
 from hf_train_mcp.errors import TrainError
-from hf_train_mcp.schemas import (
-    BackendName,
-    CancelResult,
-    ColumnMapping,
-    CostEstimate,
-    DatasetRef,
-    DatasetReport,
-    Flavor,
-    HubRepoId,
-    JobList,
-    JobReport,
-    LogPage,
-    Method,
-    ModelRef,
-    Peft,
-    Stage,
-    Submission,
-    Timeout,
-)
+from hf_train_mcp.readable import readable
+from hf_train_mcp.tools import TOOLS, Hooks, ToolSpec
+from hf_train_mcp.watch import JOB_URI, JobWatcher, register_subscriptions
 
 T = TypeVar("T")
 
 INSTRUCTIONS = """\
 Fine-tune models with TRL (SFT, DPO, GRPO, reward modeling) on Hugging Face Jobs, or on this machine when
 there is no HF account (backend='local'). Typical flow: validate_dataset -> estimate_cost -> submit_training
-(dry_run=True first to review the script) -> job_status now and then (it never waits). Jobs keep running
-after this conversation; the model is pushed to hub_model_id with checkpoints along the way."""
+(dry_run=True first to review the script) -> job_status now and then, or subscribe to hf-train://jobs/{job_id}
+(it never waits). Jobs keep running after this conversation; the model is pushed to hub_model_id with
+checkpoints along the way. The finetune prompt walks through the whole loop."""
+CONFIRM_DEFAULT_USD = 10.0
 
-READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=True)
+
+class Confirm(BaseModel):
+    submit: bool = Field(description="Launch this job?")
 
 
-def _readable(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "request"
-        parts.append(f"{where}: {err['msg'].removeprefix('Value error, ')}")
-    return "; ".join(parts)
+def confirm_threshold() -> float | None:
+    """Worst-case dollars above which a submission is confirmed with the user (HF_TRAIN_CONFIRM_ABOVE_USD; 'off'
+    or an empty value turns it off)."""
+    raw = os.environ.get("HF_TRAIN_CONFIRM_ABOVE_USD")
+    if raw is None:
+        return CONFIRM_DEFAULT_USD
+    if raw.strip().lower() in ("", "off", "none", "never"):
+        return None
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        raise TrainError(f"this server's HF_TRAIN_CONFIRM_ABOVE_USD={raw!r} is not an amount of dollars; the "
+                         "operator must fix it (e.g. 10, or off)") from None
+
+
+def can_elicit(ctx: Context) -> bool:
+    capabilities = ctx.client_capabilities
+    elicitation = capabilities.elicitation if capabilities is not None else None
+    return elicitation is not None and (elicitation.form is not None or elicitation.url is None)
+
+
+def confirmation_question(prepared: Any) -> str:
+    common = prepared.common
+    hours = f", ~{common['estimated_hours']:.1f} h estimated" if common.get("estimated_hours") else ""
+    estimate = f" (estimated ${common['estimated_cost_usd']:.2f})" if common.get("estimated_cost_usd") else ""
+    return (f"Launch a {prepared.req.method.upper()} job of {prepared.req.model} on {common['flavor']} for up to "
+            f"{common['timeout']}{hours}? It can bill at most ${prepared.worst_case_cost_usd:.2f}{estimate}; "
+            "Jobs bill per minute while it runs.")
 
 
 class CompactMCPServer(MCPServer):
-    """MCPServer whose tools/list carries compacted schemas (arguments are still validated by the full models)."""
+    """MCPServer whose tools/list carries compacted schemas (arguments are still validated by the full models),
+    and whose argument errors say what to send instead of pydantic's text."""
 
     async def list_tools(self) -> list[MCPTool]:
         return [
             tool.model_copy(update={
-                "input_schema": compact(tool.input_schema),
-                "output_schema": compact(tool.output_schema, output=True) if tool.output_schema else None,
+                "input_schema": compact_tool_schema(tool.input_schema),
+                "output_schema": compact_tool_schema(tool.output_schema, output=True) if tool.output_schema else None,
             })
             for tool in await super().list_tools()
         ]
 
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if isinstance(exc.__cause__, ValidationError):
+                raise ToolError(f"invalid arguments for {name}: {readable(exc.__cause__)}") from exc.__cause__
+            raise
 
-def build_server(core: Any | None = None, access: Access = STDIO) -> MCPServer:
+
+def _parameters(spec: ToolSpec) -> list[inspect.Parameter]:
+    """The tool's parameters: the request model's fields, with their types, limits and descriptions."""
+    out = []
+    for name, info in spec.request.model_fields.items():
+        annotation = Annotated[(info.annotation, *info.metadata, Field(description=info.description))]
+        default = inspect.Parameter.empty if info.is_required() else info.default
+        out.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation))
+    return out
+
+
+def _function(name: str, parameters: list[inspect.Parameter], returns: Any, body: Callable[..., Any]) -> Callable:
+    """An async function with this signature (what MCPServer reads to build the schema and call it)."""
+
+    async def function(**kwargs: Any) -> Any:
+        return await body(**kwargs)
+
+    function.__name__ = function.__qualname__ = name
+    function.__signature__ = inspect.Signature(parameters, return_annotation=returns)  # type: ignore[attr-defined]
+    function.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": returns}
+    return function
+
+
+def build_server(core: Any | None = None, access: Access = STDIO, *, watch_interval_s: float = 5.0) -> MCPServer:
     """The MCP server. `core` is created lazily so that tools/list never touches disk, network or heavy imports;
     `access` is what its callers may do (everything over stdio; what the operator allowed over HTTP)."""
-    mcp = CompactMCPServer("hf-train-mcp", instructions=INSTRUCTIONS)
     state: dict[str, Any] = {"core": core}
 
     def get_core() -> Any:
@@ -78,165 +131,142 @@ def build_server(core: Any | None = None, access: Access = STDIO) -> MCPServer:
             state["core"] = Core(access=access)
         return state["core"]
 
+    watcher = JobWatcher(get_core, interval_s=watch_interval_s)
+
+    @asynccontextmanager
+    async def lifespan(_: MCPServer) -> AsyncIterator[dict[str, Any]]:
+        async with anyio.create_task_group() as group:
+            group.start_soon(watcher.run)
+            try:
+                yield {"watcher": watcher}
+            finally:
+                group.cancel_scope.cancel()
+
+    mcp = CompactMCPServer("hf-train-mcp", instructions=INSTRUCTIONS, lifespan=lifespan, subscriptions=watcher.bus)
+    mcp.watcher = watcher  # type: ignore[attr-defined]  # tests drive polls by hand
+    register_subscriptions(mcp, watcher)
+
     async def call(work: Callable[[Any], T]) -> T:
         try:
             return await anyio.to_thread.run_sync(lambda: work(get_core()))
         except TrainError as exc:
             raise ToolError(str(exc)) from None
         except ValidationError as exc:
-            raise ToolError(f"invalid arguments: {_readable(exc)}") from None
+            raise ToolError(f"invalid arguments: {readable(exc)}") from None
 
-    @mcp.tool(title="Validate a training dataset", annotations=READ_ONLY)
-    async def validate_dataset(
-        dataset: DatasetRef,
-        method: Method = "sft",
-        split: str = "train",
-        config: Annotated[str | None, Field(description="Hub dataset config")] = None,
-        column_mapping: ColumnMapping | None = None,
-        model: Annotated[str | None, Field(description="tokenizer to count tokens with")] = None,
-        max_length: Annotated[int | None, Field(ge=32)] = None,
-    ) -> DatasetReport:
-        """Check a dataset (Hub id via the viewer API, no download; or local .jsonl/.json/.csv/.parquet)
-        against a TRL method: format, errors/warnings with rows, suggested_column_mapping for submit_training."""
-        return await call(lambda c: c.validate_dataset(dataset, method, split=split, config=config,
-                                                       column_mapping=column_mapping, model=model,
-                                                       max_length=max_length))
+    def reporter(ctx: Context | None) -> Callable[[str], None] | None:
+        if ctx is None:
+            return None
+        done = [0]
 
-    @mcp.tool(title="Estimate time, cost and memory", annotations=READ_ONLY)
-    async def estimate_cost(
-        model: ModelRef,
-        method: Method = "sft",
-        peft: Peft = "lora",
-        dataset: DatasetRef | None = None,
-        num_examples: Annotated[int | None, Field(ge=1)] = None,
-        tokens_per_example: Annotated[float | None, Field(gt=0, description="mean tokens per row")] = None,
-        flavor: Flavor | None = None,
-        epochs: Annotated[float | None, Field(gt=0, le=100)] = None,
-        max_steps: Annotated[int | None, Field(ge=1)] = None,
-        max_length: Annotated[int | None, Field(ge=32)] = None,
-        per_device_batch_size: Annotated[int | None, Field(ge=1)] = None,
-        gradient_accumulation: Annotated[int | None, Field(ge=1)] = None,
-        packing: bool = False,
-        num_generations: Annotated[int | None, Field(ge=2, description="GRPO only")] = None,
-        max_completion_length: Annotated[int | None, Field(ge=8, description="GRPO only")] = None,
-        measure: Annotated[bool, Field(description="run a short measurement job on the flavor (needs dataset)")] = False,
-        backend: BackendName | None = None,
-    ) -> CostEstimate:
-        """Hours, dollars, GPU memory fit and recommended_timeout on Jobs hardware. Without flavor: the
-        cheapest flavor that fits, plus the fastest. measure=True launches a few real training steps on the
-        flavor; call again with the same arguments when it finished to get the measured estimate."""
-        from hf_train_mcp.planning import Hyper
+        def progress(message: str) -> None:  # called from the worker thread the core runs in
+            done[0] += 1
+            anyio.from_thread.run(ctx.report_progress, done[0], None, message)
 
-        hyper = Hyper(method=method, peft=peft, epochs=epochs, max_steps=max_steps, max_length=max_length,
-                      per_device_batch_size=per_device_batch_size, gradient_accumulation=gradient_accumulation,
-                      packing=packing, num_generations=num_generations, max_completion_length=max_completion_length)
-        return await call(lambda c: c.estimate_cost(model=model, hyper=hyper, flavor=flavor, dataset=dataset,
-                                                    num_examples=num_examples, tokens_per_example=tokens_per_example,
-                                                    measure=measure, backend=backend))
+        return progress
 
-    @mcp.tool(
-        title="Submit a training job",
-        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
-                                    open_world_hint=True),
-    )
-    async def submit_training(
-        model: ModelRef,
-        dataset: DatasetRef,
-        method: Method = "sft",
-        hub_model_id: HubRepoId | None = None,
-        flavor: Flavor | None = None,
-        timeout: Timeout | None = None,
-        peft: Peft = "lora",
-        epochs: Annotated[float | None, Field(gt=0, le=100)] = None,
-        max_steps: Annotated[int | None, Field(ge=1)] = None,
-        learning_rate: Annotated[float | None, Field(gt=0, lt=1)] = None,
-        max_length: Annotated[int | None, Field(ge=32)] = None,
-        per_device_batch_size: Annotated[int | None, Field(ge=1)] = None,
-        gradient_accumulation: Annotated[int | None, Field(ge=1)] = None,
-        column_mapping: ColumnMapping | None = None,
-        eval_split: Annotated[float | None, Field(gt=0, lt=0.5, description="held-out fraction")] = None,
-        dataset_config: str | None = None,
-        dataset_split: str = "train",
-        trackio_space_id: HubRepoId | None = None,
-        project: str | None = None,
-        run_name: str | None = None,
-        private: bool = True,
-        packing: bool = False,
-        lora_r: Annotated[int | None, Field(ge=1)] = None,
-        lora_alpha: Annotated[int | None, Field(ge=1)] = None,
-        lora_dropout: Annotated[float | None, Field(ge=0, lt=1)] = None,
-        lora_target_modules: list[str] | None = None,
-        use_liger_kernel: bool = False,
-        chat_template: Literal["chatml"] | None = None,
-        seed: int = 42,
-        save_steps: Annotated[int | None, Field(ge=1)] = None,
-        save_total_limit: Annotated[int | None, Field(ge=1)] = None,
-        beta: Annotated[float | None, Field(gt=0, description="DPO only")] = None,
-        num_generations: Annotated[int | None, Field(ge=2, description="GRPO only")] = None,
-        max_completion_length: Annotated[int | None, Field(ge=8, description="GRPO only")] = None,
-        reward_funcs: Annotated[
-            list[str] | None, Field(description="GRPO: think_format, length, accuracy (vs answer/solution)")
-        ] = None,
-        reward_code: Annotated[str | None, Field(description="GRPO: source of `def reward(completions, **kw)`")] = None,
-        resume_from: Annotated[str | None, Field(description="previous job id or Hub repo with last-checkpoint/")] = None,
-        output_bucket: Annotated[HubRepoId | None, Field(description="bucket mounted as output_dir")] = None,
-        backend: BackendName | None = None,
-        dry_run: bool = False,
-        preflight: Annotated[bool, Field(description="a few timed steps first; stops early on OOM or too slow")] = False,
-        max_cost_usd: Annotated[float | None, Field(gt=0, description="cap on timeout x price")] = None,
-        idempotency_key: str | None = None,
-        skip_validation: bool = False,
-    ) -> Submission:
-        """Start a TRL training job on HF Jobs (backend='hf': needs hub_model_id, write token) or this machine
-        (backend='local'). Returns job_id and URLs at once. Validates the dataset first; flavor/timeout default
-        to the cheapest fitting flavor and a safe timeout. dry_run=True: script and command, nothing launched."""
-        arguments = {k: v for k, v in locals().items() if v is not None and k not in ("call", "get_core")}
-        return await call(lambda c: c.submit_training(_request(arguments)))
+    def make_request(spec: ToolSpec, arguments: dict[str, Any]) -> Any:
+        try:
+            return spec.request(**arguments)
+        except ValidationError as exc:
+            raise ToolError(f"invalid arguments for {spec.name}: {readable(exc)}") from None
 
-    @mcp.tool(title="Job status", annotations=READ_ONLY)
-    async def job_status(
-        job_id: Annotated[str, Field(min_length=1, max_length=200)],
-        tail: Annotated[int, Field(ge=0, le=500, description="log lines to include")] = 20,
-    ) -> JobReport:
-        """Stage, progress, last metrics, log tail, error and next_step of a job. Quick; never waits."""
-        return await call(lambda c: c.job_status(job_id, tail))
+    for spec in TOOLS:
+        parameters = [*_parameters(spec), inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)]
+        if spec.name == "submit_training":
+            parameters.append(inspect.Parameter(
+                "confirmation", inspect.Parameter.KEYWORD_ONLY,
+                annotation=Annotated[ElicitationResult[Confirm], Resolve(_confirmation_resolver(spec, get_core))]))
 
-    @mcp.tool(title="Job logs", annotations=READ_ONLY)
-    async def job_logs(
-        job_id: Annotated[str, Field(min_length=1, max_length=200)],
-        offset: Annotated[int, Field(ge=0)] = 0,
-        limit: Annotated[int, Field(ge=1, le=2000)] = 200,
-    ) -> LogPage:
-        """A page of a job's log lines from `offset`; page on with next_offset."""
-        return await call(lambda c: c.job_logs(job_id, offset, limit))
+        def body_for(spec: ToolSpec) -> Callable[..., Any]:
+            async def body(ctx: Context, confirmation: Any = None, **arguments: Any) -> Any:
+                req = make_request(spec, arguments)
+                if confirmation is not None and not isinstance(confirmation, AcceptedElicitation):
+                    raise ToolError(f"not submitted: the user {confirmation.action}d the confirmation; nothing was "
+                                    "launched")
+                if isinstance(confirmation, AcceptedElicitation) and isinstance(confirmation.data, Confirm) and \
+                        not confirmation.data.submit:
+                    raise ToolError("not submitted: the user chose not to launch it; nothing was launched")
+                hooks = Hooks(progress=reporter(ctx) if spec.progress else None)
+                return await call(lambda core: spec.run(core, req, hooks))
 
-    @mcp.tool(
-        title="Cancel a job",
-        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
-                                    open_world_hint=True),
-    )
-    async def cancel_job(job_id: Annotated[str, Field(min_length=1, max_length=200)]) -> CancelResult:
-        """Stop a running or scheduled job (billing stops). Checkpoints already pushed are kept."""
-        return await call(lambda c: c.cancel_job(job_id))
+            return body
 
-    @mcp.tool(title="List training jobs", annotations=READ_ONLY)
-    async def list_jobs(stage: Stage | None = None, limit: Annotated[int, Field(ge=1, le=100)] = 20) -> JobList:
-        """Jobs submitted through this server (both backends), newest first."""
-        return await call(lambda c: c.list_jobs(stage, limit))
+        annotations = ToolAnnotations(read_only_hint=spec.read_only, destructive_hint=spec.destructive,
+                                      idempotent_hint=spec.idempotent, open_world_hint=True)
+        mcp.tool(name=spec.name, title=spec.title, description=spec.description, annotations=annotations)(
+            _function(spec.name, parameters, spec.result, body_for(spec)))
+
+    @mcp.resource(JOB_URI, name="job", title="Training job", mime_type="application/json",
+                  description="A job's JobReport (as job_status returns it); subscribe for stage changes.")
+    async def job(job_id: str) -> str:
+        report = await call(lambda core: core.job_status(job_id, 20))
+        watcher.seen(report.job_id, report.stage)
+        return report.model_dump_json()
 
     @mcp.resource("hf-train://templates/{method}", mime_type="text/x-python")
     def template(method: str) -> str:
         """The Jinja2 template a method's training script is rendered from."""
-        from hf_train_mcp.render import template_source
+        from hf_train_mcp.render import template_names, template_source
 
-        if method not in ("sft", "dpo", "grpo", "reward", "_base"):
-            raise ValueError("method must be one of sft, dpo, grpo, reward, _base")
+        if method not in template_names():
+            raise ValueError(f"method must be one of {', '.join(template_names())}")
         return template_source(method)
+
+    @mcp.prompt(name="finetune", title="Fine-tune a model",
+                description="Fine-tune a model on a dataset end to end: validate, estimate, train, follow, evaluate.")
+    def finetune(
+        model: Annotated[str, Field(description="Hub model id or local path")],
+        dataset: Annotated[str, Field(description="Hub dataset id or local file")],
+        goal: Annotated[str, Field(description="what the model should get better at")] = "",
+    ) -> str:
+        return finetune_prompt(model, dataset, goal)
 
     return mcp
 
 
-def _request(arguments: dict[str, Any]):
-    from hf_train_mcp.request import TrainingRequest
+def _confirmation_resolver(spec: ToolSpec, get_core: Callable[[], Any]) -> Callable[..., Any]:
+    """Resolves submit_training's hidden `confirmation`: plans the submission (kept for the body, which does not
+    plan again) and, when its worst case is over the threshold and the client can ask, asks the user."""
+    names = list(spec.request.model_fields)
 
-    return TrainingRequest(**arguments)
+    async def resolver(ctx: Context, **arguments: Any) -> Elicit[Confirm] | None:
+        threshold = confirm_threshold()
+        if threshold is None or not can_elicit(ctx):
+            return None  # clients that cannot ask are governed by the budget caps alone
+        try:
+            req = spec.request(**arguments)
+        except ValidationError:
+            return None  # the body reports it
+        core = get_core()
+        if req.dry_run or core.existing_submission(req) is not None:
+            return None
+        try:
+            prepared = await anyio.to_thread.run_sync(lambda: core.preview(req))
+        except TrainError:
+            return None  # the body runs the same checks and reports the error
+        if prepared.worst_case_cost_usd <= threshold:
+            return None
+        return Elicit(confirmation_question(prepared), Confirm)
+
+    parameters = [inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)]
+    parameters += [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY) for n in names]
+    resolver.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    resolver.__annotations__ = {"ctx": Context}
+    return resolver
+
+
+def finetune_prompt(model: str, dataset: str, goal: str = "") -> str:
+    aim = f" The goal: {goal}." if goal else ""
+    return f"""Fine-tune {model} on {dataset} with the hf-train tools.{aim}
+
+1. validate_dataset(dataset={json.dumps(dataset)}, method=...) — pick the method from the data (messages/text:
+   sft; prompt+chosen+rejected: dpo; prompt only: grpo) and apply its suggested_column_mapping.
+2. estimate_cost(model={json.dumps(model)}, dataset=...) — show me the cheapest flavor that fits, hours, dollars and
+   the recommended timeout; for a run over ~$20 offer estimate_cost(measure=True) first.
+3. submit_training(..., dry_run=True) — show the plan (flavor, timeout, worst case), then submit for real with a
+   hub_model_id under my account and an idempotency_key, and give me the job, Trackio and model URLs.
+4. Follow it: subscribe to hf-train://jobs/<job_id> (or call job_status every few minutes, never in a loop) and
+   tell me when it ends; on ERROR read `error` and `next_step` and propose the fix.
+5. When it completes: evaluate it against the base model on held-out data, then export it (merged, or GGUF for
+   llama.cpp/Ollama) if I want to run it locally, each step with its URL."""

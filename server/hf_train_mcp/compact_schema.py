@@ -1,17 +1,53 @@
 """Smaller JSON schemas for tools/list: every agent turn pays for the whole tool list in context.
 
 Pydantic's schemas repeat a title on every property and spell optional values as
-`anyOf: [{type: X}, {type: null}], default: null`. The same constraints fit in `type: [X, "null"]` with
-no titles, which roughly halves the list without changing what is accepted or returned.
+`anyOf: [{type: X}, {type: null}], default: null`. Without titles, with optional arguments typed by what to send
+(leaving them out is how to say "none"), and with sanity bounds dropped (still enforced on call), the list is
+about half the size without changing what is accepted. Results keep their structure (objects, lists and their
+field names) but not the types of scalars: the names say what they hold, and the agent reads the values.
 """
 
+import json
 from typing import Any
 
+# bounds from this size up are sanity limits (1,000,000 steps), not advice an agent needs
+SANITY_BOUND = 1000
 
-def compact(schema: Any, *, output: bool = False) -> Any:
-    """Also drops string length limits and patterns (still enforced on call; descriptions give the shape). `output=True` drops defaults and `required`,
-    which describe arguments, not results (every result field is always present), and enums, value types and
-    descriptions of results, which the field names and tool descriptions already explain."""
+
+def inline_single_refs(schema: dict[str, Any]) -> dict[str, Any]:
+    """Replace a `$defs` entry used once by its body (a name and a reference cost more than they save)."""
+    defs = schema.get("$defs")
+    if not isinstance(defs, dict):
+        return schema
+    text = json.dumps(schema)
+    single = {name for name in defs if text.count(f'"#/$defs/{name}"') == 1}
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, list):
+            return [walk(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref", "")
+        if ref.startswith("#/$defs/") and ref[8:] in single:
+            return walk({**defs[ref[8:]], **{k: v for k, v in node.items() if k != "$ref"}})
+        return {k: walk(v) for k, v in node.items() if not (k == "$defs" and node is schema)}
+
+    out = walk(schema)
+    kept = {name: walk(body) for name, body in defs.items() if name not in single}
+    if kept:
+        out["$defs"] = kept
+    return out
+
+
+def compact_tool_schema(schema: Any, *, output: bool = False) -> Any:
+    """What tools/list carries for one tool's input or output schema."""
+    return compact(inline_single_refs(schema), output=output, root=True)
+
+
+def compact(schema: Any, *, output: bool = False, root: bool = False) -> Any:
+    """Drops titles, string length limits and patterns (descriptions give the shape), null and false defaults,
+    the 0/1 floors of counts and large upper bounds of arguments. `output=True` also drops defaults, `required`, enums and descriptions, which
+    describe arguments, not results."""
     if isinstance(schema, list):
         return [compact(item, output=output) for item in schema]
     if not isinstance(schema, dict):
@@ -26,15 +62,30 @@ def compact(schema: Any, *, output: bool = False) -> Any:
             output and key in ("required", "enum", "additionalProperties", "description")
         ):
             continue
+        if key in ("maximum", "exclusiveMaximum") and isinstance(value, int | float) and value >= SANITY_BOUND:
+            continue
+        if key == "minimum" and value in (0, 1) and schema.get("type") in ("integer", ["integer", "null"]):
+            continue  # counts start at 0 or 1: no need to say so
+        if key == "default" and value is False:
+            continue  # a flag is off unless sent
         if key in ("properties", "$defs"):
             out[key] = {name: compact(sub, output=output) for name, sub in value.items()}
         else:
             out[key] = compact(value, output=output)
+    if output and out.get("type") in ("string", "number", "integer", "boolean") and set(out) == {"type"}:
+        return {}  # a result's scalar: its name says what it is, and the agent reads the value itself
+    if output and not root and (("properties" in out and out.get("type") == "object") or
+                                ("items" in out and out.get("type") == "array")):
+        del out["type"]  # implied by properties/items
     options = out.get("anyOf")
     if isinstance(options, list) and len(options) == 2 and {"type": "null"} in options:
         other = options[0] if options[1] == {"type": "null"} else options[1]
+        del out["anyOf"]
+        if output:  # null or anything: left untyped
+            return {k: v for k, v in out.items() if k != "type"}
         kind = other.get("type")
-        if isinstance(kind, str | list):
-            del out["anyOf"]
-            out = {**other, **out, "type": [*(kind if isinstance(kind, list) else [kind]), "null"]}
+        if isinstance(kind, str | list) or "$ref" in other or "items" in other:
+            out = {**other, **out}  # an optional argument: typed by what to send; omitting it means none
+        else:
+            out["anyOf"] = options
     return out

@@ -4,7 +4,7 @@ import sys
 import time
 
 from hf_train_mcp.paths import data_home
-from hf_train_mcp.request import TrainingRequest
+from hf_train_mcp.request import TrainingRequest, ValidateRequest
 from hf_train_mcp.service import Core
 
 FOLLOW_LIMIT_S = 600
@@ -20,7 +20,7 @@ def run_demo(steps: int = 8) -> None:
     model = build_tiny_model(folder / "tiny-qwen2")
     dataset = write_jsonl(folder / "sft.jsonl", example_rows("sft", 32))
     core = Core()
-    report = core.validate_dataset(str(dataset), "sft")
+    report = core.validate_dataset(ValidateRequest(dataset=str(dataset)))
     print(f"dataset: {report.num_rows} rows, format {report.detected_format}, valid={report.valid}")
     sub = core.submit_training(TrainingRequest(model=str(model), dataset=str(dataset), method="sft",
                                                backend="local", max_steps=steps, timeout="30m"))

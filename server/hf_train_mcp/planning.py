@@ -18,7 +18,7 @@ from hf_train_mcp.estimate.hardware import Catalog
 from hf_train_mcp.measure import apply_measurement
 from hf_train_mcp.estimate.sizing import ModelSize
 from hf_train_mcp.render import Script, render_script
-from hf_train_mcp.request import TrainingRequest
+from hf_train_mcp.request import RunShape, TrainingRequest
 
 METHOD_TITLES = {"sft": "SFT", "dpo": "DPO", "grpo": "GRPO", "reward": "reward modeling"}
 KEEP_COLUMNS = {"sft": None, "dpo": ["prompt", "chosen", "rejected"], "reward": ["prompt", "chosen", "rejected"],
@@ -134,8 +134,9 @@ class Hyper:
     save_steps: int | None = None
 
     @classmethod
-    def of(cls, req: TrainingRequest) -> "Hyper":
-        return cls(**{f: getattr(req, f) for f in cls.__dataclass_fields__})
+    def of(cls, req: "RunShape") -> "Hyper":
+        """From a submit_training or estimate_cost request (the latter has no eval_split or save_steps)."""
+        return cls(**{f: getattr(req, f) for f in cls.__dataclass_fields__ if hasattr(req, f)})
 
     @property
     def generations(self) -> int:

@@ -95,5 +95,9 @@ def render_script(method: str, context: dict[str, Any]) -> Script:
     return Script(text=text, sha256=hashlib.sha256(text.encode()).hexdigest())
 
 
+def template_names() -> list[str]:
+    return sorted(path.name.removesuffix(".py.j2") for path in templates_dir().glob("*.py.j2"))
+
+
 def template_source(method: str) -> str:
     return (templates_dir() / f"{method}.py.j2").read_text()

@@ -1,4 +1,5 @@
-"""What a caller may ask of a training run, validated before anything is rendered or launched."""
+"""What callers send to each tool, validated before anything is rendered or launched. One model per tool: its
+fields are the MCP tool's parameters and the CLI command's options (declared here, nowhere else)."""
 
 import ast
 from typing import Annotated, Literal
@@ -14,6 +15,7 @@ from hf_train_mcp.schemas import (
     Method,
     ModelRef,
     Peft,
+    Stage,
     Timeout,
 )
 
@@ -94,24 +96,62 @@ def check_reward_code(source: str) -> str:
     return source
 
 
-class TrainingRequest(BaseModel):
+class Request(BaseModel):
+    """What one tool takes: its fields are the tool's parameters (MCP schema) and the CLI command's options."""
+
     model_config = ConfigDict(extra="forbid")
 
+
+class RunShape(Request):
+    """What sizes a run: shared by estimate_cost and submit_training, declared once."""
+
     model: ModelRef
-    dataset: DatasetRef
     method: Method = "sft"
-    hub_model_id: HubRepoId | None = None
-    flavor: Flavor | None = None
-    timeout: Timeout | None = None
     peft: Peft = "lora"
+    flavor: Flavor | None = None
     epochs: Annotated[float, Field(gt=0, le=100)] | None = None
     max_steps: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
-    learning_rate: Annotated[float, Field(gt=0, lt=1)] | None = None
-    max_length: Annotated[int, Field(ge=32, le=131_072)] | None = None
+    max_length: Annotated[int, Field(ge=32, le=131_072, description="tokens per sequence")] | None = None
     per_device_batch_size: Annotated[int, Field(ge=1, le=512)] | None = None
     gradient_accumulation: Annotated[int, Field(ge=1, le=1024)] | None = None
+    packing: Annotated[bool, Field(description="SFT: pack rows into max_length sequences")] = False
+    num_generations: Annotated[int, Field(ge=2, le=64, description="GRPO: completions per prompt")] | None = None
+    max_completion_length: Annotated[int, Field(ge=8, le=32_768, description="GRPO")] | None = None
+    backend: BackendName | None = None
+
+    @model_validator(mode="after")
+    def _method_shape(self) -> "RunShape":
+        if self.method != "grpo" and (self.num_generations or self.max_completion_length):
+            raise ValueError("num_generations and max_completion_length apply to method='grpo' only")
+        if self.packing and self.method != "sft":
+            raise ValueError("packing applies to method='sft' only")
+        return self
+
+
+class ValidateRequest(Request):
+    dataset: DatasetRef
+    method: Method = "sft"
+    split: Annotated[str, Field(pattern=r"^[\w.\-\[\]:%]{1,64}$")] = "train"
+    config: Annotated[str, Field(max_length=128, description="Hub dataset config")] | None = None
     column_mapping: ColumnMapping | None = None
-    eval_split: Annotated[float, Field(gt=0, lt=0.5)] | None = None
+    model: Annotated[str, Field(min_length=1, max_length=512, description="tokenizer to count tokens with")] | None = None
+    max_length: Annotated[int, Field(ge=32, le=131_072)] | None = None
+
+
+class EstimateRequest(RunShape):
+    dataset: DatasetRef | None = None
+    num_examples: Annotated[int, Field(ge=1)] | None = None
+    tokens_per_example: Annotated[float, Field(gt=0, description="mean tokens per row")] | None = None
+    measure: Annotated[bool, Field(description="run a few real steps on the flavor as a job (needs dataset)")] = False
+
+
+class TrainingRequest(RunShape):
+    dataset: DatasetRef
+    hub_model_id: Annotated[HubRepoId, Field(description="'owner/name' to push to (backend='hf')")] | None = None
+    timeout: Timeout | None = None
+    learning_rate: Annotated[float, Field(gt=0, lt=1)] | None = None
+    column_mapping: ColumnMapping | None = None
+    eval_split: Annotated[float, Field(gt=0, lt=0.5, description="held-out fraction")] | None = None
     dataset_config: Annotated[str, Field(max_length=128)] | None = None
     dataset_split: Annotated[str, Field(pattern=r"^[\w.\-\[\]:%]{1,64}$")] = "train"
     trackio_space_id: HubRepoId | None = None
@@ -119,26 +159,23 @@ class TrainingRequest(BaseModel):
     run_name: Label | None = None
     private: bool = True
     seed: Annotated[int, Field(ge=0, le=2**31 - 1)] = 42
-    packing: bool = False
     use_liger_kernel: bool = False
-    chat_template: Literal["chatml"] | None = None
+    chat_template: Annotated[Literal["chatml"], Field(description="for a base model without one")] | None = None
     lora_r: Annotated[int, Field(ge=1, le=1024)] | None = None
     lora_alpha: Annotated[int, Field(ge=1, le=4096)] | None = None
     lora_dropout: Annotated[float, Field(ge=0, lt=1)] | None = None
     lora_target_modules: list[Annotated[str, Field(pattern=r"^[\w.\-]{1,64}$")]] | None = None
     save_steps: Annotated[int, Field(ge=1)] | None = None
     save_total_limit: Annotated[int, Field(ge=1, le=100)] | None = None
-    beta: Annotated[float, Field(gt=0, le=10)] | None = None
-    num_generations: Annotated[int, Field(ge=2, le=64)] | None = None
-    max_completion_length: Annotated[int, Field(ge=8, le=32_768)] | None = None
-    reward_funcs: list[RewardName] | None = None
-    reward_code: Annotated[str, Field(max_length=20_000)] | None = None
-    resume_from: Annotated[str, Field(max_length=256)] | None = None
-    output_bucket: HubRepoId | None = None
-    backend: BackendName | None = None
-    dry_run: bool = False
-    preflight: bool = False
-    max_cost_usd: Annotated[float, Field(gt=0)] | None = None
+    beta: Annotated[float, Field(gt=0, le=10, description="DPO")] | None = None
+    reward_funcs: Annotated[list[RewardName], Field(description="GRPO: built-in rewards")] | None = None
+    reward_code: Annotated[str, Field(max_length=20_000,
+                                      description="GRPO: source of `def reward(completions, **kw)`")] | None = None
+    resume_from: Annotated[str, Field(max_length=256, description="job id or Hub repo with last-checkpoint/")] | None = None
+    output_bucket: Annotated[HubRepoId, Field(description="bucket mounted as output_dir")] | None = None
+    dry_run: Annotated[bool, Field(description="render and plan only: nothing launched")] = False
+    preflight: Annotated[bool, Field(description="time a few steps first; stop on OOM or too slow")] = False
+    max_cost_usd: Annotated[float, Field(gt=0, description="refuse if timeout x price is higher")] | None = None
     idempotency_key: Annotated[str, Field(min_length=1, max_length=128)] | None = None
     skip_validation: bool = False
 
@@ -149,12 +186,10 @@ class TrainingRequest(BaseModel):
 
     @model_validator(mode="after")
     def _method_options(self) -> "TrainingRequest":
-        if self.method != "grpo" and (self.reward_funcs or self.reward_code or self.num_generations):
-            raise ValueError("reward_funcs, reward_code and num_generations apply to method='grpo' only")
+        if self.method != "grpo" and (self.reward_funcs or self.reward_code):
+            raise ValueError("reward_funcs and reward_code apply to method='grpo' only")
         if self.method != "dpo" and self.beta is not None:
             raise ValueError("beta applies to method='dpo' only")
-        if self.packing and self.method != "sft":
-            raise ValueError("packing applies to method='sft' only")
         if self.use_liger_kernel and self.method == "reward":
             raise ValueError("use_liger_kernel does not work with method='reward' (Liger's fused cross-entropy "
                              "replaces the classification head's forward); leave it off")
@@ -163,3 +198,30 @@ class TrainingRequest(BaseModel):
         ):
             raise ValueError("lora_* options need peft='lora' or 'qlora', not 'full'")
         return self
+
+
+JobId = Annotated[str, Field(min_length=1, max_length=200, description="from submit_training or list_jobs")]
+
+
+class StatusRequest(Request):
+    job_id: JobId
+    tail: Annotated[int, Field(ge=0, le=500, description="log lines")] = 20
+
+
+class LogsRequest(Request):
+    job_id: JobId
+    offset: Annotated[int, Field(ge=0)] = 0
+    limit: Annotated[int, Field(ge=1, le=2000)] = 200
+
+
+class CancelRequest(Request):
+    job_id: JobId
+
+
+class ListRequest(Request):
+    stage: Stage | None = None
+    limit: Annotated[int, Field(ge=1, le=100)] = 20
+
+
+class HardwareRequest(Request):
+    pass

@@ -6,7 +6,9 @@ import os
 import time
 import uuid
 from collections import OrderedDict
-from dataclasses import asdict, replace
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from typing import Any
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -29,7 +31,7 @@ from hf_train_mcp.estimate.cost import FlavorEstimate, how_to_fit
 from hf_train_mcp.measure import apply_measurement, attempt_key, probe_key
 from hf_train_mcp.measure import prefix as measure_prefix
 from hf_train_mcp.planning import PROBE_STEPS, DataFacts, Hyper, estimate_flavors, plan_run
-from hf_train_mcp.request import TrainingRequest
+from hf_train_mcp.request import EstimateRequest, TrainingRequest, ValidateRequest
 from hf_train_mcp.schemas import (
     CancelResult,
     CostEstimate,
@@ -46,6 +48,30 @@ from hf_train_mcp.schemas import (
 )
 
 log = logging.getLogger(__name__)
+Progress = Callable[[str], None]  # a phase of a long call, for MCP progress notifications
+PREVIEW_TTL_S = 300.0
+PREVIEWS_KEPT = 16
+
+
+@dataclass
+class Prepared:
+    """A submission planned and rendered, not yet launched."""
+
+    req: TrainingRequest
+    backend_name: str
+    kind: str
+    namespace: str | None
+    plan: Any
+    script: Any
+    spec: Any
+    model_url: str | None
+    trackio_url: str | None
+    common: dict
+    resume_repo: str | None
+
+    @property
+    def worst_case_cost_usd(self) -> float:
+        return self.plan.worst_case_cost_usd or 0.0
 STATUS_LOG_LINES = 300  # read more than we show: the last HFTM_LOG line may sit above warnings
 SCHEDULING_ALERT_MIN = 15
 
@@ -84,6 +110,7 @@ class Core:
         self._recovery_tried: dict[str, float] = {}
         self._recovery_scanned = -RECOVERY_SCAN_S
         self._settled_logs: OrderedDict[str, tuple[int, LogRead, ParsedLog]] = OrderedDict()
+        self._previews: dict[str, tuple[float, Prepared]] = {}
 
     @property
     def ledger(self) -> Ledger:
@@ -98,11 +125,10 @@ class Core:
         return HfJobsBackend(hub_token())
 
     # --- validate_dataset -------------------------------------------------------------------------------
-    def validate_dataset(self, dataset: str, method: str, *, split: str = "train", config: str | None = None,
-                         column_mapping: dict[str, str] | None = None, model: str | None = None,
-                         max_length: int | None = None) -> DatasetReport:
-        return validate_dataset(dataset, method, split=split, config=config, column_mapping=column_mapping,
-                                model=model, max_length=max_length, token=hub_token(), access=self.access)
+    def validate_dataset(self, req: ValidateRequest, *, progress: Progress | None = None) -> DatasetReport:
+        return validate_dataset(req.dataset, req.method, split=req.split, config=req.config,
+                                column_mapping=req.column_mapping, model=req.model, max_length=req.max_length,
+                                token=hub_token(), access=self.access, progress=progress)
 
     # --- submit_training --------------------------------------------------------------------------------
     def _model_size(self, model: str, token: str | None, offline: bool) -> ModelSize:
@@ -133,15 +159,34 @@ class Core:
             return previous.hub_model_id, None
         raise TrainError(f"job {req.resume_from} pushed no model repo to resume from; pass a Hub repo id")
 
-    def submit_training(self, req: TrainingRequest, *, kind: str = "train") -> Submission:
-        """kind='probe': the measurement job of estimate_cost(measure=True) (the preflight alone, nothing pushed)."""
-        backend_name = req.backend or default_backend()
+    def _check_access(self, req: TrainingRequest, backend_name: str) -> None:
         if backend_name == "local":
             self.access.check_local_jobs()
         if req.reward_code:
             self.access.check_reward_code()
         for ref, what in ((req.model, "model"), (req.dataset, "dataset")):
             self.access.check_ref(ref, what)
+
+    def existing_submission(self, req: TrainingRequest) -> JobRecord | None:
+        """The job an idempotency key already names (a retry returns it instead of launching)."""
+        if not req.idempotency_key or req.dry_run:
+            return None
+        found = self.ledger.by_idempotency_key(req.idempotency_key)
+        return None if found is None or found.job_id.startswith(PENDING) else found
+
+    def submit_training(self, req: TrainingRequest, *, kind: str = "train", progress: Progress | None = None,
+                        confirm: "Callable[[Prepared], None] | None" = None) -> Submission:
+        """kind='probe': the measurement job of estimate_cost(measure=True) (the preflight alone, nothing pushed).
+        confirm: called with the plan before anything is launched; it raises to stop the submission."""
+        backend_name = req.backend or default_backend()
+        self._check_access(req, backend_name)
+
+        def submit(claim: str | None) -> Submission:
+            prepared = self._prepare(req, backend_name, kind=kind, progress=progress)
+            if confirm is not None and not req.dry_run:
+                confirm(prepared)
+            return self._launch(prepared, claim, progress)
+
         if req.idempotency_key and not req.dry_run:
             self._recover_submissions(now=True)  # a key whose server died mid-submit belongs to the job it posted
             claim = _claim()
@@ -155,13 +200,13 @@ class Core:
                 return self._submission(existing, extra_warnings=[
                     f"idempotency_key matched job {existing.job_id}: returned it instead of submitting again"])
             try:
-                return self._submit(req, backend_name, claim, kind=kind)
+                return submit(claim)
             except SubmissionUnknown:
                 raise  # the job may exist: the key stays held until recovery finds the job or gives up
             except BaseException:
                 self.ledger.release(req.idempotency_key, claim)
                 raise
-        return self._submit(req, backend_name, kind=kind)
+        return submit(None)
 
     def _checked_dataset(self, req: TrainingRequest, token: str | None
                          ) -> tuple[TrainingRequest, DataFacts, list[str]]:
@@ -199,8 +244,27 @@ class Core:
                              "fail when it formats the first row: send chat_template='chatml', or use the model's "
                              "instruct/chat version. Nothing was submitted.")
 
-    def _submit(self, req: TrainingRequest, backend_name: str, claim: str | None = None, *, kind: str = "train"
-                ) -> Submission:
+    def preview(self, req: TrainingRequest, *, kind: str = "train", progress: Progress | None = None) -> "Prepared":
+        """Everything a submission decides before it launches (validated data, plan, script), kept for a few
+        minutes so that a confirmation asked in between does not plan the same request twice."""
+        backend_name = req.backend or default_backend()
+        self._check_access(req, backend_name)
+        prepared = self._prepare(req, backend_name, kind=kind, progress=progress)
+        self._previews[self._preview_key(req, kind)] = (time.monotonic(), prepared)
+        while len(self._previews) > PREVIEWS_KEPT:
+            self._previews.pop(next(iter(self._previews)))
+        return prepared
+
+    @staticmethod
+    def _preview_key(req: TrainingRequest, kind: str) -> str:
+        return f"{kind}:{req.model_dump_json()}"
+
+    def _prepare(self, req: TrainingRequest, backend_name: str, *, kind: str = "train",
+                 progress: Progress | None = None) -> "Prepared":
+        cached = self._previews.pop(self._preview_key(req, kind), None)
+        if cached is not None and time.monotonic() - cached[0] < PREVIEW_TTL_S:
+            return cached[1]
+        step = progress or (lambda message: None)
         if backend_name == "hf":
             for ref, what in ((req.model, "model"), (req.dataset, "dataset")):
                 if is_local(ref):
@@ -216,6 +280,7 @@ class Core:
         if backend_name == "local":  # the job runs in its own folder: relative paths must not change meaning
             req = req.model_copy(update={ref: str(Path(getattr(req, ref)).expanduser().resolve())
                                          for ref in ("model", "dataset") if is_local(getattr(req, ref))})
+        step(f"validating {req.dataset}")
         req, data, warnings = self._checked_dataset(req, token or hub_token())
         if req.resume_from and not req.output_bucket:
             previous = self.ledger.get(req.resume_from)
@@ -223,9 +288,11 @@ class Core:
                 req = req.model_copy(update={"output_bucket": previous.output_bucket})
         if data.conversational and req.chat_template is None:
             self._check_chat_template(req, token or hub_token())
+        step(f"sizing {req.model}")
         size = self._model_size(req.model, token, offline=backend_name == "local")
         catalog = get_catalog(token, offline=backend_name == "local")
         resume_repo, resume_dir = self._resume_source(req, backend_name)
+        step("planning and rendering the script")
         plan_args = dict(backend=backend_name, size=size, catalog=catalog, namespace=namespace, data=data,
                          local_cuda=has_cuda(), resume_repo=resume_repo, resume_dir=resume_dir, probe_only=kind == "probe")
         plan = plan_run(req, **plan_args)
@@ -252,9 +319,20 @@ class Core:
             effective_batch_size=plan.effective_batch_size, script_sha256=script.sha256, warnings=plan.warnings,
             worst_case_cost_usd=plan.worst_case_cost_usd,
         )
+        return Prepared(req=req, backend_name=backend_name, kind=kind, namespace=namespace, plan=plan, script=script,
+                        spec=spec, model_url=model_url, trackio_url=trackio_url, common=common,
+                        resume_repo=resume_repo)
+
+    def _launch(self, prepared: "Prepared", claim: str | None, progress: Progress | None = None) -> Submission:
+        req, backend_name, kind, namespace = prepared.req, prepared.backend_name, prepared.kind, prepared.namespace
+        plan, script, spec, common = prepared.plan, prepared.script, prepared.spec, prepared.common
+        model_url, trackio_url, resume_repo = prepared.model_url, prepared.trackio_url, prepared.resume_repo
+        backend = self.backend(backend_name)
         if req.dry_run:
             return Submission(job_id=None, stage=None, job_url=None, model_url=model_url, trackio_url=trackio_url,
                               script=script.text, command=backend.command(spec), **common)
+        if progress:
+            progress(f"submitting to {'Hugging Face Jobs' if backend_name == 'hf' else 'this machine'}")
         if backend_name == "local":
             spec = replace(spec, read_token=self._local_job_reads_private(req, resume_repo, plan.warnings))
         if claim is not None and not self.ledger.renew(req.idempotency_key, claim):
@@ -396,6 +474,10 @@ class Core:
 
     def job_status(self, job_id: str, tail: int = 20) -> JobReport:
         return self._report(job_id, tail)[0]
+
+    def job_stage(self, job_id: str) -> str:
+        """Only the stage (what a subscription watches): no logs read."""
+        return self._state(job_id)[4].stage
 
     def _report(self, job_id: str, tail: int) -> tuple[JobReport, dict | None]:
         """The job's report and its preflight measurement (from the log, or the ledger once seen)."""
@@ -558,12 +640,15 @@ class Core:
         return HardwareList(source=catalog.source, flavors=sorted(rows, key=lambda r: r.usd_per_hour))
 
 
-    def estimate_cost(self, *, model: str, hyper: Hyper, flavor: str | None = None, dataset: str | None = None,
-                      num_examples: int | None = None, tokens_per_example: float | None = None,
-                      measure: bool = False, backend: str | None = None) -> CostEstimate:
+    def estimate_cost(self, req: EstimateRequest, *, progress: Progress | None = None) -> CostEstimate:
+        model, hyper, flavor, dataset = req.model, Hyper.of(req), req.flavor, req.dataset
+        step = progress or (lambda message: None)
+        num_examples, tokens_per_example, measure, backend = (req.num_examples, req.tokens_per_example, req.measure,
+                                                              req.backend)
         if measure and not dataset:
             raise TrainError("measure=True runs a few training steps on the real data: pass dataset too")
         token = hub_token()
+        step(f"reading the size of {model}")
         size = self._model_size(model, token, offline=False)
         warnings: list[str] = []
         if size.note:
@@ -572,7 +657,7 @@ class Core:
         rows, mean, token_source = num_examples, tokens_per_example, "stated" if tokens_per_example else None
         if dataset and (rows is None or mean is None):
             report = validate_dataset(dataset, hyper.method, model=model, max_length=hyper.max_length, token=token,
-                                      access=self.access)
+                                      access=self.access, progress=progress)
             rows = rows or report.num_rows
             if mean is None and report.token_stats:
                 mean, token_source = report.token_stats.mean, f"{report.token_stats.sampled_rows} sampled rows"
@@ -586,6 +671,7 @@ class Core:
             warnings.append(f"no token statistics: assumed {mean} tokens per example; pass tokens_per_example or a "
                             "dataset with a reachable tokenizer")
         data = DataFacts(num_rows=rows, mean_tokens=mean)
+        step("reading Jobs hardware and prices")
         catalog = get_catalog(token)
         if catalog.note:
             warnings.append(catalog.note)

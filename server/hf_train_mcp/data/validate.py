@@ -1,5 +1,6 @@
 """validate_dataset end to end: sample (Hub viewer or local files), map columns, detect, check, count tokens."""
 
+from collections.abc import Callable
 from typing import Any
 
 from hf_train_mcp.access import STDIO, Access, is_local
@@ -35,9 +36,12 @@ def validate_dataset(
     max_length: int | None = None,
     token: str | None = None,
     access: Access = STDIO,
+    progress: Callable[[str], None] | None = None,
 ) -> DatasetReport:
+    step = progress or (lambda message: None)
     access.check_ref(dataset, "dataset")
     access.check_ref(model, "model")
+    step(f"sampling {dataset}")
     if is_local(dataset):
         sample, chosen_config = sample_local(dataset, allowed=access.allows_path), None
     else:
@@ -72,6 +76,7 @@ def validate_dataset(
     limit = max_length or MAX_LENGTH[method]
     stats = None
     if model and rows:
+        step(f"counting tokens with {model}'s tokenizer")
         stats, why_not = token_stats(model, token, rows[:TOKEN_SAMPLE_ROWS], fmt, limit, sample.num_rows,
                                      local=is_local(model))
         if stats is None:

@@ -1,0 +1,108 @@
+"""Every tool once: its name, CLI command, title, the description the agent reads, request and result models,
+and the core call. The MCP shell (app.py) and the CLI (cli.py) are both generated from this list."""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+from hf_train_mcp.request import (
+    CancelRequest,
+    EstimateRequest,
+    HardwareRequest,
+    ListRequest,
+    LogsRequest,
+    Request,
+    StatusRequest,
+    TrainingRequest,
+    ValidateRequest,
+)
+from hf_train_mcp.schemas import (
+    CancelResult,
+    CostEstimate,
+    DatasetReport,
+    HardwareList,
+    JobList,
+    JobReport,
+    LogPage,
+    Submission,
+)
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """What a shell offers a long call: progress messages, and a confirmation before money is spent."""
+
+    progress: Callable[[str], None] | None = None
+    confirm: Callable[[Any], None] | None = None
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    command: str
+    title: str
+    description: str
+    request: type[Request]
+    result: type[BaseModel]
+    run: Callable[[Any, Any, Hooks], BaseModel]
+    read_only: bool = True
+    destructive: bool = False
+    idempotent: bool = True
+    progress: bool = False  # takes long enough (Hub reads, tokenizers, submission) to report progress
+    aliases: tuple[str, ...] = field(default=())
+
+
+TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec(
+        "validate_dataset", "validate", "Validate a training dataset",
+        "Check a dataset (Hub id, read through the viewer API; or a local .jsonl/.json/.csv/.parquet) against a "
+        "method: format, errors with 1-based rows, the column_mapping that fixes it, token stats with `model`.",
+        ValidateRequest, DatasetReport, lambda core, req, hooks: core.validate_dataset(req, progress=hooks.progress),
+        progress=True,
+    ),
+    ToolSpec(
+        "estimate_cost", "estimate", "Estimate time, cost and memory",
+        "Hours, dollars, memory fit and a safe timeout on Jobs hardware; without flavor, the cheapest that fits. "
+        "measure=True runs a few real steps on the flavor as a job: call again once it ended for measured numbers.",
+        EstimateRequest, CostEstimate, lambda core, req, hooks: core.estimate_cost(req, progress=hooks.progress),
+        progress=True,
+    ),
+    ToolSpec(
+        "submit_training", "submit", "Submit a training job",
+        "Start a TRL job on HF Jobs (backend='hf': hub_model_id, write token) or this machine ('local'); returns "
+        "job_id and URLs at once. Validates the data first; flavor and timeout default to the cheapest fit and a "
+        "timeout that covers the run. dry_run=True: the script and plan only. Big spends are confirmed with the user.",
+        TrainingRequest, Submission,
+        lambda core, req, hooks: core.submit_training(req, progress=hooks.progress, confirm=hooks.confirm),
+        read_only=False, idempotent=False, progress=True,
+    ),
+    ToolSpec(
+        "job_status", "status", "Job status",
+        "Stage, progress, metrics, log tail, error and next_step of a job; never waits. Subscribe to "
+        "hf-train://jobs/{job_id} to be told of stage changes.",
+        StatusRequest, JobReport, lambda core, req, hooks: core.job_status(req.job_id, req.tail),
+    ),
+    ToolSpec(
+        "job_logs", "logs", "Job logs", "A page of a job's log lines from `offset`; page on with next_offset.",
+        LogsRequest, LogPage, lambda core, req, hooks: core.job_logs(req.job_id, req.offset, req.limit),
+    ),
+    ToolSpec(
+        "cancel_job", "cancel", "Cancel a job",
+        "Stop a running or scheduled job (billing stops). Checkpoints already pushed are kept.",
+        CancelRequest, CancelResult, lambda core, req, hooks: core.cancel_job(req.job_id),
+        read_only=False, destructive=True,
+    ),
+    ToolSpec(
+        "list_jobs", "jobs", "List training jobs", "Jobs submitted through this server (both backends), newest first.",
+        ListRequest, JobList, lambda core, req, hooks: core.list_jobs(req.stage, req.limit),
+    ),
+    ToolSpec(
+        "list_hardware", "hardware", "List Jobs hardware",
+        "Jobs flavors: GPU, count, memory per GPU, bf16 and $/hour (live from the Hub, else built in).",
+        HardwareRequest, HardwareList, lambda core, req, hooks: core.list_hardware(),
+    ),
+)
+BY_NAME = {spec.name: spec for spec in TOOLS}
+BY_COMMAND = {spec.command: spec for spec in TOOLS}
