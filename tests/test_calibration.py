@@ -18,8 +18,11 @@ JUDGED = [s for s in SCORES if s.run.included and s.run.measured]
 def test_the_table_prints_each_rows_error_beside_the_skill_formula() -> None:
     text = table(SCORES)
     print("\n" + text + "\n", summary(SCORES))
-    assert all(f" {s.run.id} " in text or text.splitlines()[i + 1].lstrip().startswith(s.run.id)
-               for i, s in enumerate(SCORES))
+    rows = text.splitlines()[1:]
+    assert len(rows) == len(SCORES)
+    for line, scored in zip(rows, SCORES):  # each row: its id, its error and the skill formula's
+        assert line.split()[0] == scored.run.id and f"{scored.error:+.0%}" in line
+        assert (f"{scored.skill:+.0%}" if scored.skill is not None else " - ") in line
 
 
 def test_the_table_covers_sizes_methods_peft_gpus_and_sources() -> None:

@@ -100,6 +100,14 @@ def test_padding_grows_with_the_batch_and_packing_removes_it() -> None:
     assert optimizer_steps(packed, 1) < optimizer_steps(short, 1)  # a packed row holds several examples
 
 
+def test_the_padding_term_grows_smoothly_with_the_batch() -> None:
+    from hf_train_mcp.estimate.cost import expected_max_normal
+
+    values = [expected_max_normal(b) for b in range(1, 600)]
+    assert all(0 <= later - earlier <= 0.564 for earlier, later in zip(values, values[1:]))  # 1 -> 2 rows is the most
+    assert expected_max_normal(129) - expected_max_normal(128) < 0.01  # no step where the table ends
+
+
 def test_dpo_counts_chosen_rejected_and_the_reference_forward() -> None:
     flavor = CATALOG.flavors["a100-large"]
     sft = estimate_on(QWEN_05B, Workload(**dict(CAPYBARA, max_steps=100, peft="lora", per_device_batch_size=4)), flavor)
@@ -165,6 +173,13 @@ def test_the_live_catalog_is_used_when_the_hub_answers(hub: Emulator) -> None:
     assert catalog.source == "live"
     assert catalog.flavors["a10g-small"].usd_per_hour == pytest.approx(0.017 * 60)
     assert catalog.flavors["l4x4"].gpus == 4 and catalog.flavors["l4x4"].gpu_memory_gb == 24
+
+
+def test_a_live_l40s_is_an_l40s_not_an_l4() -> None:
+    from hf_train_mcp.estimate.hardware import _gpu_for
+
+    assert _gpu_for("L40S", "48 GB").model == "L40S" and _gpu_for("NVIDIA L4", "24 GB").model == "L4"
+    assert _gpu_for("A10G", "24 GB").model == "A10G" and _gpu_for("H200", "141 GB").memory_gb == 141
 
 
 def test_the_built_in_catalog_is_used_offline(offline) -> None:

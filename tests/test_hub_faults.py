@@ -107,6 +107,7 @@ async def test_a_dropped_log_stream_returns_what_was_read_and_says_so(hub: Emula
 
 async def test_a_finished_job_is_answered_from_the_ledger_without_asking_the_hub_again(hub: Emulator) -> None:
     lines = [f"HFTM_LOG {{\"step\": {i}, \"total_steps\": 3, \"loss\": {1 - i / 10}}}" for i in range(1, 4)]
+    lines.append("HFTM_DONE {}")  # the log is known to be whole
     job_id = await submitted(hub, JobPlan(scheduling_s=0, running_s=0.1, log_lines=lines))
     time.sleep(0.3)
     logs = rf"{INSPECT}/logs"
@@ -124,6 +125,35 @@ async def test_a_finished_job_is_answered_from_the_ledger_without_asking_the_hub
     assert (hub.count("GET", INSPECT), hub.count("GET", logs)) == (inspects, reads)
     with hub.lock:
         hub.faults.clear()
+
+
+async def test_a_finished_jobs_log_is_read_again_until_it_holds_its_last_line(hub: Emulator) -> None:
+    lines = ['HFTM_LOG {"step": 1, "total_steps": 3, "loss": 1.0}']  # the Hub's log can lag the job's stage
+    job_id = await submitted(hub, JobPlan(scheduling_s=0, running_s=0.1, log_lines=lines))
+    time.sleep(0.3)
+    logs = rf"{INSPECT}/logs"
+    async with Client(build_server()) as client:
+        await client.call_tool("job_status", {"job_id": job_id})
+        reads = hub.count("GET", logs)
+        await client.call_tool("job_status", {"job_id": job_id})
+    assert hub.count("GET", logs) == reads + 1
+
+
+async def test_a_recovered_job_that_already_ended_is_inspected_once_for_its_times_and_message(hub: Emulator) -> None:
+    from hf_train_mcp.ledger import Ledger
+
+    job_id = await submitted(hub, JobPlan(scheduling_s=0, running_s=0.1, final_stage="ERROR",
+                                          message="CUDA out of memory"))
+    time.sleep(0.3)
+    ledger = Ledger()
+    ledger.update_stage(job_id, "ERROR")  # as crash recovery records it: the stage, no times or message
+    before = hub.count("GET", INSPECT)
+    report = (await call("job_status", {"job_id": job_id})).structured_content
+    assert report["finished_at"] and report["started_at"] and "out of memory" in report["error"]
+    assert hub.count("GET", INSPECT) == before + 1
+    assert ledger.get(job_id).finished_at and ledger.get(job_id).message == "CUDA out of memory"
+    await call("job_status", {"job_id": job_id})
+    assert hub.count("GET", INSPECT) == before + 1  # settled now: the ledger answers
 
 
 async def test_a_long_scheduling_wait_names_other_flavors(hub: Emulator, monkeypatch) -> None:

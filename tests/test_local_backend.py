@@ -237,3 +237,21 @@ def test_only_one_of_two_processes_can_claim_an_idempotency_key(isolated_home: P
         w.join(60)
     assert sorted(results.get(timeout=5) for _ in workers) == [False, True]
     assert Ledger().list() == []  # a reservation is not a job
+
+
+def test_a_runner_that_writes_its_exit_code_and_exits_between_two_looks_is_not_taken_for_dead(monkeypatch) -> None:
+    from hf_train_mcp.backends import local
+    from hf_train_mcp.local_runner import EXIT_FILE
+
+    core = Core()
+    job_id = submit_script(core, "print('HFTM_DONE {}')\n")
+    assert wait_for(core, job_id, {"COMPLETED"}, 60).stage == "COMPLETED"
+    folder = core.backend("local").job_dir(job_id)
+    (folder / EXIT_FILE).unlink()
+
+    def exits_meanwhile(pid: int) -> bool:  # the runner writes exit_code right after we looked for it
+        (folder / EXIT_FILE).write_text("0")
+        return False
+
+    monkeypatch.setattr(local, "process_alive", exits_meanwhile)
+    assert core.backend("local").inspect(job_id).stage == "COMPLETED"

@@ -1,9 +1,11 @@
 """Measured rather than modelled: the preflight's numbers (HFTM_PROBE) turned into an estimate.
 
 estimate_cost(measure=True) launches a measurement job: the training script's preflight alone, a few optimizer
-steps at the real batch size on the target flavor. Its attempts are ledger records whose idempotency key is
-`probe-<key>-<n>`, the key naming everything that sets the step time, so a later estimate (or a submission's
-default timeout) with the same settings finds the measurement.
+steps at the real batch size on the target flavor. Its attempts are ledger records of kind "probe" whose
+idempotency key is `probe-<key>-<n>`. The key names what sets the time of one step, resolved (the model, the
+data and its split, flavor, precision path, batch, accumulation, sequence and generation lengths, LoRA shape);
+the number of steps, evaluations and checkpoints is not in it: a measurement gives seconds per step and peak
+memory, and the estimate counts the steps of the run at hand and adds its modelled evaluation and checkpoint time.
 """
 
 import hashlib
@@ -16,16 +18,33 @@ from hf_train_mcp.estimate import constants as EC
 from hf_train_mcp.estimate.cost import FlavorEstimate
 
 PROBE_KEY_PREFIX = "probe-"
-# Hyper fields that change the step time or the number of steps (the rest, e.g. the learning rate, do not).
-_TIMING_FIELDS = ("method", "peft", "epochs", "max_steps", "max_length", "per_device_batch_size",
-                  "gradient_accumulation", "packing", "num_generations", "max_completion_length")
+PREFLIGHT_MARGIN = 1.1  # the preflight stops a run whose projection (with this margin) does not fit its timeout
 
 
-def probe_key(*, model: str, dataset: str, flavor: str, backend: str, timing: dict[str, Any]) -> str:
-    """The settings a measurement stands for."""
-    named = {"model": model, "dataset": dataset, "flavor": flavor, "backend": backend,
-             **{k: timing.get(k) for k in _TIMING_FIELDS}}
+def probe_key(*, model: str, dataset: str, dataset_config: str | None, dataset_split: str, flavor: str,
+              backend: str, method: str, peft: str, per_device_batch_size: int, gradient_accumulation: int,
+              max_length: int, packing: bool, num_generations: int | None, max_completion_length: int | None,
+              lora: dict[str, Any] | None = None, use_liger_kernel: bool = False, chat_template: bool = False) -> str:
+    """The settings one measured step stands for (each already resolved to what the job runs)."""
+    named = dict(model=model, dataset=dataset, dataset_config=dataset_config, dataset_split=dataset_split,
+                 flavor=flavor, backend=backend, method=method, peft=peft, batch=per_device_batch_size,
+                 accumulation=gradient_accumulation, max_length=max_length, packing=packing,
+                 generations=num_generations if method == "grpo" else None,
+                 completion=max_completion_length if method == "grpo" else None,
+                 lora=None if peft == "full" else {k: (lora or {}).get(k) for k in ("r", "target_modules")},
+                 liger=use_liger_kernel, chat_template=chat_template)
     return hashlib.sha256(json.dumps(named, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def config_key(config: dict[str, Any], *, flavor: str, backend: str) -> str:
+    """The key of a rendered run (its script's CONFIG)."""
+    return probe_key(model=config["model"], dataset=config["dataset"], dataset_config=config["dataset_config"],
+                     dataset_split=config["dataset_split"], flavor=flavor, backend=backend, method=config["method"],
+                     peft=config["peft"], per_device_batch_size=config["per_device_batch_size"],
+                     gradient_accumulation=config["gradient_accumulation"], max_length=config["max_length"],
+                     packing=config["packing"], num_generations=config["num_generations"],
+                     max_completion_length=config["max_completion_length"], lora=config["lora"],
+                     use_liger_kernel=config["use_liger_kernel"], chat_template=bool(config["chat_template"]))
 
 
 def prefix(key: str) -> str:
@@ -36,16 +55,33 @@ def attempt_key(key: str, attempt: int) -> str:
     return f"{prefix(key)}{attempt}"
 
 
+def is_probe_key(key: str | None) -> bool:
+    return bool(key) and key.startswith(PROBE_KEY_PREFIX)
+
+
+def usable(probe: dict[str, Any] | None) -> bool:
+    return bool(probe) and isinstance(probe.get("seconds_per_step"), int | float) and probe["seconds_per_step"] > 0
+
+
 def apply_measurement(estimate: FlavorEstimate, probe: dict[str, Any], usd_per_hour: float) -> FlavorEstimate:
-    """The estimate with the preflight's projected training time and peak memory in place of the model's."""
-    seconds = float(probe["projected_train_seconds"])
+    """The estimate with the measured seconds per step in place of the model's, over this run's own steps, plus
+    its modelled evaluation and checkpoint time (the preflight measures neither)."""
+    loop = estimate.step.total * estimate.steps if estimate.step else estimate.train_seconds
+    extra = max(0.0, estimate.train_seconds - loop)
+    seconds = float(probe["seconds_per_step"]) * estimate.steps + extra
     total = seconds + estimate.overhead_seconds
     peak = probe.get("peak_memory_gb")
     return replace(
         estimate, train_seconds=seconds, hours=total / 3600,
         cost_usd=round(math.ceil(total / 60) * usd_per_hour / 60, 2),
-        steps=int(probe.get("planned_steps") or estimate.steps),
         tokens_per_second=float(probe.get("tokens_per_second") or estimate.tokens_per_second),
         memory=replace(estimate.memory, gb=float(peak)) if peak is not None else estimate.memory,
         fits=True, reasons=[], timeout_factor=EC.MEASURED_TIMEOUT_FACTOR, measured=True,
     )
+
+
+def extra_seconds(estimate: FlavorEstimate | None) -> float:
+    """Modelled time of the run outside its optimizer steps (evaluation, checkpoints): what a preflight adds."""
+    if estimate is None or estimate.step is None:
+        return 0.0
+    return max(0.0, estimate.train_seconds - estimate.step.total * estimate.steps)

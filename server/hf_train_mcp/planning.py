@@ -15,7 +15,7 @@ from hf_train_mcp.errors import TrainError
 from hf_train_mcp.estimate import constants as EC
 from hf_train_mcp.estimate.cost import FlavorEstimate, Workload, estimate_on, how_to_fit, push_seconds, rows_per_step
 from hf_train_mcp.estimate.hardware import Catalog
-from hf_train_mcp.measure import apply_measurement
+from hf_train_mcp.measure import PREFLIGHT_MARGIN, apply_measurement, extra_seconds
 from hf_train_mcp.estimate.sizing import ModelSize
 from hf_train_mcp.render import Script, render_script
 from hf_train_mcp.request import RunShape, TrainingRequest
@@ -419,9 +419,11 @@ def plan_run(
         config["probe"] = {
             "steps": PROBE_STEPS, "only": probe_only,
             "sample_rows": probe_sample_rows(hyper.workload(size, gpus, data), gpus),
-            # what the timeout leaves the script (download, training) once the container, installs and push are paid
+            # what the timeout leaves the script (download, training) once the container, installs and push are
+            # paid, and the modelled time of evaluation and checkpoints, which the preflight does not measure
             "train_budget_s": None if probe_only else int(max(60, timeout - EC.IMAGE_START_S - EC.DEPENDENCY_INSTALL_S
                                                               - push_seconds(size, hyper.workload(size, gpus, data)))),
+            "extra_s": round(extra_seconds(estimate)), "margin": PREFLIGHT_MARGIN,
         }
     return RunPlan(
         request=req, backend=backend, flavor=flavor, gpus=gpus, timeout_seconds=timeout,

@@ -117,7 +117,10 @@ class RunShape(Request):
     packing: Annotated[bool, Field(description="SFT: pack rows into max_length sequences")] = False
     num_generations: Annotated[int, Field(ge=2, le=64, description="GRPO: completions per prompt")] | None = None
     max_completion_length: Annotated[int, Field(ge=8, le=32_768, description="GRPO")] | None = None
+    dataset_config: Annotated[str, Field(max_length=128)] | None = None
+    dataset_split: Annotated[str, Field(pattern=r"^[\w.\-\[\]:%]{1,64}$")] = "train"
     backend: BackendName | None = None
+    max_cost_usd: Annotated[float, Field(gt=0, description="refuse a job whose timeout x price is higher")] | None = None
 
     @model_validator(mode="after")
     def _method_shape(self) -> "RunShape":
@@ -152,8 +155,6 @@ class TrainingRequest(RunShape):
     learning_rate: Annotated[float, Field(gt=0, lt=1)] | None = None
     column_mapping: ColumnMapping | None = None
     eval_split: Annotated[float, Field(gt=0, lt=0.5, description="held-out fraction")] | None = None
-    dataset_config: Annotated[str, Field(max_length=128)] | None = None
-    dataset_split: Annotated[str, Field(pattern=r"^[\w.\-\[\]:%]{1,64}$")] = "train"
     trackio_space_id: HubRepoId | None = None
     project: Label | None = None
     run_name: Label | None = None
@@ -175,7 +176,6 @@ class TrainingRequest(RunShape):
     output_bucket: Annotated[HubRepoId, Field(description="bucket mounted as output_dir")] | None = None
     dry_run: Annotated[bool, Field(description="render and plan only: nothing launched")] = False
     preflight: Annotated[bool, Field(description="time a few steps first; stop on OOM or too slow")] = False
-    max_cost_usd: Annotated[float, Field(gt=0, description="refuse if timeout x price is higher")] | None = None
     idempotency_key: Annotated[str, Field(min_length=1, max_length=128)] | None = None
     skip_validation: bool = False
 

@@ -7,11 +7,12 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
-from typing import Any
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+from hf_train_mcp import defaults as D
 from hf_train_mcp.access import STDIO, Access, is_local
 from hf_train_mcp.backends.base import TERMINAL_STAGES, Backend, JobGone, JobState, LogRead, SubmissionUnknown
 from hf_train_mcp.backends.hf_jobs import HfJobsBackend
@@ -27,11 +28,11 @@ from hf_train_mcp.estimate.sizing import ModelSize, model_size
 from hf_train_mcp.hub import HubUnreachable, hub_endpoint, hub_token, needs_token, resolve_identity, scrub
 from hf_train_mcp.ledger import PENDING, SETTLED_STAGES, SUBMITTING, JobRecord, Ledger, now_iso
 from hf_train_mcp.logparse import ParsedLog, parse_log, probe_metrics
-from hf_train_mcp.estimate.cost import FlavorEstimate, how_to_fit
-from hf_train_mcp.measure import apply_measurement, attempt_key, probe_key
+from hf_train_mcp.estimate.cost import FlavorEstimate, Workload, how_to_fit
+from hf_train_mcp.measure import apply_measurement, attempt_key, config_key, is_probe_key, probe_key, usable
 from hf_train_mcp.measure import prefix as measure_prefix
 from hf_train_mcp.planning import PROBE_STEPS, DataFacts, Hyper, estimate_flavors, plan_run
-from hf_train_mcp.request import EstimateRequest, TrainingRequest, ValidateRequest
+from hf_train_mcp.request import EstimateRequest, RunShape, TrainingRequest, ValidateRequest
 from hf_train_mcp.schemas import (
     CancelResult,
     CostEstimate,
@@ -180,6 +181,9 @@ class Core:
         confirm: called with the plan before anything is launched; it raises to stop the submission."""
         backend_name = req.backend or default_backend()
         self._check_access(req, backend_name)
+        if kind != "probe" and is_probe_key(req.idempotency_key):
+            raise TrainError("idempotency_key may not start with 'probe-' (measurement jobs use those keys); "
+                             "choose another key")
 
         def submit(claim: str | None) -> Submission:
             prepared = self._prepare(req, backend_name, kind=kind, progress=progress)
@@ -215,7 +219,7 @@ class Core:
             return req, DataFacts(), ["dataset validation skipped: format problems will surface in the job"]
         report = validate_dataset(req.dataset, req.method, split=req.dataset_split, config=req.dataset_config,
                                   column_mapping=req.column_mapping, token=token, max_length=req.max_length,
-                                  access=self.access)
+                                  access=self.access, model=req.model)  # token lengths size the run
         if not report.valid:
             errors = "; ".join(i.message + (f" (row {i.row})" if i.row is not None else "")
                                for i in report.issues if i.severity == "error")
@@ -233,6 +237,10 @@ class Core:
         first = report.sample_rows[0] if report.sample_rows else {}
         conversational = report.detected_format in ("messages", "conversational_prompt_completion") or any(
             rules.is_conversation(first.get(c)) for c in ("prompt", "chosen", "rejected", "completion"))
+        if report.token_stats is None:
+            why = next((i.message for i in report.issues if "token statistics" in i.message), "no tokenizer")
+            warnings.append(f"{why}: the estimate and default timeout assume "
+                            f"{EC.DEFAULT_TOKENS_PER_EXAMPLE[req.method]} tokens per row; pass timeout= for longer rows")
         data = DataFacts(num_rows=report.num_rows, mean_tokens=report.token_stats.mean if report.token_stats else None,
                          conversational=conversational)
         return req, data, warnings
@@ -297,10 +305,8 @@ class Core:
                          local_cuda=has_cuda(), resume_repo=resume_repo, resume_dir=resume_dir, probe_only=kind == "probe")
         plan = plan_run(req, **plan_args)
         if kind == "train" and backend_name == "hf" and plan.estimate is not None:
-            key = probe_key(model=req.model, dataset=req.dataset, flavor=plan.flavor, backend=backend_name,
-                            timing=asdict(Hyper.of(req)))
-            measured = self._finished_measurement(key)
-            if measured:  # a measurement of exactly this run on this flavor: its time, not the model's
+            measured = self._finished_measurement(config_key(plan.config, flavor=plan.flavor, backend=backend_name))
+            if measured:  # a measurement of this run's steps on this flavor: its time, not the model's
                 plan = plan_run(req.model_copy(update={"flavor": plan.flavor}), **plan_args, measured=measured)
         plan.warnings[:0] = warnings
         script = plan.render()
@@ -451,7 +457,8 @@ class Core:
     def _state(self, job_id: str) -> tuple[Backend, str, str | None, JobRecord | None, JobState]:
         backend_name, bare, namespace, record = self._locate(job_id)
         backend = self.backend(backend_name)
-        if record is not None and record.settled:  # its stage can no longer change: no need to ask the backend
+        # its stage can no longer change: no need to ask the backend, once an inspect has recorded how it ended
+        if record is not None and record.settled and record.finished_at:
             return backend, bare, namespace, record, JobState(
                 stage=record.stage, message=record.message, created_at=record.created_at,
                 started_at=record.started_at, finished_at=record.finished_at, url=record.job_url)
@@ -484,6 +491,7 @@ class Core:
         self._recover_submissions()
         backend, bare, namespace, record, state = self._state(job_id)
         read, parsed = self._status_logs(backend, bare, namespace, state, tail)
+        parsed = replace(parsed, metrics=dict(parsed.metrics))  # the cached parse stays as read
         measured = parsed.probe or (record.measured if record else None)
         if parsed.probe and record is not None and record.measured != parsed.probe:
             self.ledger.set_measured(bare, parsed.probe)
@@ -517,7 +525,9 @@ class Core:
             return LogRead([]), parse_log([])
         read = self._logs(backend, job_id, namespace, tail=wanted, finished=state.stage in TERMINAL_STAGES)
         parsed = parse_log(read.lines)
-        if state.stage in SETTLED_STAGES and read.complete:
+        # kept once the log is known to be whole: the Hub's log can lag its stage, so wait for the final line
+        finished_log = parsed.done or parsed.error is not None or backend.name == "local"
+        if state.stage in SETTLED_STAGES and read.complete and finished_log:
             self._settled_logs[job_id] = (wanted, read, parsed)
             while len(self._settled_logs) > SETTLED_LOGS_CACHED:
                 self._settled_logs.popitem(last=False)
@@ -591,8 +601,9 @@ class Core:
             return CancelResult(job_id=bare, stage=state.stage, message=f"already {state.stage}; nothing to cancel")
         backend.cancel(bare, namespace)
         after = backend.inspect(bare, namespace)
-        if record is not None:
-            self.ledger.update_stage(bare, after.stage, after.finished_at or now_iso())
+        if record is not None:  # the backend's word (the job may still be RUNNING while it stops)
+            self.ledger.update_stage(bare, after.stage, after.finished_at, started_at=after.started_at,
+                                     message=after.message)
         return CancelResult(job_id=bare, stage=after.stage, message="cancel requested; billing stops when the job ends")
 
     def list_jobs(self, stage: str | None = None, limit: int = 20) -> JobList:
@@ -685,7 +696,8 @@ class Core:
             chosen = fitting[0] if fitting else max(ranked, key=lambda e: e.gpu_memory_gb)
         measurement = None
         if dataset:
-            chosen, measurement = self._measured(model, dataset, hyper, chosen, catalog, backend, measure, warnings)
+            work = hyper.workload(size, catalog.flavors[chosen.flavor].gpus, data)
+            chosen, measurement = self._measured(req, work, chosen, catalog, measure, warnings)
         fitting = [e for e in ranked if e.fits]
         fastest = min(fitting, key=lambda e: e.hours) if fitting else None
         gpus = catalog.flavors[chosen.flavor].gpus if chosen.flavor in catalog.flavors else 1
@@ -730,36 +742,57 @@ class Core:
             assumptions=assumptions, warnings=warnings, measurement=measurement,
         )
 
+    def _measurements(self, key: str) -> list[JobRecord]:
+        """The measurement jobs of these settings, newest first (kind 'probe' only: a key is not proof)."""
+        return [r for r in self.ledger.keyed(measure_prefix(key)) if r.kind == "probe" and not r.job_id.startswith(PENDING)]
+
     def _finished_measurement(self, key: str) -> dict | None:
-        """The numbers of the newest finished measurement of these settings, if any."""
-        for record in self.ledger.keyed(measure_prefix(key)):
-            if record.job_id.startswith(PENDING):
-                continue
-            measured = record.measured or self._report(record.job_id, 0)[1]
-            if measured:
+        """The numbers of the newest measurement of these settings that measured something."""
+        for record in self._measurements(key):
+            measured = record.measured or (self._report(record.job_id, 0)[1] if record.settled else None)
+            if usable(measured):
                 return measured
         return None
 
-    def _measured(self, model: str, dataset: str, hyper: Hyper, chosen: FlavorEstimate, catalog, backend: str | None,
-                  measure: bool, warnings: list[str]) -> tuple[FlavorEstimate, Measurement | None]:
-        """The modelled estimate, replaced by a finished measurement of the same settings; with measure=True a
-        measurement job is launched unless one is running or has finished (a failed one is tried again)."""
-        backend_name = backend or default_backend()
+    def _measured(self, req: EstimateRequest, work: Workload, chosen: FlavorEstimate, catalog, measure: bool,
+                  warnings: list[str]) -> tuple[FlavorEstimate, Measurement | None]:
+        """The modelled estimate, replaced by a finished measurement of the same step; with measure=True a
+        measurement job is launched unless one is running or has measured (a failed one is tried again)."""
+        backend_name = req.backend or default_backend()
         target = chosen.flavor if backend_name == "hf" else ("local-cuda" if has_cuda() else "local-cpu")
-        key = probe_key(model=model, dataset=dataset, flavor=target, backend=backend_name, timing=asdict(hyper))
-        attempts = [r for r in self.ledger.keyed(measure_prefix(key)) if not r.job_id.startswith(PENDING)]
+        key = probe_key(model=req.model, dataset=req.dataset, dataset_config=req.dataset_config,
+                        dataset_split=req.dataset_split, flavor=target, backend=backend_name, method=req.method,
+                        peft=req.peft, per_device_batch_size=work.per_device_batch_size,
+                        gradient_accumulation=work.gradient_accumulation, max_length=work.max_length,
+                        packing=work.packing, num_generations=work.num_generations,
+                        max_completion_length=work.max_completion_length, lora=D.LORA)
+        attempts = self._measurements(key)
         report, probe = self._report(attempts[0].job_id, 0) if attempts else (None, None)
-        # one measurement of a setting at a time: a new one only when none exists or the last one failed
-        if measure and (report is None or report.stage in ("ERROR", "CANCELED", "DELETED")):
-            if report is not None:
+        ended = report is not None and report.stage in TERMINAL_STAGES
+        failed = ended and not usable(probe)  # an ended measurement that measured nothing is a failed one
+        if measure and (report is None or failed):
+            if not chosen.fits:
+                raise TrainError(f"no flavor fits this run ({chosen.reasons[0]}): measuring it would only run out of "
+                                 "memory; " + how_to_fit(work, None) + " Nothing was launched.")
+            if failed:
                 warnings.append(f"the previous measurement {report.job_id} ended {report.stage}"
-                                + (f" ({report.error})" if report.error else "") + "; measuring again")
+                                + (f" ({report.error})" if report.error else " without measuring") + "; measuring again")
             request = TrainingRequest(
-                model=model, dataset=dataset, backend=backend_name, flavor=chosen.flavor if backend_name == "hf" else None,
+                model=req.model, dataset=req.dataset, backend=backend_name,
+                flavor=chosen.flavor if backend_name == "hf" else None,
                 idempotency_key=attempt_key(key, len(attempts) + 1),
-                **{k: v for k, v in asdict(hyper).items() if v is not None},
+                **{k: v for k, v in req.model_dump(include=set(RunShape.model_fields)).items()
+                   if v is not None and k not in ("model", "backend", "flavor")},
             )
-            sub = self.submit_training(request, kind="probe")
+            try:
+                sub = self.submit_training(request, kind="probe")
+            except SubmissionUnknown:
+                raise
+            except TrainError as exc:
+                if "in progress" not in str(exc):
+                    raise
+                warnings.append("a measurement of these settings is being submitted by another call; ask again shortly")
+                return chosen, None
             warnings.append(f"measuring on {sub.flavor}: job {sub.job_id} runs {PROBE_STEPS} optimizer steps at the "
                             f"real batch size (at most {sub.timeout}, ${sub.worst_case_cost_usd or 0:.2f}); call "
                             "estimate_cost again with the same arguments once it has finished")
@@ -767,11 +800,12 @@ class Core:
         if report is None:
             return chosen, None
         measurement = Measurement(job_id=report.job_id, stage=report.stage, job_url=report.job_url,
-                                  error=report.error)
-        if probe is None:
-            if report.stage in ("ERROR", "CANCELED", "DELETED"):
+                                  error=report.error or ("ended without measuring" if failed else None))
+        if not usable(probe):
+            if failed:
                 warnings.append(f"the measurement {report.job_id} ended {report.stage}"
-                                + (f": {report.error}" if report.error else "") + "; measure=True tries again")
+                                + (f": {report.error}" if report.error else " without measuring")
+                                + "; measure=True tries again")
                 if report.error and "out of memory" in report.error.lower():
                     chosen = replace(chosen, fits=False, reasons=[f"the measurement ran out of GPU memory on "
                                                                   f"{chosen.flavor}"])
@@ -780,6 +814,9 @@ class Core:
             return chosen, measurement
         measurement = measurement.model_copy(update={k: probe.get(k) for k in (
             "seconds_per_step", "tokens_per_second", "peak_memory_gb", "device")})
+        if not work.packing and work.mean_length < work.max_length:
+            warnings.append(f"peak memory was measured on sampled rows; a batch of rows at max_length "
+                            f"({work.max_length} tokens) may need up to ~{chosen.memory.gb:.0f} GB (modelled)")
         price = catalog.flavors[chosen.flavor].usd_per_hour if backend_name == "hf" else 0.0
         measured = apply_measurement(chosen, probe, price)
         if backend_name != "hf":  # this machine: no container, installs or bill

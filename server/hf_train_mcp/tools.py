@@ -67,7 +67,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Hours, dollars, memory fit and a safe timeout on Jobs hardware; without flavor, the cheapest that fits. "
         "measure=True runs a few real steps on the flavor as a job: call again once it ended for measured numbers.",
         EstimateRequest, CostEstimate, lambda core, req, hooks: core.estimate_cost(req, progress=hooks.progress),
-        progress=True,
+        read_only=False, progress=True,  # measure=True launches a (short, paid) job
     ),
     ToolSpec(
         "submit_training", "submit", "Submit a training job",

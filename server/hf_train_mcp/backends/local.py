@@ -144,20 +144,28 @@ class LocalBackend:
         if (folder / CANCEL_FILE).exists():
             state.stage, state.message = "CANCELED", "canceled by request"
             state.finished_at = _mtime_iso(folder / CANCEL_FILE)
-        elif (folder / EXIT_FILE).exists():
-            code = int((folder / EXIT_FILE).read_text().strip() or 1)
-            state.finished_at = _mtime_iso(folder / EXIT_FILE)
-            if code == 0:
-                state.stage, state.message = "COMPLETED", "training finished"
-            else:
-                state.stage = "ERROR"
-                state.message = "timed out" if code == TIMEOUT_EXIT else f"training exited with code {code}"
-        elif not process_alive(int((folder / "pid").read_text())):
-            state.stage, state.message = "ERROR", "the training process died without an exit code (killed?)"
-            state.finished_at = _mtime_iso(folder / LOG_FILE) if (folder / LOG_FILE).exists() else None
+        elif not self._exited(folder, state) and not process_alive(int((folder / "pid").read_text())):
+            # the runner writes its exit code and then exits: look again, it may have done both since
+            if not self._exited(folder, state):
+                state.stage, state.message = "ERROR", "the training process died without an exit code (killed?)"
+                state.finished_at = _mtime_iso(folder / LOG_FILE) if (folder / LOG_FILE).exists() else None
         if state.stage != "RUNNING":
             self._reap(job_id)
         return state
+
+    @staticmethod
+    def _exited(folder: Path, state: JobState) -> bool:
+        """Fill `state` from the exit-code file the runner leaves; False when there is none yet."""
+        if not (folder / EXIT_FILE).exists():
+            return False
+        code = int((folder / EXIT_FILE).read_text().strip() or 1)
+        state.finished_at = _mtime_iso(folder / EXIT_FILE)
+        if code == 0:
+            state.stage, state.message = "COMPLETED", "training finished"
+        else:
+            state.stage = "ERROR"
+            state.message = "timed out" if code == TIMEOUT_EXIT else f"training exited with code {code}"
+        return True
 
     def _reap_finished(self) -> None:
         """Collect every runner of ours that has exited (a settled job is no longer inspected, so do it here)."""

@@ -36,10 +36,14 @@ _EXPECTED_MAX = {1: 0.0, 2: 0.564, 3: 0.846, 4: 1.029, 5: 1.163, 6: 1.267, 7: 1.
 def expected_max_normal(b: int) -> float:
     if b in _EXPECTED_MAX:
         return _EXPECTED_MAX[b]
+    if b > 128:  # the asymptotic form, shifted to meet the table at 128
+        def asymptotic(n: int) -> float:
+            root = math.sqrt(2 * math.log(n))
+            return root - (math.log(math.log(n)) + math.log(4 * math.pi)) / (2 * root)
+
+        return asymptotic(b) + _EXPECTED_MAX[128] - asymptotic(128)
     below = max(k for k in _EXPECTED_MAX if k <= b)
-    above = min((k for k in _EXPECTED_MAX if k >= b), default=None)
-    if above is None:
-        return math.sqrt(2 * math.log(b))
+    above = min(k for k in _EXPECTED_MAX if k >= b)
     share = (math.log(b) - math.log(below)) / (math.log(above) - math.log(below))
     return _EXPECTED_MAX[below] + share * (_EXPECTED_MAX[above] - _EXPECTED_MAX[below])
 

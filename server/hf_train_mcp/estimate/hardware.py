@@ -46,9 +46,9 @@ def fallback_catalog() -> Catalog:
 
 
 def _gpu_for(model: str, vram: str) -> GpuFacts | None:
-    key = re.sub(r"^(nvidia|NVIDIA)\s+", "", model).strip()
-    for name, facts in GPU_FACTS.items():
-        if key.upper().startswith(name.upper()):
+    key = re.sub(r"^(nvidia|NVIDIA)\s+", "", model).strip().upper()
+    for name, facts in sorted(GPU_FACTS.items(), key=lambda item: -len(item[0])):  # L40S before L4
+        if key.startswith(name.upper()):
             match = re.search(r"(\d+(?:\.\d+)?)", vram or "")
             return facts if not match else GpuFacts(**{**facts.__dict__, "memory_gb": float(match.group(1))})
     return None
