@@ -710,6 +710,9 @@ class Core:
         if chosen.hours > 4:
             warnings.append(f"over 4 h ({chosen.hours:.1f} h): make sure checkpoints are pushed (the default) and "
                             "consider a multi-GPU flavor")
+        if (size.active or size.experts) and not chosen.measured:
+            warnings.append("mixture-of-experts timing rests on few measured runs (expect up to ~2x either way); the "
+                            "timeout has a wider margin, and measure=True measures the real pace")
         if hyper.method == "grpo" and not chosen.measured:
             warnings.append(f"GRPO's generation time assumes each step's longest completion reaches "
                             f"max_completion_length ({hyper.completion_length} tokens); shorter completions finish "

@@ -345,6 +345,7 @@ def estimate_on(size: ModelSize, work: Workload, flavor: FlavorInfo, cal: Calibr
         train_seconds=seconds, overhead_seconds=overhead, hours=hours,
         cost_usd=round(math.ceil((seconds + overhead) / 60) * flavor.usd_per_hour / 60, 2), steps=steps,
         tokens=tokens, tokens_per_second=tokens / max(seconds, 1e-9), step=step, reasons=reasons,
+        timeout_factor=C.TIMEOUT_FACTOR_MOE if size.active or size.experts else C.TIMEOUT_FACTOR,
     )
 
 

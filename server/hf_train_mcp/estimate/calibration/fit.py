@@ -101,12 +101,31 @@ def render(cal: Calibration) -> str:
     return "CALIBRATED = Calibration(\n" + "\n".join(lines) + "\n)"
 
 
+def leave_one_out(runs, start: Calibration, rounds: int = 4) -> list[tuple[str, float]]:
+    """Each included measured row predicted by constants fitted without it: the error to expect on a new run."""
+    out = []
+    for held in (r for r in runs if r.included and r.measured):
+        others = [r if r is not held else replace(r, included=False) for r in runs]
+        cal = fit(others, start, rounds)
+        out.append((held.id, held.predicted(cal) / held.seconds - 1))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--show", action="store_true", help="score the current constants only")
+    parser.add_argument("--loo", action="store_true", help="leave-one-out: each row predicted without it")
     args = parser.parse_args()
     runs = load_runs()
+    if args.loo:
+        errors = leave_one_out(runs, C.CALIBRATED)
+        for row, error in errors:
+            print(f"{row:>4} {error:+6.0%}")
+        absolute = sorted(abs(e) for _, e in errors)
+        print(f"leave-one-out: {len(errors)} rows, median |error| {absolute[len(absolute) // 2]:.0%}, "
+              f"worst {absolute[-1]:.0%}, within 40%: {sum(a <= 0.4 for a in absolute)}")
+        return
     cal = C.CALIBRATED if args.show else fit(runs, C.CALIBRATED, args.rounds)
     scores = score(runs, cal)
     print(table(scores))
