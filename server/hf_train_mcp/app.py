@@ -89,6 +89,13 @@ class CompactMCPServer(MCPServer):
         ]
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None) -> Any:
+        tool = self._tool_manager.get_tool(name)
+        if tool is not None and arguments:  # a misspelt option would otherwise be dropped without a word
+            unknown = sorted(set(arguments) - set(tool.parameters.get("properties", {})))
+            if unknown:
+                raise ToolError(f"invalid arguments for {name}: {', '.join(unknown)} "
+                                f"{'is not a parameter' if len(unknown) == 1 else 'are not parameters'} of this tool "
+                                "(check the spelling against its input schema); nothing was done")
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
