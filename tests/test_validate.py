@@ -105,7 +105,7 @@ def test_row_numbers_point_at_the_bad_row(tmp_path: Path) -> None:
     report = validate_dataset(str(write(tmp_path / "d.jsonl", rows)), "sft")
     assert not report.valid  # files up to 20,000 rows are checked row by row
     bad = next(i for i in report.issues if "no assistant turn" in i.message)
-    assert bad.row == 250
+    assert bad.row == 251  # 1-based: line 251 of the file
 
 
 def test_a_user_column_mapping_is_checked_and_applied(tmp_path: Path) -> None:
@@ -205,3 +205,13 @@ def test_an_explicit_config_is_used_and_an_unknown_one_is_refused(viewer: Emulat
 def test_an_unreachable_viewer_is_a_clear_network_error(offline) -> None:
     with pytest.raises(TrainError, match="dataset viewer failed: no connection"):
         validate_dataset("org/anything", "sft")
+
+
+def test_a_missing_local_path_is_not_found_and_never_looked_up_on_the_hub(offline) -> None:
+    import pytest as _pytest
+
+    from hf_train_mcp.errors import TrainError
+
+    for ref in ("data/train.jsonl", "missing.csv", "some/deep/folder"):
+        with _pytest.raises(TrainError, match="file or folder not found"):
+            validate_dataset(ref, "sft")

@@ -11,9 +11,15 @@ from pathlib import Path, PurePath
 from hf_train_mcp.errors import TrainError
 
 
+PATH_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet", ".arrow", ".txt", ".tsv", ".gguf", ".safetensors", ".bin")
+
+
 def is_local(ref: str) -> bool:
-    """A path on this machine rather than a Hub id ('owner/name' that happens to exist here counts as local)."""
-    return ref.startswith(("/", "./", "../", "~", ".\\")) or Path(ref).expanduser().exists()
+    """A path on this machine rather than a Hub id: it starts like a path, has more than the one '/' of
+    'owner/name', ends like a data file, or exists here ('owner/name' that happens to exist here counts as local).
+    A missing path is still a path: it is reported as not found, never looked up on the Hub."""
+    return (ref.startswith(("/", "./", "../", "~", ".\\")) or ref.count("/") > 1 or "\\" in ref
+            or ref.lower().endswith(PATH_SUFFIXES) or Path(ref).expanduser().exists())
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,6 @@
-"""The human shell: `hf-train-mcp serve | demo | status | jobs | logs | cancel | hardware`."""
+"""The human shell: `hf-train-mcp serve | demo` and one command per tool (validate, estimate, submit, status, logs,
+cancel, jobs, hardware, ...), generated from tools.py: each option is a field of the tool's request model, with
+its help. Tables by default; --json prints exactly the tool's structured output."""
 
 import argparse
 import hmac
@@ -69,8 +71,125 @@ def serve(args: argparse.Namespace) -> None:
                 log_level="warning", lifespan="on")
 
 
-def _print(model: Any) -> None:
-    print(json.dumps(model.model_dump(mode="json", exclude_none=True), indent=2))
+STDIO_NOTE = """hf-train-mcp is an MCP server: it speaks the MCP protocol on stdin/stdout, so an MCP client starts it
+(Claude Code: claude mcp add hf-train -- hf-train-mcp serve). As a command line it runs each tool directly:
+
+  hf-train-mcp validate trl-lib/Capybara            check a dataset
+  hf-train-mcp estimate Qwen/Qwen2.5-0.5B --dataset trl-lib/Capybara
+  hf-train-mcp submit MODEL DATASET --hub-model-id you/name --dry-run
+  hf-train-mcp status JOB_ID | logs JOB_ID | jobs | hardware
+
+hf-train-mcp --help lists every command, hf-train-mcp COMMAND --help its options; hf-train-mcp demo trains a tiny
+model on this machine end to end."""
+
+
+def _inner(annotation: Any) -> tuple[Any, bool]:
+    """(the type to parse, whether it is a list) of a field annotation, through Optional and Annotated."""
+    import types
+    from typing import Annotated, Union, get_args, get_origin
+
+    while True:
+        origin = get_origin(annotation)
+        if origin is Annotated:
+            annotation = get_args(annotation)[0]
+        elif origin in (Union, types.UnionType):
+            annotation = next(a for a in get_args(annotation) if a is not type(None))
+        elif origin is list:
+            return _inner(get_args(annotation)[0])[0], True
+        else:
+            return annotation, False
+
+
+def _help(info: Any, kind: Any) -> str:
+    """The field's description, else what it takes; plus its limits and default."""
+    from typing import Literal, get_args, get_origin
+
+    parts = [info.description] if info.description else []
+    for meta in info.metadata:
+        for attr, word in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<=")):
+            if getattr(meta, attr, None) is not None:
+                parts.append(f"{word} {getattr(meta, attr)}")
+    if get_origin(kind) is Literal:
+        parts.append("one of " + ", ".join(map(str, get_args(kind))))
+    elif not info.description:
+        parts.append({int: "a whole number", float: "a number", bool: "on/off", dict: "JSON object or k=v"}.get(
+            kind, "text"))
+    if not info.is_required() and info.default not in (None, False):
+        parts.append(f"default {info.default}")
+    return "; ".join(parts)
+
+
+def _mapping(text: str) -> dict:
+    """`{"prompt": "question"}` or `prompt=question,completion=answer`."""
+    text = text.strip()
+    if text.startswith("{"):
+        return json.loads(text)
+    return dict(pair.split("=", 1) for pair in text.split(",") if pair)
+
+
+def add_request_options(parser: argparse.ArgumentParser, request: Any) -> None:
+    """One option (or positional, for required fields) per field of a tool's request model."""
+    from typing import Literal, get_args, get_origin
+
+    for name, info in request.model_fields.items():
+        kind, many = _inner(info.annotation)
+        flag = "--" + name.replace("_", "-")
+        options: dict[str, Any] = {"help": _help(info, kind)}
+        if kind is bool:
+            options.update(action=argparse.BooleanOptionalAction, default=None)
+        elif get_origin(kind) is Literal:
+            options["choices"] = list(get_args(kind))
+        elif kind in (int, float):
+            options["type"] = kind
+        elif kind is dict or get_origin(kind) is dict:
+            options["type"] = _mapping
+        if many:
+            options["nargs"] = "+"
+        if info.is_required():
+            parser.add_argument(name, metavar=name.upper(), **options)
+        else:
+            parser.add_argument(flag, dest=name, **options)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, dict | list):
+        return json.dumps(value, ensure_ascii=False)[:60]
+    return str(value)
+
+
+def _table(rows: list[dict]) -> list[str]:
+    columns = [c for c in dict.fromkeys(k for row in rows for k in row) if not isinstance(rows[0].get(c), dict | list)]
+    widths = {c: min(40, max(len(c), *(len(_cell(r.get(c))) for r in rows))) for c in columns}
+    out = ["  ".join(c.ljust(widths[c]) for c in columns)]
+    out += ["  ".join(_cell(r.get(c))[:40].ljust(widths[c]) for c in columns) for r in rows]
+    return out
+
+
+def render(result: Any) -> str:
+    """A tool result for a terminal: scalars as `key: value`, lists of objects as tables, text lists as lines."""
+    data = result.model_dump(mode="json", by_alias=True)
+    if type(result).__name__ == "LogPage":  # a page of log lines reads best as the lines themselves
+        return "\n".join(data["lines"])
+    lines: list[str] = []
+    for key, value in data.items():
+        if value in (None, [], {}) or key == "script":
+            continue
+        if isinstance(value, list) and all(isinstance(v, dict) for v in value):
+            lines += ["", f"{key}:", *("  " + line for line in _table(value))]
+        elif isinstance(value, list):
+            lines += ["", f"{key}:", *(f"  {v}" for v in value)]
+        elif isinstance(value, dict):
+            inner = ", ".join(f"{k}={_cell(v)}" for k, v in value.items() if v is not None)
+            lines.append(f"{key}: {inner}")
+        else:
+            lines.append(f"{key}: {_cell(value) if not isinstance(value, str) else value}")
+    if data.get("script"):
+        lines.append("\nscript: (--json shows the rendered script)")
+    return "\n".join(lines).strip()
 
 
 def _core() -> Any:
@@ -79,14 +198,50 @@ def _core() -> Any:
     return Core()
 
 
-def main(argv: list[str] | None = None) -> None:
-    logging.basicConfig(level=os.environ.get("HF_TRAIN_LOG_LEVEL", "WARNING"), stream=sys.stderr)
-    parser = argparse.ArgumentParser(prog="hf-train-mcp", description=__doc__)
-    sub = parser.add_subparsers(dest="command")
-    p = sub.add_parser("serve", help="run the MCP server (default)")
-    p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+def _confirm_on_terminal(assume_yes: bool):
+    """The CLI's confirmation before a large spend: a y/N question when a person is at the terminal."""
+
+    def confirm(prepared: Any) -> None:
+        from hf_train_mcp.app import confirm_threshold, confirmation_question
+        from hf_train_mcp.errors import TrainError
+
+        threshold = confirm_threshold()
+        if assume_yes or threshold is None or prepared.worst_case_cost_usd <= threshold or not sys.stdin.isatty():
+            return
+        print(confirmation_question(prepared) + " [y/N] ", end="", file=sys.stderr, flush=True)
+        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+            raise TrainError("not submitted: declined at the terminal; nothing was launched")
+
+    return confirm
+
+
+def run_tool(spec: Any, args: argparse.Namespace) -> None:
+    from pydantic import ValidationError
+
+    from hf_train_mcp.errors import TrainError
+    from hf_train_mcp.readable import readable
+    from hf_train_mcp.tools import Hooks
+
+    given = {name: getattr(args, name) for name in spec.request.model_fields if getattr(args, name, None) is not None}
+    try:
+        request = spec.request(**given)
+    except ValidationError as exc:
+        raise TrainError(f"invalid options for {spec.command}: {readable(exc)}") from None
+    progress = (lambda message: print(f"... {message}", file=sys.stderr, flush=True)) if not args.json else None
+    result = spec.run(_core(), request, Hooks(progress=progress, confirm=_confirm_on_terminal(args.yes)))
+    print(json.dumps(result.model_dump(mode="json", by_alias=True), indent=2) if args.json else render(result))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from hf_train_mcp.tools import TOOLS
+
+    parser = argparse.ArgumentParser(prog="hf-train-mcp", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    p = sub.add_parser("serve", help="run the MCP server (stdio by default, or streamable HTTP)")
+    p.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="default stdio")
+    p.add_argument("--host", default="127.0.0.1", help="HTTP: the address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="HTTP: the port (default 8000)")
     p.add_argument("--auth-token", default=None, help="require this bearer token on HTTP (or HF_TRAIN_AUTH_TOKEN)")
     p.add_argument("--allowed-hosts", action="append", default=[], metavar="NAME",
                    help="HTTP: another Host name to accept (any port), besides the bind address, localhost and "
@@ -100,36 +255,44 @@ def main(argv: list[str] | None = None) -> None:
                    help="HTTP: let callers send GRPO reward_code (it runs in the job, beside the server's token; "
                         "off by default)")
     p = sub.add_parser("demo", help="train a tiny model locally end to end (needs the 'train' extra)")
-    p.add_argument("--steps", type=int, default=8)
-    for name in ("status", "logs", "cancel"):
-        sub.add_parser(name, help=f"{name} of a job").add_argument("job_id")
-    p = sub.add_parser("jobs", help="list jobs")
-    p.add_argument("--stage", default=None)
-    sub.add_parser("hardware", help="list Jobs hardware and prices")
-    args = parser.parse_args(argv)
+    p.add_argument("--steps", type=int, default=8, help="optimizer steps (default 8)")
+    for spec in TOOLS:
+        p = sub.add_parser(spec.command, help=f"{spec.title} (the {spec.name} tool)", description=spec.description)
+        add_request_options(p, spec.request)
+        p.add_argument("--json", action="store_true", help="print the tool's structured output as JSON")
+        p.add_argument("--yes", action="store_true", help="do not ask before a large spend")
+    return parser
 
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=os.environ.get("HF_TRAIN_LOG_LEVEL", "WARNING"), stream=sys.stderr)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     from hf_train_mcp.errors import TrainError
 
     try:
-        match args.command:
-            case None | "serve":
-                if args.command is None:
-                    args = parser.parse_args(["serve"])
-                serve(args)
-            case "demo":
-                from hf_train_mcp.demo import run_demo
+        if args.command is None:
+            if sys.stdin.isatty():  # a person, not an MCP client: say what this is instead of waiting silently
+                print(STDIO_NOTE, file=sys.stderr)
+                return
+            args = parser.parse_args(["serve"])
+        if args.command == "serve":
+            serve(args)
+        elif args.command == "demo":
+            from hf_train_mcp.demo import run_demo
 
-                run_demo(steps=args.steps)
-            case "status":
-                _print(_core().job_status(args.job_id))
-            case "logs":
-                print("\n".join(_core().job_logs(args.job_id, 0, 100_000).lines))
-            case "cancel":
-                _print(_core().cancel_job(args.job_id))
-            case "jobs":
-                _print(_core().list_jobs(args.stage, 50))
-            case "hardware":
-                _print(_core().list_hardware())
+            run_demo(steps=args.steps)
+        else:
+            from hf_train_mcp.tools import BY_COMMAND
+
+            run_tool(BY_COMMAND[args.command], args)
+        sys.stdout.flush()
     except TrainError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except BrokenPipeError:  # `hf-train-mcp logs JOB | head`: the reader left; say nothing more
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(0)
+    except KeyboardInterrupt:
+        sys.exit(130)

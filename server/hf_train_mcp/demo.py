@@ -29,7 +29,9 @@ def run_demo(steps: int = 8) -> None:
     last = None
     while time.monotonic() < deadline:
         status = core.job_status(sub.job_id, tail=5)
-        line = f"  {status.stage} step {status.progress.step}/{status.progress.total_steps} loss {status.last_metrics.get('loss')}"
+        progress, loss = status.progress, status.last_metrics.get("loss")
+        line = f"  {status.stage}" + (f" step {progress.step}/{progress.total_steps}" if progress.total_steps else
+                                      " (loading the model and data)") + (f", loss {loss:.3f}" if loss else "")
         if line != last:
             print(line, flush=True)
             last = line
@@ -39,7 +41,7 @@ def run_demo(steps: int = 8) -> None:
     print(f"stage: {status.stage}")
     if status.error:
         print(f"error: {status.error}")
-    print(f"adapter and checkpoints: {sub.model_url}")
-    print(f"trackio logs: {sub.trackio_url} (view: TRACKIO_DIR=<that folder> trackio show --project hf-train-mcp)")
+    print(f"adapter and checkpoints: {sub.model_url.removeprefix('file://')}")
+    print(f"training curves: TRACKIO_DIR={sub.trackio_url.removeprefix('file://')} trackio show --project hf-train-mcp")
     if status.stage != "COMPLETED":
         sys.exit(1)

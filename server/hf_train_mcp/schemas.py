@@ -195,7 +195,7 @@ class DatasetIssue(BaseModel):
     severity: Literal["error", "warning"]
     message: str
     column: str | None = None
-    row: int | None = None
+    row: int | None = Field(default=None, description="1-based; for JSONL, the line number")
 
 
 class TokenStats(BaseModel):

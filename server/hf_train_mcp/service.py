@@ -604,7 +604,9 @@ class Core:
         if record is not None:  # the backend's word (the job may still be RUNNING while it stops)
             self.ledger.update_stage(bare, after.stage, after.finished_at, started_at=after.started_at,
                                      message=after.message)
-        return CancelResult(job_id=bare, stage=after.stage, message="cancel requested; billing stops when the job ends")
+        message = ("cancel requested; billing stops when the job ends" if backend.name == "hf" else
+                   "stopped (a local job costs nothing); resume_from this job continues from its last checkpoint")
+        return CancelResult(job_id=bare, stage=after.stage, message=message)
 
     def list_jobs(self, stage: str | None = None, limit: int = 20) -> JobList:
         self._recover_submissions()

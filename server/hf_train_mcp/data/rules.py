@@ -163,8 +163,10 @@ class Checker:
 
 
 def check_rows(method: str, fmt: str, rows: list[dict], offsets: list[int]) -> list[DatasetIssue]:
+    """Issues per row; `offsets` are 0-based, the issues' row numbers 1-based (row N is line N of a JSONL file)."""
     checker = Checker(method)
-    for row, index in zip(rows, offsets, strict=True):
+    for row, offset in zip(rows, offsets, strict=True):
+        index = offset + 1
         if fmt == "messages":
             checker.messages(index, "messages", row.get("messages"))
         elif fmt == "text":
