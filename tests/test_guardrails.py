@@ -481,3 +481,32 @@ async def test_a_job_that_prints_the_token_has_it_masked_in_status_and_logs(chat
     for result in (status, logs):
         dumped = json.dumps(result.structured_content)
         assert WRITE_TOKEN not in dumped and "HF_TOKEN=hf_***" in dumped
+
+
+def test_a_dry_run_renders_without_the_training_stack(tmp_path, offline, monkeypatch) -> None:
+    """What the Docker image without the training extra does: plan and render, no torch, no launch."""
+    import sys as _sys
+
+    from hf_train_mcp.backends import local
+    from hf_train_mcp.request import TrainingRequest
+    from hf_train_mcp.service import Core
+    from hf_train_mcp.tiny import example_rows, write_jsonl
+
+    monkeypatch.setattr(local, "has_training_stack", lambda: False)
+    monkeypatch.setattr(local.shutil, "which", lambda name: None)
+    for heavy in ("torch", "transformers", "trl"):
+        monkeypatch.setitem(_sys.modules, heavy, None)  # importing one now fails loudly
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 100}')
+    (model / "tokenizer_config.json").write_text('{"chat_template": "{{ messages }}"}')
+    data = write_jsonl(tmp_path / "sft.jsonl", example_rows("sft", 8))
+    sub = Core().submit_training(TrainingRequest(model=str(model), dataset=str(data), backend="local", dry_run=True,
+                                                 max_steps=3))
+    assert sub.job_id is None and "CONFIG = {" in sub.script and sub.command == ["uv", "run", "train.py"]
+    import pytest as _pytest
+
+    from hf_train_mcp.errors import TrainError
+
+    with _pytest.raises(TrainError, match="EXTRAS=train"):
+        Core().submit_training(TrainingRequest(model=str(model), dataset=str(data), backend="local", max_steps=3))

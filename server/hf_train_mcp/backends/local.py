@@ -96,12 +96,16 @@ class LocalBackend:
         if shutil.which("uv"):
             return ["uv", "run", "train.py"]
         raise TrainError(
-            "local training needs the training stack: `pip install 'hf-train-mcp[train]'` "
-            "(or install uv so the script's own header can provision it)"
+            "local training needs the training stack: `pip install 'hf-train-mcp[train]'` (in Docker: build with "
+            "--build-arg EXTRAS=train), or install uv so the script's own header can provision it"
         )
 
     def command(self, spec: JobSpec) -> list[str]:
-        return self.training_command()
+        """What would run (a dry run shows it even where the training stack is not installed yet)."""
+        try:
+            return self.training_command()
+        except TrainError:
+            return ["uv", "run", "train.py"]
 
     def submit(self, script: Script, spec: JobSpec) -> JobRef:
         self._reap_finished()
