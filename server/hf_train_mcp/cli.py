@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 
@@ -232,6 +233,31 @@ def run_tool(spec: Any, args: argparse.Namespace) -> None:
     print(json.dumps(result.model_dump(mode="json", by_alias=True), indent=2) if args.json else render(result))
 
 
+def launch_command() -> list[str]:
+    """How an MCP client starts this server: from this checkout with uvx when run from one, else the package."""
+    root = Path(__file__).resolve().parents[2]
+    source = str(root) if (root / "pyproject.toml").exists() else "hf-train-mcp"
+    return ["uvx", "--from", source, "hf-train-mcp", "serve"]
+
+
+def connect(client: str) -> str:
+    """The one line (or link) that adds this server to an MCP client."""
+    import base64
+    import shlex
+
+    command = launch_command()
+    if client == "claude":
+        return "claude mcp add hf-train --env HF_TOKEN=$HF_TOKEN -- " + shlex.join(command)
+    if client == "cursor":
+        config = {"command": command[0], "args": command[1:], "env": {"HF_TOKEN": "${env:HF_TOKEN}"}}
+        encoded = base64.b64encode(json.dumps(config).encode()).decode()
+        return f"cursor://anysphere.cursor-deeplink/mcp/install?name=hf-train&config={encoded}"
+    if client == "vscode":
+        return "code --add-mcp " + shlex.quote(json.dumps({"name": "hf-train", "command": command[0],
+                                                          "args": command[1:]}))
+    return "npx @modelcontextprotocol/inspector " + shlex.join(command)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from hf_train_mcp.tools import TOOLS
 
@@ -254,6 +280,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-reward-code", action="store_true",
                    help="HTTP: let callers send GRPO reward_code (it runs in the job, beside the server's token; "
                         "off by default)")
+    p = sub.add_parser("connect", help="print the line (or link) that adds this server to an MCP client")
+    p.add_argument("client", choices=["claude", "cursor", "vscode", "inspector"], help="the MCP client")
     p = sub.add_parser("demo", help="train a tiny model locally end to end (needs the 'train' extra)")
     p.add_argument("--steps", type=int, default=8, help="optimizer steps (default 8)")
     for spec in TOOLS:
@@ -278,6 +306,8 @@ def main(argv: list[str] | None = None) -> None:
             args = parser.parse_args(["serve"])
         if args.command == "serve":
             serve(args)
+        elif args.command == "connect":
+            print(connect(args.client))
         elif args.command == "demo":
             from hf_train_mcp.demo import run_demo
 
