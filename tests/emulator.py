@@ -5,6 +5,7 @@ client can be pointed at it with HF_ENDPOINT. Jobs move SCHEDULING -> RUNNING ->
 their log lines are released over the running period and streamed as SSE; the stream closes at the end.
 """
 
+import hashlib
 import json
 import re
 import threading
@@ -26,12 +27,15 @@ FLAVORS = (
 # (name, accelerator model or None, count, vram per card, $/minute): prices deliberately differ from the built-in
 # table so tests can tell the live catalog was used.
 HARDWARE = (
-    ("cpu-basic", None, 0, "", 0.0002), ("t4-small", "T4", 1, "16 GB", 0.0070), ("l4x1", "L4", 1, "24 GB", 0.0140),
+    ("cpu-basic", None, 0, "", 0.0002), ("cpu-upgrade", None, 0, "", 0.0005), ("t4-small", "T4", 1, "16 GB", 0.0070), ("l4x1", "L4", 1, "24 GB", 0.0140),
     ("l4x4", "L4", 4, "96 GB", 0.0640), ("a10g-small", "A10G", 1, "24 GB", 0.0170),
     ("a10g-large", "A10G", 1, "24 GB", 0.0250), ("a10g-largex2", "A10G", 2, "48 GB", 0.0500),
     ("a100-large", "A100", 1, "80 GB", 0.0420), ("h200", "H200", 1, "141 GB", 0.0840),
 )  # fmt: skip
 
+HOSTS = {"cpu-basic": (2, 16), "cpu-upgrade": (8, 32), "t4-small": (4, 15), "l4x1": (8, 30), "l4x4": (48, 186),
+         "a10g-small": (4, 15), "a10g-large": (12, 46), "a10g-largex2": (24, 92), "a100-large": (12, 142),
+         "h200": (23, 256)}  # (vCPUs, GB of memory), as the Jobs hardware list reports them
 TOKENS = {"hf_emu_write_token_0123456789": "write", "hf_emu_read_token_0123456789": "read"}
 USER = "emu-user"
 ORGS = ("emu-org",)
@@ -132,6 +136,7 @@ class Emulator:
         self.models: dict[str, int] = {}  # repo id -> parameter count
         self.gated_models: set[str] = set()
         self.datasets: dict[str, ViewerDataset] = {}
+        self.files: dict[tuple[str, str], bytes] = {}  # (repo id, path) -> content, served under /resolve/
         self.faults: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -228,13 +233,41 @@ class Emulator:
 
             def do_GET(self) -> None:
                 self._record(None)
-                self._route("GET", None)
+                if not self._file(head=False):
+                    self._route("GET", None)
 
             def do_HEAD(self) -> None:
                 self._record(None)
-                self.send_response(404)
-                self.send_header("Content-Length", "0")
+                if not self._file(head=True):
+                    self.send_response(404)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+
+            def _file(self, *, head: bool) -> bool:
+                """/{repo}/resolve/{revision}/{path}: the files of emu.files, with the headers hf_hub_download reads."""
+                match = re.fullmatch(r"/(?:api/)?(?:models/)?([^/]+/[^/]+)/resolve/([^/]+)/(.+)", urlparse(self.path).path)
+                if not match:
+                    return False
+                repo, _, name = match.groups()
+                known = repo in emu.models or any(r == repo for r, _ in emu.files)
+                body = emu.files.get((repo, name))
+                if body is None:
+                    code = "EntryNotFound" if known else "RepoNotFound"
+                    self.send_response(404)
+                    self.send_header("X-Error-Code", code)
+                    self.send_header("X-Error-Message", f"{code}: {repo}/{name}")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return True
+                digest = hashlib.sha256(body).hexdigest()
+                self.send_response(200)
+                self.send_header("ETag", f'"{digest}"')
+                self.send_header("X-Repo-Commit", digest[:40])
+                self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
+                if not head:
+                    self.wfile.write(body)
+                return True
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
@@ -422,6 +455,7 @@ def _hardware(entry: tuple) -> dict:
     accelerator = None
     if model:
         accelerator = {"type": "gpu", "model": model, "quantity": str(count), "vram": vram, "manufacturer": "Nvidia"}
-    return {"name": name, "prettyName": name, "cpu": "8 vCPU", "ram": "32 GB", "ephemeralStorage": "100 GB",
+    cpus, ram = HOSTS.get(name, (8, 32))
+    return {"name": name, "prettyName": name, "cpu": f"{cpus} vCPU", "ram": f"{ram} GB", "ephemeralStorage": "N/A",
             "accelerator": accelerator, "unitCostMicroUSD": int(per_minute * 1e6), "unitCostUSD": per_minute,
             "unitLabel": "minute"}

@@ -15,7 +15,8 @@ from mcp.client.streamable_http import streamable_http_client
 
 pytestmark = pytest.mark.anyio
 
-EXPECTED_TOOLS = {"list_hardware", "validate_dataset", "estimate_cost", "submit_training", "job_status", "job_logs", "cancel_job",
+EXPECTED_TOOLS = {"list_hardware", "validate_dataset", "estimate_cost", "submit_training", "evaluate_model", "export_model",
+                  "job_status", "job_logs", "cancel_job",
                   "list_jobs"}
 
 

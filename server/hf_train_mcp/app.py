@@ -24,7 +24,7 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
 from hf_train_mcp.access import STDIO, Access
-from hf_train_mcp.compact_schema import compact_tool_schema
+from hf_train_mcp.compact_schema import compact_tool_schema, declare_once
 from hf_train_mcp.errors import TrainError
 from hf_train_mcp.readable import readable
 from hf_train_mcp.tools import TOOLS, Hooks, ToolSpec
@@ -36,8 +36,9 @@ INSTRUCTIONS = """\
 Fine-tune models with TRL (SFT, DPO, GRPO, reward modeling) on Hugging Face Jobs, or on this machine when
 there is no HF account (backend='local'). Typical flow: validate_dataset -> estimate_cost -> submit_training
 (dry_run=True first to review the script) -> job_status now and then, or subscribe to hf-train://jobs/{job_id}
-(it never waits). Jobs keep running after this conversation; the model is pushed to hub_model_id with
-checkpoints along the way. The finetune prompt walks through the whole loop."""
+(it never waits) -> evaluate_model(job_id) -> export_model(job_id, format='merged'|'gguf'). Jobs keep running
+after this conversation; the model is pushed to hub_model_id with checkpoints along the way. The finetune
+prompt walks through the whole loop."""
 CONFIRM_DEFAULT_USD = 10.0
 
 
@@ -70,7 +71,7 @@ def confirmation_question(prepared: Any) -> str:
     common = prepared.common
     hours = f", ~{common['estimated_hours']:.1f} h estimated" if common.get("estimated_hours") else ""
     estimate = f" (estimated ${common['estimated_cost_usd']:.2f})" if common.get("estimated_cost_usd") else ""
-    return (f"Launch a {prepared.req.method.upper()} job of {prepared.req.model} on {common['flavor']} for up to "
+    return (f"Launch {prepared.summary} on {common['flavor']} for up to "
             f"{common['timeout']}{hours}? It can bill at most ${prepared.worst_case_cost_usd:.2f}{estimate}; "
             "Jobs bill per minute while it runs.")
 
@@ -80,12 +81,14 @@ class CompactMCPServer(MCPServer):
     and whose argument errors say what to send instead of pydantic's text."""
 
     async def list_tools(self) -> list[MCPTool]:
+        tools = await super().list_tools()
+        inputs = declare_once([compact_tool_schema(tool.input_schema) for tool in tools])
         return [
             tool.model_copy(update={
-                "input_schema": compact_tool_schema(tool.input_schema),
+                "input_schema": schema,
                 "output_schema": compact_tool_schema(tool.output_schema, output=True) if tool.output_schema else None,
             })
-            for tool in await super().list_tools()
+            for tool, schema in zip(tools, inputs, strict=True)
         ]
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None) -> Any:
@@ -180,7 +183,7 @@ def build_server(core: Any | None = None, access: Access = STDIO, *, watch_inter
 
     for spec in TOOLS:
         parameters = [*_parameters(spec), inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)]
-        if spec.name == "submit_training":
+        if spec.launches:
             parameters.append(inspect.Parameter(
                 "confirmation", inspect.Parameter.KEYWORD_ONLY,
                 annotation=Annotated[ElicitationResult[Confirm], Resolve(_confirmation_resolver(spec, get_core))]))
@@ -233,7 +236,7 @@ def build_server(core: Any | None = None, access: Access = STDIO, *, watch_inter
 
 
 def _confirmation_resolver(spec: ToolSpec, get_core: Callable[[], Any]) -> Callable[..., Any]:
-    """Resolves submit_training's hidden `confirmation`: plans the submission (kept for the body, which does not
+    """Resolves a launching tool's hidden `confirmation`: plans the submission (kept for the body, which does not
     plan again) and, when its worst case is over the threshold and the client can ask, asks the user."""
     names = list(spec.request.model_fields)
 
@@ -249,7 +252,7 @@ def _confirmation_resolver(spec: ToolSpec, get_core: Callable[[], Any]) -> Calla
         if req.dry_run or core.existing_submission(req) is not None:
             return None
         try:
-            prepared = await anyio.to_thread.run_sync(lambda: core.preview(req))
+            prepared = await anyio.to_thread.run_sync(lambda: core.preview(req, kind=spec.launches))
         except TrainError:
             return None  # the body runs the same checks and reports the error
         if prepared.worst_case_cost_usd <= threshold:
@@ -275,5 +278,8 @@ def finetune_prompt(model: str, dataset: str, goal: str = "") -> str:
    hub_model_id under my account and an idempotency_key, and give me the job, Trackio and model URLs.
 4. Follow it: subscribe to hf-train://jobs/<job_id> (or call job_status every few minutes, never in a loop) and
    tell me when it ends; on ERROR read `error` and `next_step` and propose the fix.
-5. When it completes: evaluate it against the base model on held-out data, then export it (merged, or GGUF for
-   llama.cpp/Ollama) if I want to run it locally, each step with its URL."""
+5. When it completes: evaluate_model(model=<job_id>) — held-out loss/perplexity (or preference accuracy, mean
+   reward) and base vs fine-tuned samples; its job_status last_metrics hold the results, which also land in the
+   model card and the Trackio project. Report them next to the training loss.
+6. export_model(model=<job_id>, format="merged") for vLLM/transformers, or format="gguf" (q4_k_m) for
+   llama.cpp/Ollama, if I want to run it elsewhere. Report every step with its job and model URLs."""

@@ -89,3 +89,25 @@ def compact(schema: Any, *, output: bool = False, root: bool = False) -> Any:
         else:
             out["anyOf"] = options
     return out
+
+
+def declare_once(schemas: list[Any]) -> list[Any]:
+    """Input schemas where a parameter described by an earlier tool in the list, with the same name and words,
+    keeps its type but not the repeated description: the agent reads the whole list, so once is enough."""
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for schema in schemas:
+        properties = schema.get("properties") if isinstance(schema, dict) else None
+        if not isinstance(properties, dict):
+            out.append(schema)
+            continue
+        trimmed = {}
+        for name, prop in properties.items():
+            said = prop.get("description") if isinstance(prop, dict) else None
+            if said is not None and (name, said) in seen:
+                prop = {k: v for k, v in prop.items() if k != "description"}
+            elif said is not None:
+                seen.add((name, said))
+            trimmed[name] = prop
+        out.append({**schema, "properties": trimmed})
+    return out

@@ -220,3 +220,20 @@ def needs_token(token: str | None, repos: list[tuple[str, str]]) -> bool | None:
         if info.private or info.gated:
             return True
     return False
+
+
+def adapter_config(repo: str, token: str | None) -> dict | None:
+    """A Hub repo's adapter_config.json (it holds a LoRA adapter), or None when it holds a whole model."""
+    import json
+
+    from huggingface_hub.errors import EntryNotFoundError
+
+    def read() -> dict | None:
+        try:
+            path = hub_api(token).hf_hub_download(repo, "adapter_config.json")
+        except EntryNotFoundError:
+            return None
+        with open(path) as f:
+            return json.load(f)
+
+    return bounded(f"reading {repo}", read, token)

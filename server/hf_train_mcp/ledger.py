@@ -50,7 +50,8 @@ CREATE INDEX IF NOT EXISTS jobs_created ON jobs(created_at);
 
 # Columns added after the first release: older ledgers get them on open.
 _ADDED_COLUMNS = {"worst_case_cost_usd": "REAL", "claim": "TEXT", "output_dir": "TEXT", "started_at": "TEXT",
-                  "message": "TEXT", "kind": "TEXT NOT NULL DEFAULT 'train'", "measured_json": "TEXT"}
+                  "message": "TEXT", "kind": "TEXT NOT NULL DEFAULT 'train'", "measured_json": "TEXT",
+                  "parent_job_id": "TEXT"}
 
 
 SETTLED_STAGES = frozenset({"COMPLETED", "CANCELED", "ERROR"})  # DELETED can still follow them on the Hub
@@ -97,6 +98,7 @@ class JobRecord:
     message: str | None = None  # the backend's last word on the stage ("training finished", an error)
     kind: str = "train"  # train | probe (a measurement for estimate_cost) | evaluate | export
     measured_json: str | None = None  # the preflight's HFTM_PROBE numbers, kept once seen (logs scroll on)
+    parent_job_id: str | None = None  # the training job an evaluation or export works on
 
     @property
     def settled(self) -> bool:

@@ -99,6 +99,8 @@ def parse_log(lines: list[str]) -> ParsedLog:
                 parsed.error = f"{record.get('type')}: {record.get('message')}".strip()
             elif kind == "HFTM_DONE":
                 parsed.done = True
+            elif kind == "HFTM_EVAL" and isinstance(record, dict):  # an evaluation's results: every number
+                parsed.metrics.update({k: n for k, n in ((k, _number(v)) for k, v in record.items()) if n is not None})
             elif kind == "HFTM_PROBE" and isinstance(record, dict):
                 parsed.probe = record
                 parsed.metrics.update(probe_metrics(record))

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from hf_train_mcp import defaults as D
 from hf_train_mcp.backends.base import JobSpec
+from hf_train_mcp.cards import training_card
 from hf_train_mcp.chat_template import CHATML
 from hf_train_mcp.durations import format_duration, header_duration
 from hf_train_mcp.errors import TrainError
@@ -17,8 +18,9 @@ from hf_train_mcp.estimate.cost import FlavorEstimate, Workload, estimate_on, ho
 from hf_train_mcp.estimate.hardware import Catalog
 from hf_train_mcp.measure import PREFLIGHT_MARGIN, apply_measurement, extra_seconds
 from hf_train_mcp.estimate.sizing import ModelSize
+from hf_train_mcp.hub import hub_endpoint
 from hf_train_mcp.render import Script, render_script
-from hf_train_mcp.request import RunShape, TrainingRequest
+from hf_train_mcp.request import Request, RunShape, TrainingRequest
 
 METHOD_TITLES = {"sft": "SFT", "dpo": "DPO", "grpo": "GRPO", "reward": "reward modeling"}
 KEEP_COLUMNS = {"sft": None, "dpo": ["prompt", "chosen", "rejected"], "reward": ["prompt", "chosen", "rejected"],
@@ -61,7 +63,9 @@ class DataFacts:
 
 @dataclass
 class RunPlan:
-    request: TrainingRequest
+    """A job fully decided: where it runs, for how long at most, and the CONFIG its script is rendered with."""
+
+    request: Request
     backend: str
     flavor: str
     gpus: int
@@ -74,20 +78,23 @@ class RunPlan:
     namespace: str | None
     trackio_space_id: str | None
     warnings: list[str] = field(default_factory=list)
+    template: str | None = None  # templates/<template>.py.j2; a training job's is its method's
+    reward_code: str | None = None  # GRPO user reward (training, or the evaluation of a GRPO run)
+    output_bucket: str | None = None
 
     @property
     def method(self) -> str:
-        return self.request.method
+        return self.config["method"]
 
     def render(self) -> Script:
-        return render_script(self.method, {
+        return render_script(self.template or self.method, {
             "config": self.config,
             "dependencies": self.dependencies,
             "flavor": self.flavor,
             "jobs_table": self.backend == "hf",
             "timeout": header_duration(self.timeout_seconds),
-            "method_title": METHOD_TITLES[self.method],
-            "reward_code": self.request.reward_code,
+            "method_title": METHOD_TITLES.get(self.method, self.method),
+            "reward_code": self.reward_code,
         })
 
     def job_spec(self, kind: str = "train") -> JobSpec:
@@ -102,8 +109,8 @@ class RunPlan:
             labels={"hf-train-mcp": "1", "method": self.method, "request": request_hash, "kind": kind},
             dependencies=self.dependencies,
             namespace=self.namespace,
-            output_bucket=self.request.output_bucket,
-            output_mount=BUCKET_MOUNT if self.request.output_bucket else None,
+            output_bucket=self.output_bucket,
+            output_mount=BUCKET_MOUNT if self.output_bucket else None,
         )
 
 
@@ -225,7 +232,7 @@ def largest_timeout(budget: float, usd_per_hour: float) -> int:
     return fits
 
 
-def _within_budget(req: TrainingRequest, flavor: str, price: float | None, timeout: int,
+def within_budget(req: Request, flavor: str, price: float | None, timeout: int,
                    estimate: FlavorEstimate | None, warnings: list[str]) -> int:
     """The timeout, checked so that its worst case fits the caller's max_cost_usd and the operator's cap.
 
@@ -348,7 +355,7 @@ def plan_run(
         timeout = DEFAULT_LOCAL_TIMEOUT_S if backend == "local" else 3600
 
     price = 0.0 if backend == "local" else (catalog.flavors[flavor].usd_per_hour if flavor in catalog.flavors else None)
-    timeout = _within_budget(req, flavor, price, timeout, estimate, warnings)
+    timeout = within_budget(req, flavor, price, timeout, estimate, warnings)
 
     if backend == "local" and req.hub_model_id:
         warnings.append("the local backend keeps the model in the job folder; hub_model_id is not pushed")
@@ -425,9 +432,14 @@ def plan_run(
                                                               - push_seconds(size, hyper.workload(size, gpus, data)))),
             "extra_s": round(extra_seconds(estimate)), "margin": PREFLIGHT_MARGIN,
         }
+    config["card"] = training_card(
+        config, flavor=flavor, usd_per_hour=price, estimated_hours=round(estimate.hours, 2) if estimate else None,
+        estimated_cost_usd=estimate.cost_usd if estimate else None, effective_batch_size=effective,
+        trackio_url=f"{hub_endpoint()}/spaces/{trackio_space}" if trackio_space else None)
     return RunPlan(
         request=req, backend=backend, flavor=flavor, gpus=gpus, timeout_seconds=timeout,
         worst_case_cost_usd=None if price is None else round(worst_case_usd(timeout, price), 2),
         effective_batch_size=effective, estimate=estimate, config=config, dependencies=_dependencies(req),
-        namespace=namespace, trackio_space_id=trackio_space, warnings=warnings,
+        namespace=namespace, trackio_space_id=trackio_space, warnings=warnings, reward_code=req.reward_code,
+        output_bucket=req.output_bucket,
     )

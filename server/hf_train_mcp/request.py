@@ -24,6 +24,11 @@ RewardName = Literal["think_format", "length", "accuracy"]
 # (~15 ms per pattern at import, most of the server's start-up)
 SplitName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\-\[\]:%]{1,64}$")]
 Label = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\- ]{1,96}$")]
+# Declared once, used by every tool that launches a job
+MaxCost = Annotated[float, Field(gt=0, description="refuse a job whose timeout x price is higher")]
+DryRun = Annotated[bool, Field(description="render and plan only: nothing launched")]
+IdempotencyKey = Annotated[str, Field(min_length=1, max_length=128)]
+TaskName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\-]{1,96}$")]
 
 
 # Top-level names of the rendered GRPO script: user imports must not rebind them (a test keeps this in sync).
@@ -32,7 +37,8 @@ RESERVED_NAMES = frozenset({
     "length_reward", "final_answer", "accuracy_reward", "reward_functions", "load_training_data", "to_role_content",
     "precision", "require_gpu", "model_init_kwargs", "quantization_config", "upcast_trainable", "peft_config",
     "load_tokenizer", "common_args", "resume_checkpoint", "status_callback", "build_trainer", "main", "time",
-    "SCRIPT_STARTED", "rows_per_step", "preflight",
+    "SCRIPT_STARTED", "rows_per_step", "preflight", "card_text", "_hours", "_dollars", "_evaluation_section",
+    "base_license", "write_card", "read_card", "EVALUATION_MARK",
 })
 
 
@@ -123,7 +129,7 @@ class RunShape(Request):
     dataset_config: Annotated[str, Field(max_length=128)] | None = None
     dataset_split: SplitName = "train"
     backend: BackendName | None = None
-    max_cost_usd: Annotated[float, Field(gt=0, description="refuse a job whose timeout x price is higher")] | None = None
+    max_cost_usd: MaxCost | None = None
 
     @model_validator(mode="after")
     def _method_shape(self) -> "RunShape":
@@ -177,9 +183,9 @@ class TrainingRequest(RunShape):
                                       description="GRPO: source of `def reward(completions, **kw)`")] | None = None
     resume_from: Annotated[str, Field(max_length=256, description="job id or Hub repo with last-checkpoint/")] | None = None
     output_bucket: Annotated[HubRepoId, Field(description="bucket mounted as output_dir")] | None = None
-    dry_run: Annotated[bool, Field(description="render and plan only: nothing launched")] = False
+    dry_run: DryRun = False
     preflight: Annotated[bool, Field(description="time a few steps first; stop on OOM or too slow")] = False
-    idempotency_key: Annotated[str, Field(min_length=1, max_length=128)] | None = None
+    idempotency_key: IdempotencyKey | None = None
     skip_validation: bool = False
 
     @field_validator("reward_code")
@@ -200,6 +206,39 @@ class TrainingRequest(RunShape):
             v is not None for v in (self.lora_r, self.lora_alpha, self.lora_dropout, self.lora_target_modules)
         ):
             raise ValueError("lora_* options need peft='lora' or 'qlora', not 'full'")
+        return self
+
+
+class FollowupShape(Request):
+    """What an evaluation or an export takes besides its own options: the model, and where and how long it runs."""
+
+    model: Annotated[str, Field(min_length=1, max_length=512,
+                                description="job_id of a finished training job, Hub id, or local folder")]
+    backend: BackendName | None = None
+    flavor: Flavor | None = None
+    timeout: Timeout | None = None
+    max_cost_usd: MaxCost | None = None
+    dry_run: DryRun = False
+    idempotency_key: IdempotencyKey | None = None
+
+
+class EvaluateRequest(FollowupShape):
+    dataset: Annotated[DatasetRef, Field(description="held-out data (default: the job's eval split)")] | None = None
+    split: SplitName | None = None
+    tasks: Annotated[list[TaskName], Field(max_length=16, description="lm-eval tasks, e.g. hellaswag")] | None = None
+    num_samples: Annotated[int, Field(ge=1, le=100_000, description="rows (and items per task) to score")] | None = None
+
+
+class ExportRequest(FollowupShape):
+    format: Literal["merged", "gguf"] = "merged"
+    quantization: Literal["q4_k_m", "q8_0", "f16"] | None = None
+    hub_model_id: Annotated[HubRepoId, Field(description="target repo (default <repo>-merged / -GGUF)")] | None = None
+    private: bool = True
+
+    @model_validator(mode="after")
+    def _gguf_only(self) -> "ExportRequest":
+        if self.quantization and self.format != "gguf":
+            raise ValueError("quantization applies to format='gguf' only")
         return self
 
 

@@ -25,14 +25,18 @@ from hf_train_mcp.errors import TrainError
 from hf_train_mcp.estimate import constants as EC
 from hf_train_mcp.estimate.hardware import get_catalog
 from hf_train_mcp.estimate.sizing import ModelSize, model_size
-from hf_train_mcp.hub import HubUnreachable, hub_endpoint, hub_token, needs_token, resolve_identity, scrub
+from hf_train_mcp.followup import EvalData, Subject, job_data, method_for_format, plan_evaluation, plan_export
+from hf_train_mcp.followup import subject_from_job, subject_from_ref
+from hf_train_mcp.hub import HubUnreachable, adapter_config, hub_endpoint, hub_token, needs_token, resolve_identity
+from hf_train_mcp.hub import scrub
 from hf_train_mcp.ledger import PENDING, SETTLED_STAGES, SUBMITTING, JobRecord, Ledger, now_iso
 from hf_train_mcp.logparse import ParsedLog, parse_log, probe_metrics
 from hf_train_mcp.estimate.cost import FlavorEstimate, Workload, how_to_fit
 from hf_train_mcp.measure import apply_measurement, attempt_key, config_key, is_probe_key, probe_key, usable
 from hf_train_mcp.measure import prefix as measure_prefix
 from hf_train_mcp.planning import PROBE_STEPS, DataFacts, Hyper, estimate_flavors, plan_run
-from hf_train_mcp.request import EstimateRequest, RunShape, TrainingRequest, ValidateRequest
+from hf_train_mcp.request import EstimateRequest, EvaluateRequest, ExportRequest, RunShape, TrainingRequest
+from hf_train_mcp.request import ValidateRequest
 from hf_train_mcp.schemas import (
     CancelResult,
     CostEstimate,
@@ -56,9 +60,9 @@ PREVIEWS_KEPT = 16
 
 @dataclass
 class Prepared:
-    """A submission planned and rendered, not yet launched."""
+    """A submission planned and rendered, not yet launched (a training, measurement, evaluation or export)."""
 
-    req: TrainingRequest
+    req: Any  # the tool's request: TrainingRequest, EvaluateRequest or ExportRequest
     backend_name: str
     kind: str
     namespace: str | None
@@ -68,11 +72,21 @@ class Prepared:
     model_url: str | None
     trackio_url: str | None
     common: dict
-    resume_repo: str | None
+    model: str  # what the ledger lists: the model trained, evaluated or exported
+    dataset: str | None
+    reads: list[tuple[str, str]]  # (repo type, id) the job reads from the Hub: a local job's token depends on them
+    parent_job_id: str | None = None  # the training job an evaluation or export works on
 
     @property
     def worst_case_cost_usd(self) -> float:
         return self.plan.worst_case_cost_usd or 0.0
+
+    @property
+    def summary(self) -> str:
+        """What the job does, for a confirmation question."""
+        what = {"evaluate": "an evaluation", "export": f"a {self.plan.config.get('format')} export"}.get(
+            self.kind, f"a {self.plan.method.upper()} job")
+        return f"{what} of {self.model}"
 STATUS_LOG_LINES = 300  # read more than we show: the last HFTM_LOG line may sit above warnings
 SCHEDULING_ALERT_MIN = 15
 
@@ -101,6 +115,16 @@ def default_backend() -> str:
     if chosen in ("hf", "local"):
         return chosen
     return "hf" if hub_token() else "local"
+
+
+def refusal(report: DatasetReport, dataset: str, problem: str) -> str:
+    """Why a dataset was refused, with the mapping that fixes it when there is one."""
+    errors = "; ".join(i.message + (f" (row {i.row})" if i.row is not None else "")
+                       for i in report.issues if i.severity == "error")
+    mapping = (f" Suggested column_mapping: {json.dumps(report.suggested_column_mapping)}."
+               if report.suggested_column_mapping else "")
+    return (f"dataset {dataset!r} {problem}: {errors}.{mapping} Fix the data or pass column_mapping; nothing was "
+            "launched.")
 
 
 class Core:
@@ -160,13 +184,20 @@ class Core:
             return previous.hub_model_id, None
         raise TrainError(f"job {req.resume_from} pushed no model repo to resume from; pass a Hub repo id")
 
-    def _check_access(self, req: TrainingRequest, backend_name: str) -> None:
+    def _check_access(self, req: Any, backend_name: str) -> None:
         if backend_name == "local":
             self.access.check_local_jobs()
-        if req.reward_code:
+        if getattr(req, "reward_code", None):
             self.access.check_reward_code()
-        for ref, what in ((req.model, "model"), (req.dataset, "dataset")):
-            self.access.check_ref(ref, what)
+        for ref, what in ((req.model, "model"), (getattr(req, "dataset", None), "dataset")):
+            if self.ledger_job(ref) is None:  # a job id names this server's own output, not a caller's path
+                self.access.check_ref(ref, what)
+
+    def ledger_job(self, ref: str | None) -> JobRecord | None:
+        """The job `ref` names, when it is a job id of this server's ledger (evaluate/export take either)."""
+        if not ref or "/" in ref.strip() or is_local(ref):
+            return None
+        return self.ledger.get(ref.strip())
 
     def existing_submission(self, req: TrainingRequest) -> JobRecord | None:
         """The job an idempotency key already names (a retry returns it instead of launching)."""
@@ -179,11 +210,24 @@ class Core:
                         confirm: "Callable[[Prepared], None] | None" = None) -> Submission:
         """kind='probe': the measurement job of estimate_cost(measure=True) (the preflight alone, nothing pushed).
         confirm: called with the plan before anything is launched; it raises to stop the submission."""
-        backend_name = req.backend or default_backend()
-        self._check_access(req, backend_name)
         if kind != "probe" and is_probe_key(req.idempotency_key):
             raise TrainError("idempotency_key may not start with 'probe-' (measurement jobs use those keys); "
                              "choose another key")
+        return self._submit(req, kind, progress, confirm)
+
+    def evaluate_model(self, req: EvaluateRequest, *, progress: Progress | None = None,
+                       confirm: "Callable[[Prepared], None] | None" = None) -> Submission:
+        return self._submit(req, "evaluate", progress, confirm)
+
+    def export_model(self, req: ExportRequest, *, progress: Progress | None = None,
+                     confirm: "Callable[[Prepared], None] | None" = None) -> Submission:
+        return self._submit(req, "export", progress, confirm)
+
+    def _submit(self, req: Any, kind: str, progress: Progress | None,
+                confirm: "Callable[[Prepared], None] | None") -> Submission:
+        """Plan, confirm and launch one job; an idempotency key already used returns its job instead."""
+        backend_name = req.backend or default_backend()
+        self._check_access(req, backend_name)
 
         def submit(claim: str | None) -> Submission:
             prepared = self._prepare(req, backend_name, kind=kind, progress=progress)
@@ -201,6 +245,9 @@ class Core:
                 if existing.job_id.startswith(PENDING):
                     raise TrainError(f"a submission with idempotency_key {req.idempotency_key!r} is in progress; "
                                      "call again in a few seconds to get its job")
+                if existing.kind != kind:
+                    raise TrainError(f"idempotency_key {req.idempotency_key!r} already names job {existing.job_id}, "
+                                     f"a {existing.kind} job: use another key for this {kind} job")
                 return self._submission(existing, extra_warnings=[
                     f"idempotency_key matched job {existing.job_id}: returned it instead of submitting again"])
             try:
@@ -221,12 +268,7 @@ class Core:
                                   column_mapping=req.column_mapping, token=token, max_length=req.max_length,
                                   access=self.access, model=req.model)  # token lengths size the run
         if not report.valid:
-            errors = "; ".join(i.message + (f" (row {i.row})" if i.row is not None else "")
-                               for i in report.issues if i.severity == "error")
-            mapping = (f" Suggested column_mapping: {json.dumps(report.suggested_column_mapping)}."
-                       if report.suggested_column_mapping else "")
-            raise TrainError(f"dataset {req.dataset!r} will not train with {req.method}: {errors}.{mapping} "
-                             "Fix the data or pass column_mapping; nothing was submitted.")
+            raise TrainError(refusal(report, req.dataset, f"will not train with {req.method}"))
         warnings = []
         # The job gets exactly the mapping validation approved: a partial one completed by the suggestion.
         if (report.suggested_column_mapping or {}) != (req.column_mapping or {}):
@@ -252,7 +294,7 @@ class Core:
                              "fail when it formats the first row: send chat_template='chatml', or use the model's "
                              "instruct/chat version. Nothing was submitted.")
 
-    def preview(self, req: TrainingRequest, *, kind: str = "train", progress: Progress | None = None) -> "Prepared":
+    def preview(self, req: Any, *, kind: str = "train", progress: Progress | None = None) -> "Prepared":
         """Everything a submission decides before it launches (validated data, plan, script), kept for a few
         minutes so that a confirmation asked in between does not plan the same request twice."""
         backend_name = req.backend or default_backend()
@@ -264,27 +306,37 @@ class Core:
         return prepared
 
     @staticmethod
-    def _preview_key(req: TrainingRequest, kind: str) -> str:
-        return f"{kind}:{req.model_dump_json()}"
+    def _preview_key(req: Any, kind: str) -> str:
+        return f"{kind}:{type(req).__name__}:{req.model_dump_json()}"
 
-    def _prepare(self, req: TrainingRequest, backend_name: str, *, kind: str = "train",
+    def _prepare(self, req: Any, backend_name: str, *, kind: str = "train",
                  progress: Progress | None = None) -> "Prepared":
         cached = self._previews.pop(self._preview_key(req, kind), None)
         if cached is not None and time.monotonic() - cached[0] < PREVIEW_TTL_S:
             return cached[1]
-        step = progress or (lambda message: None)
+        prepare = {"evaluate": self._prepare_evaluation, "export": self._prepare_export}.get(kind,
+                                                                                           self._prepare_training)
+        return prepare(req, backend_name, kind=kind, progress=progress or (lambda message: None))
+
+    @staticmethod
+    def _namespace(req: Any, backend_name: str, token: str | None) -> str | None:
+        """Whose account an HF job runs under (a dry run without a token guesses it from hub_model_id)."""
+        if backend_name != "hf":
+            return None
+        if token or not req.dry_run:
+            return resolve_identity(token).name
+        return req.hub_model_id.split("/")[0] if getattr(req, "hub_model_id", None) else None
+
+    def _prepare_training(self, req: TrainingRequest, backend_name: str, *, kind: str,
+                          progress: Progress) -> "Prepared":
+        step = progress
         if backend_name == "hf":
             for ref, what in ((req.model, "model"), (req.dataset, "dataset")):
                 if is_local(ref):
                     raise TrainError(f"{what} {ref!r} is a local path, which a Hugging Face job cannot read: push it "
                                      "to the Hub first, or use backend='local'")
         token = hub_token() if backend_name == "hf" else None
-        namespace = None
-        if backend_name == "hf":
-            if token or not req.dry_run:
-                namespace = resolve_identity(token).name
-            elif req.hub_model_id:
-                namespace = req.hub_model_id.split("/")[0]
+        namespace = self._namespace(req, backend_name, token)
         if backend_name == "local":  # the job runs in its own folder: relative paths must not change meaning
             req = req.model_copy(update={ref: str(Path(getattr(req, ref)).expanduser().resolve())
                                          for ref in ("model", "dataset") if is_local(getattr(req, ref))})
@@ -309,16 +361,26 @@ class Core:
             if measured:  # a measurement of this run's steps on this flavor: its time, not the model's
                 plan = plan_run(req.model_copy(update={"flavor": plan.flavor}), **plan_args, measured=measured)
         plan.warnings[:0] = warnings
+        pushes = backend_name == "hf" and kind == "train"
+        reads = [("model", req.model), ("dataset", req.dataset), *([("model", resume_repo)] if resume_repo else [])]
+        return self._package(req, backend_name, kind, namespace, plan, hub_model_id=req.hub_model_id if pushes else None,
+                             model=req.model, dataset=req.dataset, reads=reads)
+
+    def _package(self, req: Any, backend_name: str, kind: str, namespace: str | None, plan: Any, *,
+                 hub_model_id: str | None, model: str, dataset: str | None, reads: list[tuple[str, str | None]],
+                 parent_job_id: str | None = None, model_url: str | None = None,
+                 trackio_url: str | None = None) -> "Prepared":
+        """The rendered script, the job spec and what the Submission will say, for any kind of job."""
         script = plan.render()
         spec = plan.job_spec(kind)
-        backend = self.backend(backend_name)
         endpoint = hub_endpoint()
-        pushes = backend_name == "hf" and kind == "train"
-        model_url = f"{endpoint}/{req.hub_model_id}" if pushes else None
-        trackio_url = f"{endpoint}/spaces/{plan.trackio_space_id}" if plan.trackio_space_id else None
+        if hub_model_id:
+            model_url = f"{endpoint}/{hub_model_id}"
+        if plan.trackio_space_id:
+            trackio_url = f"{endpoint}/spaces/{plan.trackio_space_id}"
         estimate = plan.estimate
         common = dict(
-            backend=backend_name, hub_model_id=req.hub_model_id if pushes else None,
+            backend=backend_name, hub_model_id=hub_model_id,
             flavor=plan.flavor, timeout=format_duration(plan.timeout_seconds),
             estimated_hours=round(estimate.hours, 2) if estimate else None,
             estimated_cost_usd=estimate.cost_usd if estimate else None,
@@ -326,13 +388,103 @@ class Core:
             worst_case_cost_usd=plan.worst_case_cost_usd,
         )
         return Prepared(req=req, backend_name=backend_name, kind=kind, namespace=namespace, plan=plan, script=script,
-                        spec=spec, model_url=model_url, trackio_url=trackio_url, common=common,
-                        resume_repo=resume_repo)
+                        spec=spec, model_url=model_url, trackio_url=trackio_url, common=common, model=model,
+                        dataset=dataset, reads=[(what, ref) for what, ref in reads if ref and not is_local(ref)],
+                        parent_job_id=parent_job_id)
+
+    # --- evaluate_model and export_model ---------------------------------------------------------------
+    def _subject(self, ref: str, backend_name: str, token: str | None) -> Subject:
+        record = self.ledger_job(ref)
+        if record is not None:
+            if record.backend == "local":
+                self.access.check_local_jobs()
+            return subject_from_job(record, self.job_stage(record.job_id), backend_name)
+        return subject_from_ref(ref.strip(), access=self.access, backend_name=backend_name,
+                                adapter_config=lambda repo: adapter_config(repo, token))
+
+    def _followup_start(self, req: Any, backend_name: str, progress: Progress
+                        ) -> tuple[str | None, str | None, Subject, ModelSize, Any]:
+        """(token, namespace, subject, its size, catalog): what an evaluation and an export both resolve first."""
+        token = hub_token() if backend_name == "hf" else None
+        namespace = self._namespace(req, backend_name, token)
+        progress(f"finding {req.model}")
+        subject = self._subject(req.model, backend_name, token or hub_token())
+        if subject.training and subject.training.reward_code:
+            self.access.check_reward_code()  # the evaluation runs the job's reward code again
+        progress(f"sizing {subject.sized_by}")
+        size = self._model_size(subject.sized_by, token, offline=backend_name == "local")
+        return token, namespace, subject, size, get_catalog(token, offline=backend_name == "local")
+
+    def _eval_data(self, req: EvaluateRequest, subject: Subject, backend_name: str, token: str | None,
+                   warnings: list[str]) -> tuple[EvalData | None, DataFacts]:
+        if req.dataset:
+            if backend_name == "hf" and is_local(req.dataset):
+                raise TrainError(f"dataset {req.dataset!r} is a local path, which a Hugging Face job cannot read: "
+                                 "push it to the Hub first, or use backend='local'")
+            dataset = str(Path(req.dataset).expanduser().resolve()) if is_local(req.dataset) else req.dataset
+            split = req.split or ("train" if is_local(dataset) else "test")
+            tokenizer = subject.ref if subject.kind == "full" or subject.card_folder else subject.base_model
+            if tokenizer and is_local(tokenizer) and self.access.remote:
+                tokenizer = None  # token counts only: not worth opening a path to a remote caller
+            check = lambda method: validate_dataset(dataset, method, split=split, token=token, model=tokenizer,
+                                                    access=self.access)  # noqa: E731
+            # a model of unknown training: the data says what to measure (prompts with reference answers:
+            # rewards; pairs: preference accuracy; anything else: loss on the answers)
+            report = check(subject.method or "grpo")
+            method = subject.method or method_for_format(report.detected_format, report.columns)
+            if method != (subject.method or "grpo"):
+                report = check(method)
+            if not report.valid:
+                raise TrainError(refusal(report, dataset, f"cannot be evaluated as {method} data"))
+            data = EvalData(dataset=dataset, split=split,
+                            config=report.config if report.config not in (None, "default") else None,
+                            column_mapping=report.suggested_column_mapping or {}, eval_split=None, seed=42,
+                            method=method, held_out=f"split `{split}`")
+            return data, DataFacts(num_rows=report.num_rows,
+                                   mean_tokens=report.token_stats.mean if report.token_stats else None)
+        if subject.training is not None:
+            return job_data(subject, req.num_samples, warnings), DataFacts()
+        if not req.tasks:
+            raise TrainError("nothing to evaluate on: pass dataset (and split) with held-out rows, tasks (benchmark "
+                             "names such as hellaswag), or the job_id of a training job. Nothing was launched.")
+        return None, DataFacts()
+
+    def _prepare_evaluation(self, req: EvaluateRequest, backend_name: str, *, kind: str,
+                            progress: Progress) -> "Prepared":
+        token, namespace, subject, size, catalog = self._followup_start(req, backend_name, progress)
+        warnings: list[str] = []
+        progress("reading the held-out data")
+        data, facts = self._eval_data(req, subject, backend_name, token or hub_token(), warnings)
+        progress("planning and rendering the script")
+        plan = plan_evaluation(req, subject, data, facts, backend=backend_name, size=size, catalog=catalog,
+                               namespace=namespace, warnings=warnings)
+        job = subject.job
+        return self._package(
+            req, backend_name, kind, namespace, plan, hub_model_id=None, model=subject.ref,
+            dataset=data.dataset if data else None,
+            reads=[("model", subject.ref), ("model", subject.base_model), ("dataset", data.dataset if data else None)],
+            parent_job_id=job.job_id if job else None,
+            model_url=(job.model_url if job else None) or (None if is_local(subject.ref) else
+                                                          f"{hub_endpoint()}/{subject.ref}"),
+            trackio_url=job.trackio_url if job and backend_name == job.backend else None)
+
+    def _prepare_export(self, req: ExportRequest, backend_name: str, *, kind: str, progress: Progress) -> "Prepared":
+        token, namespace, subject, size, catalog = self._followup_start(req, backend_name, progress)
+        warnings: list[str] = []
+        progress("planning and rendering the script")
+        plan = plan_export(req, subject, backend=backend_name, size=size, catalog=catalog, namespace=namespace,
+                           warnings=warnings)
+        if backend_name == "local" and req.hub_model_id:
+            warnings.append("the local backend keeps the export in the job folder; hub_model_id is not pushed")
+        return self._package(
+            req, backend_name, kind, namespace, plan, hub_model_id=plan.config["hub_model_id"], model=subject.ref,
+            dataset=None, reads=[("model", subject.ref), ("model", subject.base_model)],
+            parent_job_id=subject.job.job_id if subject.job else None)
 
     def _launch(self, prepared: "Prepared", claim: str | None, progress: Progress | None = None) -> Submission:
         req, backend_name, kind, namespace = prepared.req, prepared.backend_name, prepared.kind, prepared.namespace
         plan, script, spec, common = prepared.plan, prepared.script, prepared.spec, prepared.common
-        model_url, trackio_url, resume_repo = prepared.model_url, prepared.trackio_url, prepared.resume_repo
+        model_url, trackio_url = prepared.model_url, prepared.trackio_url
         backend = self.backend(backend_name)
         if req.dry_run:
             return Submission(job_id=None, stage=None, job_url=None, model_url=model_url, trackio_url=trackio_url,
@@ -340,21 +492,22 @@ class Core:
         if progress:
             progress(f"submitting to {'Hugging Face Jobs' if backend_name == 'hf' else 'this machine'}")
         if backend_name == "local":
-            spec = replace(spec, read_token=self._local_job_reads_private(req, resume_repo, plan.warnings))
+            spec = replace(spec, read_token=self._local_job_reads_private(prepared.reads, plan.warnings))
         if claim is not None and not self.ledger.renew(req.idempotency_key, claim):
             raise TrainError(f"another server took over idempotency_key {req.idempotency_key!r} while this one was "
                              "preparing; nothing was submitted here: call again to get that server's job")
         submission = uuid.uuid4().hex[:12]
         planned = JobRecord(
-            job_id=SUBMITTING + submission, backend=backend_name, namespace=namespace, method=req.method,
-            model=req.model, dataset=req.dataset, request_json=req.model_dump_json(), script_sha256=script.sha256,
+            job_id=SUBMITTING + submission, backend=backend_name, namespace=namespace, method=plan.method,
+            model=prepared.model, dataset=prepared.dataset, request_json=req.model_dump_json(),
+            script_sha256=script.sha256,
             script_path=None, job_dir=None, stage="SCHEDULING", flavor=plan.flavor, timeout=common["timeout"],
             job_url=None, hub_model_id=common["hub_model_id"], model_url=model_url, trackio_url=trackio_url,
-            output_bucket=req.output_bucket, estimated_hours=common["estimated_hours"],
+            output_bucket=plan.output_bucket, estimated_hours=common["estimated_hours"],
             estimated_cost_usd=common["estimated_cost_usd"], effective_batch_size=plan.effective_batch_size,
             warnings_json=json.dumps(plan.warnings), idempotency_key=None, created_at=now_iso(),
             worst_case_cost_usd=plan.worst_case_cost_usd, claim=claim or _claim(),
-            output_dir=plan.config["output_dir"], kind=kind,
+            output_dir=plan.config["output_dir"], kind=kind, parent_job_id=prepared.parent_job_id,
         )
         journal = None
         if backend_name == "hf":  # a server killed mid-POST leaves this; _recover_submissions finds the job
@@ -369,8 +522,9 @@ class Core:
             if journal:
                 self.ledger.forget(journal)
             raise
-        if backend_name == "local" and kind == "train":
+        if backend_name == "local" and kind in ("train", "export"):
             model_url = f"{ref.url}/output"
+        if backend_name == "local" and kind == "train":
             trackio_url = f"{ref.url}/trackio"
         record = replace(
             planned, job_id=ref.job_id, namespace=ref.namespace, stage=ref.stage, job_url=ref.url,
@@ -417,10 +571,8 @@ class Core:
             log.warning("recorded job %s, submitted by a server that stopped before recording it", ref.job_id)
 
     @staticmethod
-    def _local_job_reads_private(req: TrainingRequest, resume_repo: str | None, warnings: list[str]) -> bool:
+    def _local_job_reads_private(repos: list[tuple[str, str]], warnings: list[str]) -> bool:
         """A local job gets HF_TOKEN only when the Hub says a repo it reads is gated or private."""
-        repos = [(what, ref) for ref, what in ((req.model, "model"), (req.dataset, "dataset"), (resume_repo, "model"))
-                 if ref and not is_local(ref)]
         verdict = needs_token(hub_token(), repos) if repos else False
         if verdict is None:
             warnings.append("could not ask the Hub whether the model or dataset is gated or private: the job runs "
@@ -550,11 +702,19 @@ class Core:
             dashboard = f" Dashboard: TRACKIO_DIR={folder} trackio show --project hf-train-mcp."
         else:
             dashboard = f" Live curves: {trackio_url}." if trackio_url else ""
+        kind = record.kind if record else "train"
         if stage == "RUNNING":
             done = f"{parsed.progress.percent}% done" if parsed.progress.percent is not None else "starting up"
-            return f"Training is {done}; check again in a few minutes (do not poll in a tight loop).{dashboard}"
+            doing = {"evaluate": "The evaluation", "export": "The export", "probe": "The measurement"}.get(kind, "Training")
+            return f"{doing} is {done}; check again in a few minutes (do not poll in a tight loop).{dashboard}"
+        if stage == "COMPLETED" and kind == "evaluate":
+            return ("Evaluated: the results are in last_metrics, in the model card's Evaluation section and in the "
+                    f"Trackio project; the HFTM_SAMPLE lines of job_logs compare base and fine-tuned answers.{dashboard}")
+        if stage == "COMPLETED" and kind == "export":
+            return f"Exported: the model is at {model_url}." if model_url else "Exported."
         if stage == "COMPLETED":
-            return (f"Finished. The model is at {model_url}." if model_url else "Finished.") + dashboard
+            return (f"Finished. The model is at {model_url}; evaluate_model(model='{job_id}') measures it on held-out "
+                    "data." if model_url else "Finished.") + dashboard
         if stage == "ERROR":
             return parsed.hint or (f"Read error and log_tail, fix the cause, then resubmit (resume_from='{job_id}' "
                                    "continues from the last checkpoint).")

@@ -10,6 +10,8 @@ from pydantic import BaseModel
 from hf_train_mcp.request import (
     CancelRequest,
     EstimateRequest,
+    EvaluateRequest,
+    ExportRequest,
     HardwareRequest,
     ListRequest,
     LogsRequest,
@@ -51,6 +53,7 @@ class ToolSpec:
     destructive: bool = False
     idempotent: bool = True
     progress: bool = False  # takes long enough (Hub reads, tokenizers, submission) to report progress
+    launches: str | None = None  # the kind of paid job it starts: a big worst case is confirmed with the user
     aliases: tuple[str, ...] = field(default=())
 
 
@@ -76,7 +79,25 @@ TOOLS: tuple[ToolSpec, ...] = (
         "timeout that covers the run. dry_run=True: the script and plan only. Big spends are confirmed with the user.",
         TrainingRequest, Submission,
         lambda core, req, hooks: core.submit_training(req, progress=hooks.progress, confirm=hooks.confirm),
-        read_only=False, idempotent=False, progress=True,
+        read_only=False, idempotent=False, progress=True, launches="train",
+    ),
+    ToolSpec(
+        "evaluate_model", "evaluate", "Evaluate a model",
+        "Launch an evaluation job of a finished training job_id (its held-out split by default), a Hub model or a "
+        "folder: held-out loss/perplexity, preference accuracy or mean reward, optional lm-eval `tasks`, base vs "
+        "fine-tuned samples. Results: job_status last_metrics, the model card, Trackio.",
+        EvaluateRequest, Submission,
+        lambda core, req, hooks: core.evaluate_model(req, progress=hooks.progress, confirm=hooks.confirm),
+        read_only=False, idempotent=False, progress=True, launches="evaluate",
+    ),
+    ToolSpec(
+        "export_model", "export", "Export a model",
+        "Launch an export job: format='merged' merges a LoRA/QLoRA adapter into its base (standalone safetensors); "
+        "'gguf' converts with llama.cpp and quantizes (q4_k_m default) for llama.cpp/Ollama. Pushes to "
+        "hub_model_id (default <repo>-merged / <repo>-GGUF).",
+        ExportRequest, Submission,
+        lambda core, req, hooks: core.export_model(req, progress=hooks.progress, confirm=hooks.confirm),
+        read_only=False, idempotent=False, progress=True, launches="export",
     ),
     ToolSpec(
         "job_status", "status", "Job status",

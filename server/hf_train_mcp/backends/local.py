@@ -26,6 +26,7 @@ _INHERITED = frozenset({
     "PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR", "TEMP", "TMP", "PYTHONPATH", "VIRTUAL_ENV",
     "LD_LIBRARY_PATH", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "HTTP_PROXY",
     "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy", "CUDA_VISIBLE_DEVICES", "CUDA_HOME",
+    "HFTM_LLAMA_CPP",  # a llama.cpp checkout for GGUF exports (else the job clones one)
 })  # fmt: skip
 _INHERITED_PREFIXES = ("LC_", "XDG_", "HF_", "TRANSFORMERS_", "TORCH", "PYTORCH_", "NCCL_", "NVIDIA_", "OMP_",
                        "MKL_", "OPENBLAS_", "UV_", "PIP_")

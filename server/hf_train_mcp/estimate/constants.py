@@ -51,6 +51,19 @@ FALLBACK_FLAVORS: tuple[tuple[str, str | None, int, float], ...] = (
     ("rtx-pro-6000x4", "RTX PRO 6000", 4, 11.00), ("rtx-pro-6000x8", "RTX PRO 6000", 8, 22.00),
 )  # fmt: skip
 
+# (memory GB, vCPUs) of each flavor's machine: HF Spaces/Jobs hardware tables (a100-large: 12 vCPU, 142 GB;
+# a10g-small: 4 vCPU, 15 GB). The live hardware list carries these too and wins; this table is the offline answer.
+FALLBACK_HOSTS: dict[str, tuple[float, int]] = {
+    "cpu-basic": (16, 2), "cpu-upgrade": (32, 8), "cpu-xl": (124, 16), "cpu-performance": (256, 32),
+    "t4-small": (15, 4), "t4-medium": (30, 8), "l4x1": (30, 8), "l4x4": (186, 48),
+    "l40sx1": (62, 8), "l40sx4": (382, 48), "l40sx8": (1534, 192),
+    "a10g-small": (15, 4), "a10g-large": (46, 12), "a10g-largex2": (92, 24), "a10g-largex4": (184, 48),
+    "a100-large": (142, 12), "a100x4": (568, 48), "a100x8": (1136, 96),
+    "h200": (256, 23), "h200x2": (512, 46), "h200x4": (1024, 92), "h200x8": (2048, 184),
+    "rtx-pro-6000": (186, 24), "rtx-pro-6000x2": (372, 48), "rtx-pro-6000x4": (744, 96),
+    "rtx-pro-6000x8": (1488, 192),
+}  # fmt: skip
+
 # --- Throughput: see estimate/cost.py for the model and estimate/calibration/ for the fit ------------------
 # FLOPs per parameter per token: forward 2, backward 4 (2 for activation gradients, 2 for weight gradients);
 # gradient checkpointing recomputes the forward (+2). LoRA/QLoRA skip the frozen weights' gradients (-2).
@@ -158,3 +171,20 @@ CHECKPOINT_BYTES = 12.0  # per trainable parameter in a checkpoint: fp32 weights
 # --- Defaults when the dataset gives no token statistics (mean tokens per example) ---------------------
 DEFAULT_TOKENS_PER_EXAMPLE = {"sft": 512, "dpo": 640, "grpo": 160, "reward": 512, "kto": 512, "distill": 512}
 DEFAULT_NUM_EXAMPLES = 10_000
+
+# --- Evaluation and export jobs (estimate/jobs.py): modelled from the same hardware facts, not calibrated ------
+EVAL_EFFICIENCY = 0.25  # share of peak a batch-1 forward reaches (short sequences, no fused kernels)
+DECODE_BANDWIDTH_SHARE = 0.6  # greedy decoding reads every weight per token: this share of memory bandwidth
+GENERATE_TOKEN_OVERHEAD_S = 0.02  # transformers' generate: Python and kernel launches per token, per model call
+FORWARD_OVERHEAD_S = 0.01  # per batch-1 forward call
+BENCHMARK_TOKENS_PER_SAMPLE = 1200  # a multiple-choice item: ~4 choices x ~300 tokens of context and answer
+EVAL_MEMORY_SAFETY = 1.2  # weights plus activations and the KV cache of short generations
+MERGE_GBPS = 1.0  # loading bf16 shards and adding LoRA deltas on the CPU, GB of weights per second
+SAVE_GBPS = 0.5  # writing safetensors to the job's disk
+GGUF_CONVERT_GBPS = 0.25  # convert_hf_to_gguf.py, GB of bf16 weights read per second
+QUANTIZE_PARAMS_PER_VCPU_S = 25e6  # llama-quantize k-quants, parameters per second per vCPU
+LLAMA_CPP_SETUP_S = 30  # shallow clone of llama.cpp and its Python requirements
+LLAMA_QUANTIZE_BUILD_VCPU_S = 1600  # building llama-quantize: ~200 s on 8 vCPUs
+EXPORT_RAM_SAFETY = 1.25  # a merge holds the bf16 model in memory, plus loader and serializer peaks
+EXPORT_RAM_FLOOR_GB = 4.0  # Python, torch and the tokenizer
+GGUF_BYTES_PER_PARAM = {"f16": 2.0, "q8_0": 1.07, "q4_k_m": 0.6}  # file size per parameter (llama.cpp's tables)

@@ -6,7 +6,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from hf_train_mcp.estimate.constants import FALLBACK_FLAVORS, GPU_FACTS, GpuFacts
+from hf_train_mcp.estimate.constants import FALLBACK_FLAVORS, FALLBACK_HOSTS, GPU_FACTS, GpuFacts
 
 log = logging.getLogger(__name__)
 
@@ -17,6 +17,9 @@ class FlavorInfo:
     gpu: GpuFacts | None
     gpus: int
     usd_per_hour: float
+    ram_gb: float | None = None  # the machine's memory (a merge holds the whole model there)
+    vcpus: int | None = None
+    disk_gb: float | None = None  # ephemeral storage, when the live list says
 
     @property
     def gpu_memory_gb(self) -> float:
@@ -39,7 +42,7 @@ _cached: tuple[float, Catalog] | None = None  # (valid until, catalog)
 
 def fallback_catalog() -> Catalog:
     flavors = {
-        name: FlavorInfo(name, GPU_FACTS[model] if model else None, count, price)
+        name: FlavorInfo(name, GPU_FACTS[model] if model else None, count, price, *FALLBACK_HOSTS.get(name, (None, None)))
         for name, model, count, price in FALLBACK_FLAVORS
     }
     return Catalog(flavors, "built-in")
@@ -54,6 +57,11 @@ def _gpu_for(model: str, vram: str) -> GpuFacts | None:
     return None
 
 
+def _amount(text: str | None) -> float | None:
+    match = re.search(r"(\d+(?:\.\d+)?)", text or "")
+    return float(match.group(1)) if match else None
+
+
 def live_catalog(token: str | None) -> Catalog:
     """Prices and accelerators from `list_jobs_hardware()`; GPU facts the API lacks come from GPU_FACTS."""
     from hf_train_mcp.hub import bounded, hub_api
@@ -64,15 +72,18 @@ def live_catalog(token: str | None) -> Catalog:
                       deadline_s=HARDWARE_DEADLINE_S):
         per_hour = hw.unit_cost_usd * {"minute": 60, "hour": 1, "second": 3600}.get(hw.unit_label, 60)
         acc = hw.accelerator
+        ram, cpus = _amount(getattr(hw, "ram", None)), _amount(getattr(hw, "cpu", None))
+        host = {"ram_gb": ram, "vcpus": int(cpus) if cpus else None,
+                "disk_gb": _amount(getattr(hw, "ephemeral_storage", None))}
         if acc is None:
-            flavors[hw.name] = FlavorInfo(hw.name, None, 0, per_hour)
+            flavors[hw.name] = FlavorInfo(hw.name, None, 0, per_hour, **host)
             continue
         count = int(acc.quantity) if str(acc.quantity).isdigit() else 1
         # The API reports total VRAM for multi-GPU flavors on some entries: trust our per-GPU facts then.
         gpu = _gpu_for(acc.model, "") if count > 1 else _gpu_for(acc.model, acc.vram)
         if gpu is None and hw.name in built_in:
             gpu = built_in[hw.name].gpu
-        flavors[hw.name] = FlavorInfo(hw.name, gpu, count, per_hour)
+        flavors[hw.name] = FlavorInfo(hw.name, gpu, count, per_hour, **host)
     if not flavors:
         raise ValueError("empty hardware list")
     return Catalog(flavors, "live")

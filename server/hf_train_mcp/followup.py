@@ -1,0 +1,363 @@
+"""What follows a training run: an evaluation or an export job, planned like training (CONFIG of literals, a
+flavor that fits, a timeout whose worst case fits the budget) and rendered from templates/evaluate.py.j2 and
+templates/export.py.j2.
+
+`resolve_subject` finds what the job works on: the `job_id` of a finished training job (its base model, adapter,
+data and held-out split come from the ledger), a local folder, or a Hub repo.
+"""
+
+import json
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from hf_train_mcp.access import Access, is_local
+from hf_train_mcp.data import rules
+from hf_train_mcp.cards import card_config, hub_ref
+from hf_train_mcp.chat_template import CHATML
+from hf_train_mcp.durations import format_duration
+from hf_train_mcp.errors import TrainError
+from hf_train_mcp.estimate import constants as EC
+from hf_train_mcp.estimate.hardware import Catalog
+from hf_train_mcp.estimate.jobs import (
+    EvalWork,
+    ExportWork,
+    JobEstimate,
+    cheapest,
+    evaluation_on,
+    evaluation_options,
+    export_on,
+    export_options,
+)
+from hf_train_mcp.estimate.sizing import ModelSize
+from hf_train_mcp.hub import hub_endpoint
+from hf_train_mcp.ledger import JobRecord
+from hf_train_mcp.planning import (
+    BASE_DEPENDENCIES,
+    DEFAULT_LOCAL_TIMEOUT_S,
+    HF_OUTPUT_DIR,
+    KEEP_COLUMNS,
+    DataFacts,
+    RunPlan,
+    within_budget,
+    worst_case_usd,
+)
+from hf_train_mcp.request import EvaluateRequest, ExportRequest, TrainingRequest
+from hf_train_mcp import defaults as D
+
+EVAL_ROWS = 200  # held-out rows scored when num_samples is not given: enough for a stable mean, cheap to run
+COMPARE_SAMPLES = 3  # prompts answered side by side by the base and the fine-tune
+SAMPLE_TOKENS = 96
+# lm-evaluation-harness: the well-kept harness with a stable Python API (simple_evaluate), PEFT adapters as a
+# model argument, and the largest registry of standard tasks (the Open LLM Leaderboard's first version used it)
+LM_EVAL = "lm-eval>=0.4.8,<0.5"
+GGUF_DEPENDENCIES = ["gguf>=0.17", "sentencepiece>=0.2", "protobuf>=4", "numpy>=1.26"]
+CMAKE = "cmake>=3.28"  # llama-quantize is built in the job: the image has a compiler, not cmake
+LLAMA_CPP_REPO = "https://github.com/ggml-org/llama.cpp"
+PREFERENCE_FORMATS = ("preference", "implicit_preference")
+
+
+@dataclass(frozen=True)
+class Subject:
+    """The model a follow-up job reads."""
+
+    ref: str  # the adapter or model folder, or Hub repo, the job loads
+    kind: str  # "adapter" (LoRA/QLoRA on base_model) or "full"
+    base_model: str | None
+    method: str | None  # how it was trained, when known
+    job: JobRecord | None = None
+    training: TrainingRequest | None = None
+    card_folder: str | None = None  # a local training output whose README.md an evaluation updates
+
+    @property
+    def sized_by(self) -> str:
+        """The model whose size decides memory and time (an adapter is small; its base is not)."""
+        return self.base_model if self.kind == "adapter" and self.base_model else self.ref
+
+
+def _from_folder(folder: Path, method: str | None) -> tuple[str, str | None, str | None]:
+    """(kind, base model, method) of a saved adapter or model."""
+    adapter = folder / "adapter_config.json"
+    if adapter.exists():
+        config = json.loads(adapter.read_text())
+        task = config.get("task_type")
+        return "adapter", config.get("base_model_name_or_path"), method or ("reward" if task == "SEQ_CLS" else None)
+    if (folder / "config.json").exists():
+        return "full", None, method
+    raise TrainError(f"{folder} holds neither an adapter (adapter_config.json) nor a model (config.json)")
+
+
+def subject_from_job(record: JobRecord, stage: str, backend_name: str) -> Subject:
+    if record.kind != "train":
+        raise TrainError(f"job {record.job_id} is a {record.kind} job, not a training job: pass the job_id of a "
+                         "finished submit_training job (list_jobs)")
+    if stage != "COMPLETED":
+        more = (" it did not finish; its pushed checkpoints can be resumed with submit_training(resume_from=...)"
+                if stage in ("ERROR", "CANCELED", "DELETED") else " wait until job_status says COMPLETED")
+        raise TrainError(f"job {record.job_id} is {stage}:{more}. Nothing was launched.")
+    training = TrainingRequest.model_validate_json(record.request_json)
+    kind = "full" if training.peft == "full" else "adapter"
+    if record.backend == "local":
+        if backend_name != "local":
+            raise TrainError(f"job {record.job_id} ran on this machine, so its model is not on the Hub: use "
+                             "backend='local', or push its output folder to the Hub and pass that repo id")
+        folder = Path(record.output_dir or "")
+        if not folder.is_dir():
+            raise TrainError(f"the output of job {record.job_id} ({folder}) is gone from this machine")
+        return Subject(ref=str(folder), kind=kind, base_model=training.model, method=training.method, job=record,
+                       training=training, card_folder=str(folder))
+    if not record.hub_model_id:
+        raise TrainError(f"job {record.job_id} pushed no model repo; pass a Hub repo id instead")
+    return Subject(ref=record.hub_model_id, kind=kind, base_model=training.model, method=training.method,
+                   job=record, training=training)
+
+
+def subject_from_ref(ref: str, *, access: Access, backend_name: str, adapter_config) -> Subject:
+    """A local folder (stdio, or a folder the operator allowed over HTTP) or a Hub repo.
+    adapter_config(repo) -> dict | None reads a Hub repo's adapter_config.json."""
+    access.check_ref(ref, "model")
+    if is_local(ref):
+        if backend_name == "hf":
+            raise TrainError(f"model {ref!r} is a local path, which a Hugging Face job cannot read: push it to the "
+                             "Hub first, or use backend='local'")
+        folder = Path(ref).expanduser().resolve()
+        if not folder.is_dir():
+            raise TrainError(f"model {ref!r} is neither a folder on this machine nor a job_id from list_jobs")
+        kind, base, method = _from_folder(folder, None)
+        if kind == "adapter" and base and is_local(base):
+            base = str((folder / base).resolve()) if not os.path.isabs(base) else base
+        return Subject(ref=str(folder), kind=kind, base_model=base, method=method)
+    config = adapter_config(ref)
+    if config is None:
+        return Subject(ref=ref, kind="full", base_model=None, method=None)
+    return Subject(ref=ref, kind="adapter", base_model=config.get("base_model_name_or_path"),
+                   method="reward" if config.get("task_type") == "SEQ_CLS" else None)
+
+
+@dataclass(frozen=True)
+class EvalData:
+    """Where the evaluation's rows come from, resolved."""
+
+    dataset: str | None
+    split: str
+    config: str | None
+    column_mapping: dict
+    eval_split: float | None
+    seed: int
+    method: str  # which metric: sft -> loss and perplexity, dpo/reward -> preference accuracy, grpo -> reward
+    held_out: str  # what the card says about the rows
+
+
+def method_for_format(fmt: str, columns: list[str]) -> str:
+    """The metric's method for data validated as GRPO data (whose mapping renames prompt aliases only)."""
+    if fmt in PREFERENCE_FORMATS:
+        return "dpo"
+    if fmt == "prompt_only" and set(columns) & set(rules.REFERENCE_COLUMNS):
+        return "grpo"
+    return "sft"
+
+
+def job_data(subject: Subject, num_samples: int | None, warnings: list[str]) -> EvalData:
+    """The training job's own held-out rows: the same seeded split of the same mapped data."""
+    training = subject.training
+    assert training is not None
+    if training.eval_split:
+        held_out = f"the {training.eval_split:.0%} held out by job {subject.job.job_id} (seed {training.seed})"
+    else:
+        held_out = f"rows job {subject.job.job_id} trained on (it held none out)"
+        warnings.append(f"job {subject.job.job_id} held no rows out (eval_split unset): it is evaluated on rows it "
+                        "trained on, so the loss is optimistic; pass dataset and split for unseen data")
+    return EvalData(dataset=training.dataset, split=training.dataset_split, config=training.dataset_config,
+                    column_mapping=training.column_mapping or {}, eval_split=training.eval_split, seed=training.seed,
+                    method=training.method, held_out=held_out)
+
+
+def _estimate_note(estimate: JobEstimate | None) -> dict:
+    return {"estimated_hours": round(estimate.hours, 2) if estimate else None,
+            "estimated_cost_usd": estimate.cost_usd if estimate else None}
+
+
+def _place(req, kind: str, options: list[JobEstimate], on_flavor, catalog: Catalog, backend: str,
+           warnings: list[str]) -> tuple[str, JobEstimate | None, float]:
+    """(flavor, estimate, $/hour): the caller's flavor, else the cheapest that fits."""
+    if backend == "local":
+        if req.flavor:
+            warnings.append(f"flavor {req.flavor!r} is ignored by the local backend")
+        from hf_train_mcp.backends.local import has_cuda
+
+        return ("local-cuda" if has_cuda() else "local-cpu"), None, 0.0
+    if req.flavor:
+        info = catalog.flavors.get(req.flavor)
+        if info is None:
+            raise TrainError(f"flavor {req.flavor!r} is not in the Jobs hardware catalog; list_hardware lists them")
+        try:
+            estimate = on_flavor(info)
+        except ValueError:  # a CPU flavor for an evaluation: allowed for tiny models, not estimated
+            warnings.append(f"{req.flavor} has no GPU: fine for a tiny model, far too slow otherwise")
+            return req.flavor, None, info.usd_per_hour
+        if not estimate.fits:
+            warnings.append(f"{req.flavor} is likely too small: {estimate.reasons[0]}")
+        return req.flavor, estimate, info.usd_per_hour
+    best = cheapest(options)
+    if best is None:
+        largest = max(options, key=lambda e: e.available_gb)
+        raise TrainError(f"no Jobs flavor fits this {kind}: {largest.reasons[0]}. Nothing was launched.")
+    return best.flavor, best, catalog.flavors[best.flavor].usd_per_hour
+
+
+def _timeout(req, estimate: JobEstimate | None, backend: str, flavor: str, price: float,
+             warnings: list[str]) -> int:
+    if req.timeout is not None:
+        timeout = req.timeout
+        if estimate and timeout < estimate.train_seconds + estimate.overhead_seconds:
+            warnings.append(f"timeout {format_duration(timeout)} is below the estimated "
+                            f"{format_duration(estimate.train_seconds + estimate.overhead_seconds)}; "
+                            f"{estimate.recommended_timeout} is recommended")
+    elif estimate is not None:
+        timeout = estimate.recommended_timeout_seconds
+    else:
+        timeout = DEFAULT_LOCAL_TIMEOUT_S if backend == "local" else EC.TIMEOUT_MIN_S * 3
+    return within_budget(req, flavor, price, timeout, estimate, warnings)
+
+
+def _plan(req, *, backend: str, flavor: str, estimate: JobEstimate | None, price: float, timeout: int,
+          config: dict, dependencies: list[str], namespace: str | None, template: str, warnings: list[str],
+          trackio_space: str | None = None, reward_code: str | None = None) -> RunPlan:
+    config["expects_gpu"] = not flavor.startswith(("cpu-", "local-cpu"))
+    return RunPlan(request=req, backend=backend, flavor=flavor, gpus=1, timeout_seconds=timeout,
+                   effective_batch_size=0, estimate=estimate,
+                   worst_case_cost_usd=None if price is None else round(worst_case_usd(timeout, price), 2),
+                   config=config, dependencies=dependencies, namespace=namespace, trackio_space_id=trackio_space,
+                   warnings=warnings, template=template, reward_code=reward_code)
+
+
+def _common_config(subject: Subject, backend: str) -> dict:
+    training = subject.training
+    return {
+        "model": subject.ref, "model_kind": subject.kind,
+        "base_model": subject.base_model, "method": subject.method or "sft",
+        "peft": training.peft if training else ("lora" if subject.kind == "adapter" else "full"),
+        "chat_template": CHATML if training and training.chat_template == "chatml" else None,
+        "max_length": (training.max_length if training else None) or D.MAX_LENGTH[subject.method or "sft"],
+        "output_dir": HF_OUTPUT_DIR if backend == "hf" else "output",
+        "probe": None,
+    }
+
+
+def plan_evaluation(req: EvaluateRequest, subject: Subject, data: EvalData | None, facts: DataFacts, *,
+                    backend: str, size: ModelSize, catalog: Catalog, namespace: str | None,
+                    warnings: list[str]) -> RunPlan:
+    method = data.method if data else (subject.method or "sft")
+    training = subject.training
+    rows = min(req.num_samples or EVAL_ROWS, facts.num_rows or EVAL_ROWS) if data else 0
+    tokens = facts.mean_tokens or EC.DEFAULT_TOKENS_PER_EXAMPLE.get(method, 512)
+    completion = (training.max_completion_length if training else None) or D.GRPO_MAX_COMPLETION_LENGTH
+    compare = min(COMPARE_SAMPLES, rows) if method != "reward" else 0
+    generated = compare * SAMPLE_TOKENS * (2 if subject.kind == "adapter" else 1)
+    if method == "grpo":
+        generated += rows * completion
+    work = EvalWork(rows=rows if method != "grpo" else 0, tokens_per_row=tokens,
+                    sequences_per_row=2 if method in ("dpo", "reward") else 1, generated_tokens=generated,
+                    generation_calls=compare + (rows if method == "grpo" else 0),
+                    benchmark_items=len(req.tasks or []) * (req.num_samples or 1000))
+    if req.tasks and not req.num_samples:
+        warnings.append("benchmarks run on every item of each task without num_samples (hours for large tasks); "
+                        "num_samples=200 is a cheap first look")
+    flavor, estimate, price = _place(req, "evaluation", evaluation_options(size, work, catalog),
+                                     lambda info: evaluation_on(size, work, info), catalog, backend, warnings)
+    timeout = _timeout(req, estimate, backend, flavor, price, warnings)
+    trackio_space = None
+    if backend == "hf":
+        trackio_space = (training.trackio_space_id if training else None) or (
+            f"{namespace}/trackio" if namespace else None)
+    card_repo = None
+    if backend == "hf" and not is_local(subject.ref) and namespace and subject.ref.split("/")[0] == namespace:
+        card_repo = subject.ref  # the evaluated model is the caller's: its card gets the results
+    config = {
+        **_common_config(subject, backend),
+        "method": method,
+        "dataset": data.dataset if data else None, "dataset_split": data.split if data else "train",
+        "dataset_config": data.config if data else None, "column_mapping": data.column_mapping if data else {},
+        "keep_columns": KEEP_COLUMNS.get(method), "eval_split": data.eval_split if data else None,
+        "seed": data.seed if data else 42, "held_out": data.held_out if data else None,
+        "num_samples": rows or req.num_samples, "compare_samples": compare, "sample_tokens": SAMPLE_TOKENS,
+        "max_completion_length": completion,
+        "reward_funcs": (training.reward_funcs or (["think_format", "length"] if not training.reward_code else []))
+        if training else ["accuracy", "think_format"],
+        "tasks": list(req.tasks or []),
+        "card_folder": subject.card_folder if backend == "local" else None, "card_repo": card_repo,
+        "project": (training.project if training else None) or "hf-train-mcp",
+        "run_name": f"eval-{subject.job.job_id if subject.job else uuid.uuid4().hex[:6]}",
+        "trackio_space_id": trackio_space,
+        "trackio_dir": str(Path(subject.job.job_dir) / "trackio") if subject.job and subject.job.job_dir and
+        backend == "local" else None,
+        "push_to_hub": False, "hub_model_id": None,
+    }
+    dependencies = [*BASE_DEPENDENCIES, *([LM_EVAL] if req.tasks else [])]
+    return _plan(req, backend=backend, flavor=flavor, estimate=estimate, price=price, timeout=timeout, config=config,
+                 dependencies=dependencies, namespace=namespace, template="evaluate", warnings=warnings,
+                 trackio_space=trackio_space, reward_code=training.reward_code if training else None)
+
+
+def export_target(req: ExportRequest, subject: Subject, backend: str) -> str | None:
+    """The repo an export pushes to: hub_model_id, else beside the source (`<repo>-merged`, `<repo>-GGUF`)."""
+    if backend != "hf":
+        return None
+    if req.hub_model_id:
+        return req.hub_model_id
+    source = subject.job.hub_model_id if subject.job else (None if is_local(subject.ref) else subject.ref)
+    if not source:
+        raise TrainError("hub_model_id is required: where should the exported model be pushed ('owner/name')?")
+    return f"{source}-GGUF" if req.format == "gguf" else f"{source}-merged"
+
+
+def plan_export(req: ExportRequest, subject: Subject, *, backend: str, size: ModelSize, catalog: Catalog,
+                namespace: str | None, warnings: list[str]) -> RunPlan:
+    if subject.method == "reward":
+        raise TrainError("a reward model is a sequence classifier: GGUF and merged causal-LM exports do not apply; "
+                         "use its repo as it is")
+    quantization = (req.quantization or "q4_k_m") if req.format == "gguf" else None
+    if req.format == "merged" and subject.kind == "full":
+        warnings.append("this model is a full fine-tune, already standalone: the export re-saves it as safetensors "
+                        "with its tokenizer")
+    work = ExportWork(format=req.format, quantization=quantization, merge=subject.kind == "adapter")
+    flavor, estimate, price = _place(req, "export", export_options(size, work, catalog),
+                                     lambda info: export_on(size, work, info), catalog, backend, warnings)
+    if size.params > 30e9 and backend == "hf":
+        warnings.append(f"a {size.billions:.0f}B export holds the whole model in memory and writes "
+                        f"~{size.params * 6 / 1e9:.0f} GB to disk")
+    timeout = _timeout(req, estimate, backend, flavor, price, warnings)
+    target = export_target(req, subject, backend)
+    stem = (target or subject.ref).rstrip("/").split("/")[-1].removesuffix("-GGUF")
+    training = subject.training
+    base = subject.base_model if subject.kind == "adapter" else subject.ref
+    source = subject.job.hub_model_id if subject.job and subject.job.hub_model_id else hub_ref(subject.ref)
+    what = (f"GGUF ({quantization}) of `{source or subject.ref}` for llama.cpp, Ollama and LM Studio"
+            if req.format == "gguf" else
+            f"`{source or subject.ref}` merged into its base `{base}`: a standalone model, no adapter needed")
+    config = {
+        **_common_config(subject, backend),
+        "format": req.format, "quantization": quantization, "file_stem": stem,
+        "dtype": "auto", "total_steps": 3 if quantization not in (None, "f16", "q8_0") else 2,
+        "llama_cpp_repo": LLAMA_CPP_REPO, "card_source": subject.card_folder or source,
+        "push_to_hub": target is not None, "hub_model_id": target, "private": req.private,
+    }
+    endpoint = hub_endpoint()
+    config["card"] = card_config(
+        title=target or stem, summary=what + ", exported by hf-train-mcp.",
+        base_model=(source or base) if req.format == "gguf" else base,
+        datasets=[training.dataset] if training else [], library_name=None if req.format == "gguf" else "transformers",
+        tags=["gguf", "llama.cpp", quantization] if req.format == "gguf" else ["merged", "trl"],
+        settings={"format": req.format, "quantization": quantization, "source": source or subject.ref,
+                  "base model": base, "hardware": flavor},
+        **_estimate_note(estimate), usd_per_hour=price,
+        trackio_url=f"{endpoint}/spaces/{training.trackio_space_id}" if training and training.trackio_space_id
+        else None,
+        base_model_relation="quantized" if req.format == "gguf" else "merge")
+    dependencies = ["transformers>=5.0,<6", "peft>=0.15,<1", "accelerate>=1.4,<2", "torch>=2.6,<2.11",
+                    "safetensors>=0.4"]
+    if req.format == "gguf":
+        dependencies += GGUF_DEPENDENCIES + ([CMAKE] if config["total_steps"] == 3 else [])
+    return _plan(req, backend=backend, flavor=flavor, estimate=estimate, price=price, timeout=timeout, config=config,
+                 dependencies=dependencies, namespace=namespace, template="export", warnings=warnings)
