@@ -174,7 +174,7 @@ async def test_the_finetune_prompt_walks_the_whole_loop() -> None:
     ({"hub_model_id": "not a repo"}, "hub_model_id has the wrong shape: send a Hub repo id 'owner/name'"),
     ({"epochs": 0}, "epochs should be greater than 0"),
     ({"max_steps": "many"}, "max_steps should be a whole number"),
-    ({"method": "ppo"}, "method should be 'sft', 'dpo', 'grpo' or 'reward'"),
+    ({"method": "ppo"}, "method should be 'sft', 'dpo', 'grpo', 'reward', 'kto' or 'distill'"),
     ({"lora_r": 8, "peft": "full"}, "lora_* options need peft='lora' or 'qlora'"),
     ({"dataset_split": "train; rm -rf"}, "dataset_split has the wrong shape: send a split name"),
     ({"unknown_option": 1}, "unknown_option is not a parameter"),

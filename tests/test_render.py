@@ -122,7 +122,7 @@ def test_reward_code_is_placed_as_its_own_marked_block_and_wired_in() -> None:
 
 
 def test_reserved_names_cover_every_top_level_name_of_the_grpo_script() -> None:
-    from hf_train_mcp.request import RESERVED_NAMES
+    from hf_train_mcp.methods.grpo import RESERVED_NAMES
 
     tree = ast.parse(render(method="grpo", reward_code=GOOD_REWARD))
     names = set()

@@ -233,8 +233,8 @@ async def test_an_invalid_token_is_reported_without_echoing_it(hub: Emulator, mo
         ({"hub_model_id": "not a repo"}, "hub_model_id"),
         ({"hub_model_id": None}, "hub_model_id is required"),
         ({"epochs": 0}, "epochs"),
-        ({"method": "kto"}, "method"),
-        ({"beta": 0.2}, "beta applies to method='dpo' only"),
+        ({"method": "orpo"}, "method"),
+        ({"beta": 0.2}, "beta applies to method 'dpo' or 'kto' or 'distill' only, not 'sft'"),
         ({"max_cost_usd": 0.001, "epochs": 3}, "over max_cost_usd"),
     ],
 )

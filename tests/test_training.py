@@ -34,6 +34,8 @@ METHOD_OPTIONS = {
     "grpo": {"num_generations": 2, "max_completion_length": 8, "reward_funcs": ["accuracy", "think_format"],
              "reward_code": USER_REWARD},
     "reward": {},
+    "kto": {"beta": 0.2},
+    "distill": {"max_completion_length": 8},  # the tiny model teaches itself: same vocabulary, cheap
 }
 
 
@@ -44,6 +46,8 @@ def rows_for(kind: str) -> list[dict]:
         return [{"conversations": [{"from": "human", "value": r["messages"][0]["content"]},
                                    {"from": "gpt", "value": r["messages"][1]["content"]}]}
                 for r in example_rows("sft", 16)]
+    if kind == "kto-paired":
+        return example_rows("dpo", 16)
     if kind == "sft-instruction":
         return [{"instruction": r["messages"][0]["content"], "output": r["messages"][1]["content"]}
                 for r in example_rows("sft", 16)]
@@ -59,7 +63,8 @@ def run_script(tmp_path: Path, text: str, **extra_env: str) -> subprocess.Comple
                           timeout=600)
 
 
-@pytest.mark.parametrize("kind", ["sft", "dpo", "grpo", "reward", "sft-sharegpt", "sft-instruction"])
+@pytest.mark.parametrize("kind", ["sft", "dpo", "grpo", "reward", "kto", "distill", "kto-paired", "sft-sharegpt",
+                                  "sft-instruction"])
 def test_the_rendered_script_trains_on_cpu_and_saves_an_adapter(kind: str, tiny_model: Path, tmp_path: Path,
                                                                offline) -> None:
     from hf_train_mcp.tiny import write_jsonl
@@ -68,11 +73,13 @@ def test_the_rendered_script_trains_on_cpu_and_saves_an_adapter(kind: str, tiny_
     data = write_jsonl(tmp_path / "data.jsonl", rows_for(kind))
     report = validate_dataset(str(data), method)
     assert report.valid, report.issues
+    teacher = {"teacher_model": str(tiny_model)} if method == "distill" else {}
     request = TrainingRequest(model=str(tiny_model), dataset=str(data), method=method, backend="local",
                               max_steps=2, per_device_batch_size=2, gradient_accumulation=1, max_length=128,
-                              column_mapping=report.suggested_column_mapping, **METHOD_OPTIONS[method])
+                              column_mapping=report.suggested_column_mapping, **METHOD_OPTIONS[method], **teacher)
     plan = plan_run(request, backend="local", size=model_size(str(tiny_model)), catalog=fallback_catalog(),
-                    namespace=None, data=DataFacts(num_rows=report.num_rows))
+                    namespace=None, data=DataFacts(num_rows=report.num_rows),
+                    teacher=model_size(str(tiny_model)) if teacher else None)
     proc = run_script(tmp_path, plan.render().text)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 

@@ -7,6 +7,7 @@ base model's own card at run time, license.
 
 from typing import Any
 
+from hf_train_mcp import methods
 from hf_train_mcp.access import is_local
 
 
@@ -35,22 +36,20 @@ def training_card(config: dict[str, Any], *, flavor: str, usd_per_hour: float | 
                   estimated_hours: float | None, estimated_cost_usd: float | None, trackio_url: str | None,
                   effective_batch_size: int) -> dict[str, Any]:
     method, peft = config["method"], config["peft"]
+    spec = methods.get(method)
     name = config["hub_model_id"] or config["run_name"]
     adapter = peft != "full"
     settings = {
-        "method": method, "peft": peft, "base model": config["model"], "dataset": config["dataset"],
+        "method": spec.title, "peft": peft, "base model": config["model"], "dataset": config["dataset"],
         "learning rate": config["learning_rate"],
         "epochs": None if config["max_steps"] else config["epochs"], "max steps": config["max_steps"],
         "max length": config["max_length"], "per-device batch": config["per_device_batch_size"],
         "gradient accumulation": config["gradient_accumulation"], "effective batch": effective_batch_size,
         "LoRA r / alpha": f"{config['lora']['r']} / {config['lora']['alpha']}" if adapter else None,
-        "DPO beta": config["beta"] if method == "dpo" else None,
-        "GRPO generations": config["num_generations"] if method == "grpo" else None,
+        **{f"{spec.title} {key}": value for key, value in spec.card_settings(config).items()},
         "hardware": flavor, "seed": config["seed"],
     }
-    what = {"sft": "supervised fine-tune", "dpo": "DPO preference fine-tune", "grpo": "GRPO reinforcement fine-tune",
-            "reward": "reward model"}.get(method, f"{method} fine-tune")
-    summary = (f"A {what} of `{config['model']}` on `{config['dataset']}` with TRL"
+    summary = (f"A {spec.summary} of `{config['model']}` on `{config['dataset']}` with TRL"
                + (f" ({'QLoRA' if peft == 'qlora' else 'LoRA'} adapter)" if adapter else " (full fine-tune)")
                + ", trained and submitted by hf-train-mcp.")
     return card_config(
@@ -58,6 +57,6 @@ def training_card(config: dict[str, Any], *, flavor: str, usd_per_hour: float | 
         library_name="peft" if adapter else "transformers", tags=["trl", method, *(["lora"] if adapter else [])],
         settings=settings, estimated_hours=estimated_hours, estimated_cost_usd=estimated_cost_usd,
         usd_per_hour=usd_per_hour, trackio_url=trackio_url,
-        pipeline_tag="text-classification" if method == "reward" else "text-generation",
+        pipeline_tag="text-classification" if spec.classifier else "text-generation",
         base_model_relation="adapter" if adapter else "finetune",
     )

@@ -13,12 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hf_train_mcp.access import Access, is_local
-from hf_train_mcp.data import rules
 from hf_train_mcp.cards import card_config, hub_ref
 from hf_train_mcp.chat_template import CHATML
+from hf_train_mcp.data.rules import candidate_formats
 from hf_train_mcp.durations import format_duration
 from hf_train_mcp.errors import TrainError
-from hf_train_mcp.estimate import constants as EC
 from hf_train_mcp.estimate.hardware import Catalog
 from hf_train_mcp.estimate.jobs import (
     EvalWork,
@@ -35,16 +34,16 @@ from hf_train_mcp.hub import hub_endpoint
 from hf_train_mcp.ledger import JobRecord
 from hf_train_mcp.planning import (
     BASE_DEPENDENCIES,
-    DEFAULT_LOCAL_TIMEOUT_S,
-    HF_OUTPUT_DIR,
-    KEEP_COLUMNS,
+    expects_gpu,
     DataFacts,
     RunPlan,
     within_budget,
     worst_case_usd,
 )
 from hf_train_mcp.request import EvaluateRequest, ExportRequest, TrainingRequest
-from hf_train_mcp import defaults as D
+from hf_train_mcp.schemas import DatasetReport
+from hf_train_mcp import backends, methods
+from hf_train_mcp.methods.grpo import MAX_COMPLETION_DEFAULT, REFERENCE_COLUMNS, reward_functions
 
 EVAL_ROWS = 200  # held-out rows scored when num_samples is not given: enough for a stable mean, cheap to run
 COMPARE_SAMPLES = 3  # prompts answered side by side by the base and the fine-tune
@@ -82,7 +81,7 @@ def _from_folder(folder: Path, method: str | None) -> tuple[str, str | None, str
     if adapter.exists():
         config = json.loads(adapter.read_text())
         task = config.get("task_type")
-        return "adapter", config.get("base_model_name_or_path"), method or ("reward" if task == "SEQ_CLS" else None)
+        return "adapter", config.get("base_model_name_or_path"), method or methods.for_peft_task(task)
     if (folder / "config.json").exists():
         return "full", None, method
     raise TrainError(f"{folder} holds neither an adapter (adapter_config.json) nor a model (config.json)")
@@ -98,10 +97,10 @@ def subject_from_job(record: JobRecord, stage: str, backend_name: str) -> Subjec
         raise TrainError(f"job {record.job_id} is {stage}:{more}. Nothing was launched.")
     training = TrainingRequest.model_validate_json(record.request_json)
     kind = "full" if training.peft == "full" else "adapter"
-    if record.backend == "local":
-        if backend_name != "local":
+    if backends.traits(record.backend).runs_here:
+        if not backends.traits(backend_name).runs_here:
             raise TrainError(f"job {record.job_id} ran on this machine, so its model is not on the Hub: use "
-                             "backend='local', or push its output folder to the Hub and pass that repo id")
+                             f"backend={record.backend!r}, or push its output folder to the Hub and pass that repo id")
         folder = Path(record.output_dir or "")
         if not folder.is_dir():
             raise TrainError(f"the output of job {record.job_id} ({folder}) is gone from this machine")
@@ -118,7 +117,7 @@ def subject_from_ref(ref: str, *, access: Access, backend_name: str, adapter_con
     adapter_config(repo) -> dict | None reads a Hub repo's adapter_config.json."""
     access.check_ref(ref, "model")
     if is_local(ref):
-        if backend_name == "hf":
+        if not backends.traits(backend_name).runs_here:
             raise TrainError(f"model {ref!r} is a local path, which a Hugging Face job cannot read: push it to the "
                              "Hub first, or use backend='local'")
         folder = Path(ref).expanduser().resolve()
@@ -132,7 +131,7 @@ def subject_from_ref(ref: str, *, access: Access, backend_name: str, adapter_con
     if config is None:
         return Subject(ref=ref, kind="full", base_model=None, method=None)
     return Subject(ref=ref, kind="adapter", base_model=config.get("base_model_name_or_path"),
-                   method="reward" if config.get("task_type") == "SEQ_CLS" else None)
+                   method=methods.for_peft_task(config.get("task_type")))
 
 
 @dataclass(frozen=True)
@@ -145,15 +144,19 @@ class EvalData:
     column_mapping: dict
     eval_split: float | None
     seed: int
-    method: str  # which metric: sft -> loss and perplexity, dpo/reward -> preference accuracy, grpo -> reward
+    method: str  # its spec's eval_metric: loss (and perplexity), preference (accuracy) or reward (mean)
     held_out: str  # what the card says about the rows
 
 
-def method_for_format(fmt: str, columns: list[str]) -> str:
-    """The metric's method for data validated as GRPO data (whose mapping renames prompt aliases only)."""
-    if fmt in PREFERENCE_FORMATS:
+def method_for_format(report: DatasetReport) -> str:
+    """The metric's method for data validated as GRPO data (whose mapping renames prompt aliases only): every
+    format the rows make counts, not only the one GRPO reads them as."""
+    renamed = {source: target for target, source in (report.suggested_column_mapping or {}).items()}
+    columns = {renamed.get(column, column) for column in report.columns}
+    found = candidate_formats(columns, report.sample_rows[0] if report.sample_rows else {})
+    if set(found) & set(PREFERENCE_FORMATS):
         return "dpo"
-    if fmt == "prompt_only" and set(columns) & set(rules.REFERENCE_COLUMNS):
+    if "prompt_only" in found and columns & set(REFERENCE_COLUMNS):
         return "grpo"
     return "sft"
 
@@ -181,12 +184,13 @@ def _estimate_note(estimate: JobEstimate | None) -> dict:
 def _place(req, kind: str, options: list[JobEstimate], on_flavor, catalog: Catalog, backend: str,
            warnings: list[str]) -> tuple[str, JobEstimate | None, float]:
     """(flavor, estimate, $/hour): the caller's flavor, else the cheapest that fits."""
-    if backend == "local":
+    where = backends.traits(backend)
+    if where.runs_here:
         if req.flavor:
-            warnings.append(f"flavor {req.flavor!r} is ignored by the local backend")
+            warnings.append(f"flavor {req.flavor!r} is ignored by backend={backend!r}")
         from hf_train_mcp.backends.local import has_cuda
 
-        return ("local-cuda" if has_cuda() else "local-cpu"), None, 0.0
+        return where.flavor(cuda=has_cuda()), None, 0.0
     if req.flavor:
         info = catalog.flavors.get(req.flavor)
         if info is None:
@@ -217,14 +221,14 @@ def _timeout(req, estimate: JobEstimate | None, backend: str, flavor: str, price
     elif estimate is not None:
         timeout = estimate.recommended_timeout_seconds
     else:
-        timeout = DEFAULT_LOCAL_TIMEOUT_S if backend == "local" else EC.TIMEOUT_MIN_S * 3
+        timeout = backends.traits(backend).default_timeout_s
     return within_budget(req, flavor, price, timeout, estimate, warnings)
 
 
 def _plan(req, *, backend: str, flavor: str, estimate: JobEstimate | None, price: float, timeout: int,
           config: dict, dependencies: list[str], namespace: str | None, template: str, warnings: list[str],
           trackio_space: str | None = None, reward_code: str | None = None) -> RunPlan:
-    config["expects_gpu"] = not flavor.startswith(("cpu-", "local-cpu"))
+    config["expects_gpu"] = expects_gpu(flavor)
     return RunPlan(request=req, backend=backend, flavor=flavor, gpus=1, timeout_seconds=timeout,
                    effective_batch_size=0, estimate=estimate,
                    worst_case_cost_usd=None if price is None else round(worst_case_usd(timeout, price), 2),
@@ -239,8 +243,8 @@ def _common_config(subject: Subject, backend: str) -> dict:
         "base_model": subject.base_model, "method": subject.method or "sft",
         "peft": training.peft if training else ("lora" if subject.kind == "adapter" else "full"),
         "chat_template": CHATML if training and training.chat_template == "chatml" else None,
-        "max_length": (training.max_length if training else None) or D.MAX_LENGTH[subject.method or "sft"],
-        "output_dir": HF_OUTPUT_DIR if backend == "hf" else "output",
+        "max_length": (training.max_length if training else None) or methods.get(subject.method or "sft").max_length,
+        "output_dir": backends.traits(backend).output_dir,
         "probe": None,
     }
 
@@ -249,17 +253,19 @@ def plan_evaluation(req: EvaluateRequest, subject: Subject, data: EvalData | Non
                     backend: str, size: ModelSize, catalog: Catalog, namespace: str | None,
                     warnings: list[str]) -> RunPlan:
     method = data.method if data else (subject.method or "sft")
+    spec = methods.get(method)
     training = subject.training
     rows = min(req.num_samples or EVAL_ROWS, facts.num_rows or EVAL_ROWS) if data else 0
-    tokens = facts.mean_tokens or EC.DEFAULT_TOKENS_PER_EXAMPLE.get(method, 512)
-    completion = (training.max_completion_length if training else None) or D.GRPO_MAX_COMPLETION_LENGTH
-    compare = min(COMPARE_SAMPLES, rows) if method != "reward" else 0
+    tokens = facts.mean_tokens or spec.tokens_per_example
+    completion = (getattr(training, "max_completion_length", None) if training else None) or MAX_COMPLETION_DEFAULT
+    compare = min(COMPARE_SAMPLES, rows) if not spec.classifier else 0
+    rewarded = spec.eval_metric == "reward"  # greedy completions scored by the reward functions
     generated = compare * SAMPLE_TOKENS * (2 if subject.kind == "adapter" else 1)
-    if method == "grpo":
+    if rewarded:
         generated += rows * completion
-    work = EvalWork(rows=rows if method != "grpo" else 0, tokens_per_row=tokens,
-                    sequences_per_row=2 if method in ("dpo", "reward") else 1, generated_tokens=generated,
-                    generation_calls=compare + (rows if method == "grpo" else 0),
+    work = EvalWork(rows=0 if rewarded else rows, tokens_per_row=tokens,
+                    sequences_per_row=spec.sequences_per_example, generated_tokens=generated,
+                    generation_calls=compare + (rows if rewarded else 0),
                     benchmark_items=len(req.tasks or []) * (req.num_samples or 1000))
     if req.tasks and not req.num_samples:
         warnings.append("benchmarks run on every item of each task without num_samples (hours for large tasks); "
@@ -267,42 +273,42 @@ def plan_evaluation(req: EvaluateRequest, subject: Subject, data: EvalData | Non
     flavor, estimate, price = _place(req, "evaluation", evaluation_options(size, work, catalog),
                                      lambda info: evaluation_on(size, work, info), catalog, backend, warnings)
     timeout = _timeout(req, estimate, backend, flavor, price, warnings)
+    here = backends.traits(backend).runs_here
     trackio_space = None
-    if backend == "hf":
+    if not here:
         trackio_space = (training.trackio_space_id if training else None) or (
             f"{namespace}/trackio" if namespace else None)
     card_repo = None
-    if backend == "hf" and not is_local(subject.ref) and namespace and subject.ref.split("/")[0] == namespace:
+    if not here and not is_local(subject.ref) and namespace and subject.ref.split("/")[0] == namespace:
         card_repo = subject.ref  # the evaluated model is the caller's: its card gets the results
     config = {
         **_common_config(subject, backend),
-        "method": method,
+        "method": method, "eval_metric": spec.eval_metric, "classifier": spec.classifier,
         "dataset": data.dataset if data else None, "dataset_split": data.split if data else "train",
         "dataset_config": data.config if data else None, "column_mapping": data.column_mapping if data else {},
-        "keep_columns": KEEP_COLUMNS.get(method), "eval_split": data.eval_split if data else None,
+        "keep_columns": list(spec.keep_columns) if spec.keep_columns else None, "eval_split": data.eval_split if data else None,
         "seed": data.seed if data else 42, "held_out": data.held_out if data else None,
         "num_samples": rows or req.num_samples, "compare_samples": compare, "sample_tokens": SAMPLE_TOKENS,
         "max_completion_length": completion,
-        "reward_funcs": (training.reward_funcs or (["think_format", "length"] if not training.reward_code else []))
-        if training else ["accuracy", "think_format"],
+        "reward_funcs": reward_functions(training) if training else ["accuracy", "think_format"],
         "tasks": list(req.tasks or []),
-        "card_folder": subject.card_folder if backend == "local" else None, "card_repo": card_repo,
+        "card_folder": subject.card_folder if here else None, "card_repo": card_repo,
         "project": (training.project if training else None) or "hf-train-mcp",
         "run_name": f"eval-{subject.job.job_id if subject.job else uuid.uuid4().hex[:6]}",
         "trackio_space_id": trackio_space,
         "trackio_dir": str(Path(subject.job.job_dir) / "trackio") if subject.job and subject.job.job_dir and
-        backend == "local" else None,
+        here else None,
         "push_to_hub": False, "hub_model_id": None,
     }
     dependencies = [*BASE_DEPENDENCIES, *([LM_EVAL] if req.tasks else [])]
     return _plan(req, backend=backend, flavor=flavor, estimate=estimate, price=price, timeout=timeout, config=config,
                  dependencies=dependencies, namespace=namespace, template="evaluate", warnings=warnings,
-                 trackio_space=trackio_space, reward_code=training.reward_code if training else None)
+                 trackio_space=trackio_space, reward_code=getattr(training, "reward_code", None) if training else None)
 
 
 def export_target(req: ExportRequest, subject: Subject, backend: str) -> str | None:
     """The repo an export pushes to: hub_model_id, else beside the source (`<repo>-merged`, `<repo>-GGUF`)."""
-    if backend != "hf":
+    if backends.traits(backend).runs_here:
         return None
     if req.hub_model_id:
         return req.hub_model_id
@@ -314,7 +320,7 @@ def export_target(req: ExportRequest, subject: Subject, backend: str) -> str | N
 
 def plan_export(req: ExportRequest, subject: Subject, *, backend: str, size: ModelSize, catalog: Catalog,
                 namespace: str | None, warnings: list[str]) -> RunPlan:
-    if subject.method == "reward":
+    if subject.method and methods.get(subject.method).classifier:
         raise TrainError("a reward model is a sequence classifier: GGUF and merged causal-LM exports do not apply; "
                          "use its repo as it is")
     quantization = (req.quantization or "q4_k_m") if req.format == "gguf" else None
@@ -324,7 +330,7 @@ def plan_export(req: ExportRequest, subject: Subject, *, backend: str, size: Mod
     work = ExportWork(format=req.format, quantization=quantization, merge=subject.kind == "adapter")
     flavor, estimate, price = _place(req, "export", export_options(size, work, catalog),
                                      lambda info: export_on(size, work, info), catalog, backend, warnings)
-    if size.params > 30e9 and backend == "hf":
+    if size.params > 30e9 and not backends.traits(backend).runs_here:
         warnings.append(f"a {size.billions:.0f}B export holds the whole model in memory and writes "
                         f"~{size.params * 6 / 1e9:.0f} GB to disk")
     timeout = _timeout(req, estimate, backend, flavor, price, warnings)

@@ -14,6 +14,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
+from hf_train_mcp import methods
 from hf_train_mcp.estimate import constants as EC
 from hf_train_mcp.estimate.cost import FlavorEstimate
 
@@ -24,13 +25,15 @@ PREFLIGHT_MARGIN = 1.1  # the preflight stops a run whose projection (with this 
 def probe_key(*, model: str, dataset: str, dataset_config: str | None, dataset_split: str, flavor: str,
               backend: str, method: str, peft: str, per_device_batch_size: int, gradient_accumulation: int,
               max_length: int, packing: bool, num_generations: int | None, max_completion_length: int | None,
-              lora: dict[str, Any] | None = None, use_liger_kernel: bool = False, chat_template: bool = False) -> str:
+              lora: dict[str, Any] | None = None, use_liger_kernel: bool = False, chat_template: bool = False,
+              teacher_model: str | None = None) -> str:
     """The settings one measured step stands for (each already resolved to what the job runs)."""
+    spec = methods.get(method)
     named = dict(model=model, dataset=dataset, dataset_config=dataset_config, dataset_split=dataset_split,
                  flavor=flavor, backend=backend, method=method, peft=peft, batch=per_device_batch_size,
                  accumulation=gradient_accumulation, max_length=max_length, packing=packing,
-                 generations=num_generations if method == "grpo" else None,
-                 completion=max_completion_length if method == "grpo" else None,
+                 generations=num_generations if spec.grouped else None,
+                 completion=max_completion_length if spec.generates else None, teacher=teacher_model,
                  lora=None if peft == "full" else {k: (lora or {}).get(k) for k in ("r", "target_modules")},
                  liger=use_liger_kernel, chat_template=chat_template)
     return hashlib.sha256(json.dumps(named, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -42,9 +45,10 @@ def config_key(config: dict[str, Any], *, flavor: str, backend: str) -> str:
                      dataset_split=config["dataset_split"], flavor=flavor, backend=backend, method=config["method"],
                      peft=config["peft"], per_device_batch_size=config["per_device_batch_size"],
                      gradient_accumulation=config["gradient_accumulation"], max_length=config["max_length"],
-                     packing=config["packing"], num_generations=config["num_generations"],
+                     packing=config.get("packing", False), num_generations=config["num_generations"],
                      max_completion_length=config["max_completion_length"], lora=config["lora"],
-                     use_liger_kernel=config["use_liger_kernel"], chat_template=bool(config["chat_template"]))
+                     use_liger_kernel=config["use_liger_kernel"], chat_template=bool(config["chat_template"]),
+                     teacher_model=config.get("teacher_model"))
 
 
 def prefix(key: str) -> str:

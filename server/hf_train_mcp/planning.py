@@ -8,6 +8,8 @@ import uuid
 from dataclasses import dataclass, field
 
 from hf_train_mcp import defaults as D
+from hf_train_mcp import backends, methods
+from hf_train_mcp.methods.grpo import MAX_COMPLETION_DEFAULT, NUM_GENERATIONS_DEFAULT
 from hf_train_mcp.backends.base import JobSpec
 from hf_train_mcp.cards import training_card
 from hf_train_mcp.chat_template import CHATML
@@ -22,17 +24,12 @@ from hf_train_mcp.hub import hub_endpoint
 from hf_train_mcp.render import Script, render_script
 from hf_train_mcp.request import Request, RunShape, TrainingRequest
 
-METHOD_TITLES = {"sft": "SFT", "dpo": "DPO", "grpo": "GRPO", "reward": "reward modeling"}
-KEEP_COLUMNS = {"sft": None, "dpo": ["prompt", "chosen", "rejected"], "reward": ["prompt", "chosen", "rejected"],
-                "grpo": None}
 # Upper bounds at the next major: a job started next year must still run the API this script was written for.
 # torch < 2.11: from 2.11 on, PyPI's torch wheels are built for CUDA 13, which needs a 580+ host driver; the
 # CUDA 12.8 builds run on every Jobs GPU (and the script stops at once if a GPU flavor still sees no CUDA).
 BASE_DEPENDENCIES = ["trl>=1.0,<2", "transformers>=5.0,<6", "datasets>=4.0,<6", "accelerate>=1.4,<2",
                      "peft>=0.15,<1", "trackio>=0.4,<1", "torch>=2.6,<2.11"]
-HF_OUTPUT_DIR = "/tmp/outputs"
 BUCKET_MOUNT = "/outputs"
-DEFAULT_LOCAL_TIMEOUT_S = 6 * 3600
 
 
 PROBE_STEPS = 3  # the first warms up (kernels, allocator); the others are timed
@@ -91,9 +88,9 @@ class RunPlan:
             "config": self.config,
             "dependencies": self.dependencies,
             "flavor": self.flavor,
-            "jobs_table": self.backend == "hf",
+            "jobs_table": not backends.traits(self.backend).runs_here,  # the header's [tool.hf-jobs] table
             "timeout": header_duration(self.timeout_seconds),
-            "method_title": METHOD_TITLES.get(self.method, self.method),
+            "method_title": methods.get(self.method).title,
             "reward_code": self.reward_code,
         })
 
@@ -114,8 +111,13 @@ class RunPlan:
         )
 
 
-def _dependencies(req: TrainingRequest) -> list[str]:
-    deps = list(BASE_DEPENDENCIES)
+def expects_gpu(flavor: str) -> bool:
+    """Whether the job's hardware has a GPU (its script stops at once when torch sees none)."""
+    return not flavor.startswith("cpu-") and flavor != backends.traits(backends.on_this_machine()).flavor(cuda=False)
+
+
+def _dependencies(req: TrainingRequest, spec: methods.MethodSpec) -> list[str]:
+    deps = [*BASE_DEPENDENCIES, *spec.dependencies]
     if req.peft == "qlora":
         deps.append("bitsandbytes>=0.45")
     if req.use_liger_kernel:
@@ -139,27 +141,36 @@ class Hyper:
     max_completion_length: int | None = None
     eval_split: float | None = None
     save_steps: int | None = None
+    teacher_params: int | None = None  # distillation: the teacher's size (sized by the caller)
 
     @classmethod
-    def of(cls, req: "RunShape") -> "Hyper":
+    def of(cls, req: "RunShape", teacher_params: int | None = None) -> "Hyper":
         """From a submit_training or estimate_cost request (the latter has no eval_split or save_steps)."""
-        return cls(**{f: getattr(req, f) for f in cls.__dataclass_fields__ if hasattr(req, f)})
+        return cls(**{f: getattr(req, f) for f in cls.__dataclass_fields__ if hasattr(req, f)},
+                   teacher_params=teacher_params)
+
+    @property
+    def spec(self) -> methods.MethodSpec:
+        return methods.get(self.method)
 
     @property
     def generations(self) -> int:
-        return self.num_generations or D.GRPO_NUM_GENERATIONS
+        """Completions sampled per prompt: a GRPO group, one for on-policy distillation, none otherwise."""
+        if self.spec.grouped:
+            return self.num_generations or NUM_GENERATIONS_DEFAULT
+        return 1
 
     @property
     def completion_length(self) -> int:
-        return self.max_completion_length or D.GRPO_MAX_COMPLETION_LENGTH
+        return self.max_completion_length or MAX_COMPLETION_DEFAULT
 
     @property
     def resolved_epochs(self) -> float:
-        return self.epochs or D.EPOCHS[self.method]
+        return self.epochs or self.spec.epochs
 
     @property
     def resolved_max_length(self) -> int:
-        return self.max_length or D.MAX_LENGTH[self.method]
+        return self.max_length or self.spec.max_length
 
     def schedule(self, billions: float, gpus: int) -> D.Schedule:
         return D.schedule(self.method, billions, gpus, batch=self.per_device_batch_size,
@@ -170,12 +181,13 @@ class Hyper:
         return Workload(
             method=self.method, peft=self.peft,
             num_examples=data.num_rows or EC.DEFAULT_NUM_EXAMPLES,
-            tokens_per_example=data.mean_tokens or EC.DEFAULT_TOKENS_PER_EXAMPLE[self.method],
+            tokens_per_example=data.mean_tokens or self.spec.tokens_per_example,
             epochs=self.resolved_epochs, max_steps=self.max_steps, max_length=self.resolved_max_length,
             per_device_batch_size=sched.per_device_batch_size, gradient_accumulation=sched.gradient_accumulation,
             packing=self.packing, num_generations=self.generations,
             max_completion_length=self.completion_length,
             eval_split=self.eval_split or 0.0, save_steps=self.save_steps or D.SAVE_STEPS,
+            teacher_params=self.teacher_params,
         )
 
 
@@ -282,26 +294,31 @@ def plan_run(
     resume_dir: str | None = None,
     probe_only: bool = False,
     measured: dict | None = None,
+    teacher: ModelSize | None = None,
 ) -> RunPlan:
     """probe_only: the plan of a measurement job (estimate_cost(measure=True)): the preflight alone, nothing pushed.
-    measured: a finished measurement of this run on its flavor, which replaces the modelled time."""
+    measured: a finished measurement of this run on its flavor, which replaces the modelled time.
+    teacher: the size of a distillation's teacher (its forwards and memory count)."""
     warnings: list[str] = []
-    method, billions, hyper = req.method, size.billions, Hyper.of(req)
-    lr_full, lr_lora = D.LEARNING_RATE[method]
+    method, billions = req.method, size.billions
+    hyper = Hyper.of(req, teacher_params=teacher.params if teacher else None)
+    spec = hyper.spec
+    where = backends.traits(backend)
+    lr_full, lr_lora = spec.learning_rate
     learning_rate = req.learning_rate or (lr_full if req.peft == "full" else lr_lora)
     generations = hyper.generations
-    push = backend == "hf" and not probe_only
+    push = not where.runs_here and not probe_only
     if push and not req.hub_model_id:
-        raise TrainError("hub_model_id is required for backend='hf' (e.g. 'your-name/qwen-sft'): without a push "
-                         "the trained model is lost when the job ends")
+        raise TrainError(f"hub_model_id is required for backend={backend!r} (e.g. 'your-name/qwen-sft'): without a "
+                         "push the trained model is lost when the job ends")
 
-    if backend == "local":
+    if where.runs_here:
         if req.peft == "qlora" and not local_cuda:
             raise TrainError("peft='qlora' needs a CUDA GPU (bitsandbytes 4-bit) and this machine has none: "
                              "send peft='lora', or backend='hf' with a GPU flavor")
         if req.flavor:
             warnings.append(f"flavor {req.flavor!r} is ignored by the local backend")
-        flavor, gpus, estimate = ("local-cuda" if local_cuda else "local-cpu"), 1, None
+        flavor, gpus, estimate = where.flavor(cuda=local_cuda), 1, None
     else:
         if req.flavor and req.flavor.startswith("cpu-"):
             if req.peft == "qlora":
@@ -334,7 +351,7 @@ def plan_run(
 
     sched = hyper.schedule(billions, gpus)
     effective = sched.effective(gpus)
-    if method == "grpo" and effective % generations:
+    if spec.grouped and effective % generations:
         raise TrainError(f"GRPO needs per_device_batch_size x gradient_accumulation x GPUs ({effective}) divisible "
                          f"by num_generations ({generations}); change one of them")
 
@@ -352,15 +369,15 @@ def plan_run(
     elif estimate is not None:
         timeout = estimate.recommended_timeout_seconds
     else:
-        timeout = DEFAULT_LOCAL_TIMEOUT_S if backend == "local" else 3600
+        timeout = where.default_timeout_s
 
-    price = 0.0 if backend == "local" else (catalog.flavors[flavor].usd_per_hour if flavor in catalog.flavors else None)
+    price = 0.0 if where.runs_here else (catalog.flavors[flavor].usd_per_hour if flavor in catalog.flavors else None)
     timeout = within_budget(req, flavor, price, timeout, estimate, warnings)
 
-    if backend == "local" and req.hub_model_id:
+    if where.runs_here and req.hub_model_id:
         warnings.append("the local backend keeps the model in the job folder; hub_model_id is not pushed")
     trackio_space = None
-    if backend == "hf" and not probe_only:
+    if push:
         trackio_space = req.trackio_space_id or f"{namespace or req.hub_model_id.split('/')[0]}/trackio"
     steps = (estimate.steps if estimate else None) or req.max_steps
     # One Trackio run and one bucket folder per job: two jobs of one request must not mix curves or checkpoints.
@@ -369,9 +386,9 @@ def plan_run(
     if req.output_bucket:
         output_dir = f"{BUCKET_MOUNT}/{run_name if req.run_name is None else f'{run_name}-{run_id}'}"
     else:
-        output_dir = HF_OUTPUT_DIR if backend == "hf" else "output"
+        output_dir = where.output_dir
     eval_batch = sched.per_device_batch_size
-    if method == "grpo" and (eval_batch * gpus) % generations:
+    if spec.grouped and (eval_batch * gpus) % generations:
         eval_batch = generations // math.gcd(generations, gpus)  # TRL needs whole groups in the eval batch too
 
     config = {
@@ -381,7 +398,7 @@ def plan_run(
         "dataset_config": req.dataset_config,
         "dataset_split": req.dataset_split,
         "column_mapping": req.column_mapping or {},
-        "keep_columns": KEEP_COLUMNS[method],
+        "keep_columns": list(spec.keep_columns) if spec.keep_columns else None,
         "eval_split": req.eval_split,
         "seed": req.seed,
         "peft": req.peft,
@@ -398,7 +415,6 @@ def plan_run(
         "per_device_eval_batch_size": eval_batch,
         "gradient_accumulation": sched.gradient_accumulation,
         "max_length": hyper.resolved_max_length,
-        "packing": req.packing,
         "use_liger_kernel": req.use_liger_kernel,
         "logging_steps": 1 if steps and steps <= 50 else 10,
         "save_steps": req.save_steps or D.SAVE_STEPS,
@@ -413,14 +429,13 @@ def plan_run(
         "private": req.private,
         "resume_from_repo": resume_repo,
         "resume_from_dir": resume_dir,
-        "expects_gpu": not flavor.startswith(("cpu-", "local-cpu")),
+        "expects_gpu": expects_gpu(flavor),
         "attn_implementation": None,  # transformers' default (sdpa)
         "chat_template": CHATML if req.chat_template == "chatml" else None,
-        "beta": req.beta or D.DPO_BETA,
-        "num_generations": generations,
+        "num_generations": generations,  # completions per prompt (1 unless a GRPO group)
         "max_completion_length": hyper.completion_length,
-        "reward_funcs": req.reward_funcs or (["think_format", "length"] if not req.reward_code else []),
         "probe": None,
+        **spec.config(req),  # what only this method's template reads (beta, reward functions, the teacher, ...)
     }
     if probe_only or req.preflight:
         config["probe"] = {
@@ -439,7 +454,8 @@ def plan_run(
     return RunPlan(
         request=req, backend=backend, flavor=flavor, gpus=gpus, timeout_seconds=timeout,
         worst_case_cost_usd=None if price is None else round(worst_case_usd(timeout, price), 2),
-        effective_batch_size=effective, estimate=estimate, config=config, dependencies=_dependencies(req),
-        namespace=namespace, trackio_space_id=trackio_space, warnings=warnings, reward_code=req.reward_code,
+        effective_batch_size=effective, estimate=estimate, config=config, dependencies=_dependencies(req, spec),
+        namespace=namespace, trackio_space_id=trackio_space, warnings=warnings,
+        reward_code=getattr(req, "reward_code", None), template=spec.template_name,
         output_bucket=req.output_bucket,
     )

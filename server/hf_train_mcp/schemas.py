@@ -4,9 +4,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, Field
 
+from hf_train_mcp import methods
 from hf_train_mcp.durations import parse_duration
 
-Method = Literal["sft", "dpo", "grpo", "reward"]
+Method = Literal[methods.NAMES]  # type: ignore[valid-type]  # the registry's methods (methods/)
 Peft = Literal["lora", "qlora", "full"]
 BackendName = Literal["hf", "local"]
 Stage = Literal["SCHEDULING", "RUNNING", "COMPLETED", "CANCELED", "ERROR", "DELETED"]
@@ -219,7 +220,7 @@ class DatasetReport(BaseModel):
     columns: list[str]
     detected_format: Literal[
         "messages", "text", "prompt_completion", "conversational_prompt_completion", "preference",
-        "implicit_preference", "prompt_only", "unknown",
+        "implicit_preference", "unpaired_preference", "prompt_only", "unknown",
     ]
     issues: list[DatasetIssue]
     suggested_column_mapping: dict[str, str] | None = None

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_train_mcp import defaults as D
+from hf_train_mcp import backends, methods
 from hf_train_mcp.access import STDIO, Access, is_local
 from hf_train_mcp.backends.base import TERMINAL_STAGES, Backend, JobGone, JobState, LogRead, SubmissionUnknown
 from hf_train_mcp.backends.hf_jobs import HfJobsBackend
@@ -112,9 +113,9 @@ def _minutes_since(iso: str | None) -> float | None:
 
 def default_backend() -> str:
     chosen = os.environ.get("HF_TRAIN_BACKEND")
-    if chosen in ("hf", "local"):
+    if chosen in backends.NAMES:
         return chosen
-    return "hf" if hub_token() else "local"
+    return backends.on_the_hub() if hub_token() else backends.on_this_machine()
 
 
 def refusal(report: DatasetReport, dataset: str, problem: str) -> str:
@@ -144,7 +145,7 @@ class Core:
         return self._ledger
 
     def backend(self, name: str) -> Backend:
-        if name == "local":
+        if backends.traits(name).runs_here:  # a job on this machine: HTTP callers need the operator's leave
             self.access.check_local_jobs()
             return self._local
         return HfJobsBackend(hub_token())
@@ -163,6 +164,11 @@ class Core:
         except ValueError as exc:
             raise TrainError(str(exc)) from None
 
+    def _teacher_size(self, req: RunShape, token: str | None, offline: bool) -> ModelSize | None:
+        """A distillation's teacher: its forwards and its weights count in the time and memory."""
+        teacher = getattr(req, "teacher_model", None)
+        return self._model_size(teacher, token, offline=offline) if teacher else None
+
     def _resume_source(self, req: TrainingRequest, backend_name: str) -> tuple[str | None, str | None]:
         """(Hub repo, folder) that holds the checkpoint `resume_from` names; (None, None) without resume_from."""
         if not req.resume_from:
@@ -173,10 +179,10 @@ class Core:
                 return req.resume_from, None
             raise TrainError(f"resume_from={req.resume_from!r} is neither a job id from list_jobs nor a Hub repo "
                              "'owner/name'")
-        if previous.backend == "local":
-            if backend_name != "local":
+        if backends.traits(previous.backend).runs_here:
+            if not backends.traits(backend_name).runs_here:
                 raise TrainError(f"job {req.resume_from} ran on this machine: its checkpoints are not on the Hub; "
-                                 "resume it with backend='local'")
+                                 f"resume it with backend={previous.backend!r}")
             return None, previous.output_dir
         if previous.output_bucket and previous.output_bucket == req.output_bucket and previous.output_dir:
             return None, previous.output_dir  # the same bucket is mounted: its checkpoints are right there
@@ -185,12 +191,13 @@ class Core:
         raise TrainError(f"job {req.resume_from} pushed no model repo to resume from; pass a Hub repo id")
 
     def _check_access(self, req: Any, backend_name: str) -> None:
-        if backend_name == "local":
+        if backends.traits(backend_name).runs_here:
             self.access.check_local_jobs()
         if getattr(req, "reward_code", None):
             self.access.check_reward_code()
-        for ref, what in ((req.model, "model"), (getattr(req, "dataset", None), "dataset")):
-            if self.ledger_job(ref) is None:  # a job id names this server's own output, not a caller's path
+        for ref, what in ((req.model, "model"), (getattr(req, "dataset", None), "dataset"),
+                          (getattr(req, "teacher_model", None), "teacher model")):
+            if ref and self.ledger_job(ref) is None:  # a job id names this server's own output, not a caller's path
                 self.access.check_ref(ref, what)
 
     def ledger_job(self, ref: str | None) -> JobRecord | None:
@@ -240,11 +247,11 @@ class Core:
             claim = _claim()
             existing = self.ledger.reserve(req.idempotency_key, claim)
             if existing is not None:
-                if existing.backend == "local":
-                    self.access.check_local_jobs()
                 if existing.job_id.startswith(PENDING):
                     raise TrainError(f"a submission with idempotency_key {req.idempotency_key!r} is in progress; "
                                      "call again in a few seconds to get its job")
+                if backends.traits(existing.backend).runs_here:
+                    self.access.check_local_jobs()
                 if existing.kind != kind:
                     raise TrainError(f"idempotency_key {req.idempotency_key!r} already names job {existing.job_id}, "
                                      f"a {existing.kind} job: use another key for this {kind} job")
@@ -282,7 +289,7 @@ class Core:
         if report.token_stats is None:
             why = next((i.message for i in report.issues if "token statistics" in i.message), "no tokenizer")
             warnings.append(f"{why}: the estimate and default timeout assume "
-                            f"{EC.DEFAULT_TOKENS_PER_EXAMPLE[req.method]} tokens per row; pass timeout= for longer rows")
+                            f"{methods.get(req.method).tokens_per_example} tokens per row; pass timeout= for longer rows")
         data = DataFacts(num_rows=report.num_rows, mean_tokens=report.token_stats.mean if report.token_stats else None,
                          conversational=conversational)
         return req, data, warnings
@@ -321,7 +328,7 @@ class Core:
     @staticmethod
     def _namespace(req: Any, backend_name: str, token: str | None) -> str | None:
         """Whose account an HF job runs under (a dry run without a token guesses it from hub_model_id)."""
-        if backend_name != "hf":
+        if backends.traits(backend_name).runs_here:
             return None
         if token or not req.dry_run:
             return resolve_identity(token).name
@@ -330,16 +337,18 @@ class Core:
     def _prepare_training(self, req: TrainingRequest, backend_name: str, *, kind: str,
                           progress: Progress) -> "Prepared":
         step = progress
-        if backend_name == "hf":
-            for ref, what in ((req.model, "model"), (req.dataset, "dataset")):
-                if is_local(ref):
+        here = backends.traits(backend_name).runs_here
+        if not here:
+            for ref, what in ((req.model, "model"), (req.dataset, "dataset"), (req.teacher_model, "teacher_model")):
+                if ref and is_local(ref):
                     raise TrainError(f"{what} {ref!r} is a local path, which a Hugging Face job cannot read: push it "
                                      "to the Hub first, or use backend='local'")
-        token = hub_token() if backend_name == "hf" else None
+        token = None if here else hub_token()
         namespace = self._namespace(req, backend_name, token)
-        if backend_name == "local":  # the job runs in its own folder: relative paths must not change meaning
+        if here:  # the job runs in its own folder: relative paths must not change meaning
             req = req.model_copy(update={ref: str(Path(getattr(req, ref)).expanduser().resolve())
-                                         for ref in ("model", "dataset") if is_local(getattr(req, ref))})
+                                         for ref in ("model", "dataset", "teacher_model")
+                                         if getattr(req, ref) and is_local(getattr(req, ref))})
         step(f"validating {req.dataset}")
         req, data, warnings = self._checked_dataset(req, token or hub_token())
         if req.resume_from and not req.output_bucket:
@@ -349,20 +358,23 @@ class Core:
         if data.conversational and req.chat_template is None:
             self._check_chat_template(req, token or hub_token())
         step(f"sizing {req.model}")
-        size = self._model_size(req.model, token, offline=backend_name == "local")
-        catalog = get_catalog(token, offline=backend_name == "local")
+        size = self._model_size(req.model, token, offline=here)
+        teacher = self._teacher_size(req, token, offline=here)
+        catalog = get_catalog(token, offline=here)
         resume_repo, resume_dir = self._resume_source(req, backend_name)
         step("planning and rendering the script")
         plan_args = dict(backend=backend_name, size=size, catalog=catalog, namespace=namespace, data=data,
-                         local_cuda=has_cuda(), resume_repo=resume_repo, resume_dir=resume_dir, probe_only=kind == "probe")
+                         local_cuda=has_cuda(), resume_repo=resume_repo, resume_dir=resume_dir, probe_only=kind == "probe",
+                         teacher=teacher)
         plan = plan_run(req, **plan_args)
-        if kind == "train" and backend_name == "hf" and plan.estimate is not None:
+        if kind == "train" and not here and plan.estimate is not None:
             measured = self._finished_measurement(config_key(plan.config, flavor=plan.flavor, backend=backend_name))
             if measured:  # a measurement of this run's steps on this flavor: its time, not the model's
                 plan = plan_run(req.model_copy(update={"flavor": plan.flavor}), **plan_args, measured=measured)
         plan.warnings[:0] = warnings
-        pushes = backend_name == "hf" and kind == "train"
-        reads = [("model", req.model), ("dataset", req.dataset), *([("model", resume_repo)] if resume_repo else [])]
+        pushes = not here and kind == "train"
+        reads = [("model", req.model), ("dataset", req.dataset), ("model", req.teacher_model),
+                 *([("model", resume_repo)] if resume_repo else [])]
         return self._package(req, backend_name, kind, namespace, plan, hub_model_id=req.hub_model_id if pushes else None,
                              model=req.model, dataset=req.dataset, reads=reads)
 
@@ -396,7 +408,7 @@ class Core:
     def _subject(self, ref: str, backend_name: str, token: str | None) -> Subject:
         record = self.ledger_job(ref)
         if record is not None:
-            if record.backend == "local":
+            if backends.traits(record.backend).runs_here:
                 self.access.check_local_jobs()
             return subject_from_job(record, self.job_stage(record.job_id), backend_name)
         return subject_from_ref(ref.strip(), access=self.access, backend_name=backend_name,
@@ -405,20 +417,21 @@ class Core:
     def _followup_start(self, req: Any, backend_name: str, progress: Progress
                         ) -> tuple[str | None, str | None, Subject, ModelSize, Any]:
         """(token, namespace, subject, its size, catalog): what an evaluation and an export both resolve first."""
-        token = hub_token() if backend_name == "hf" else None
+        here = backends.traits(backend_name).runs_here
+        token = None if here else hub_token()
         namespace = self._namespace(req, backend_name, token)
         progress(f"finding {req.model}")
         subject = self._subject(req.model, backend_name, token or hub_token())
         if subject.training and subject.training.reward_code:
             self.access.check_reward_code()  # the evaluation runs the job's reward code again
         progress(f"sizing {subject.sized_by}")
-        size = self._model_size(subject.sized_by, token, offline=backend_name == "local")
-        return token, namespace, subject, size, get_catalog(token, offline=backend_name == "local")
+        size = self._model_size(subject.sized_by, token, offline=here)
+        return token, namespace, subject, size, get_catalog(token, offline=here)
 
     def _eval_data(self, req: EvaluateRequest, subject: Subject, backend_name: str, token: str | None,
                    warnings: list[str]) -> tuple[EvalData | None, DataFacts]:
         if req.dataset:
-            if backend_name == "hf" and is_local(req.dataset):
+            if not backends.traits(backend_name).runs_here and is_local(req.dataset):
                 raise TrainError(f"dataset {req.dataset!r} is a local path, which a Hugging Face job cannot read: "
                                  "push it to the Hub first, or use backend='local'")
             dataset = str(Path(req.dataset).expanduser().resolve()) if is_local(req.dataset) else req.dataset
@@ -431,7 +444,7 @@ class Core:
             # a model of unknown training: the data says what to measure (prompts with reference answers:
             # rewards; pairs: preference accuracy; anything else: loss on the answers)
             report = check(subject.method or "grpo")
-            method = subject.method or method_for_format(report.detected_format, report.columns)
+            method = subject.method or method_for_format(report)
             if method != (subject.method or "grpo"):
                 report = check(method)
             if not report.valid:
@@ -474,8 +487,8 @@ class Core:
         progress("planning and rendering the script")
         plan = plan_export(req, subject, backend=backend_name, size=size, catalog=catalog, namespace=namespace,
                            warnings=warnings)
-        if backend_name == "local" and req.hub_model_id:
-            warnings.append("the local backend keeps the export in the job folder; hub_model_id is not pushed")
+        if backends.traits(backend_name).runs_here and req.hub_model_id:
+            warnings.append(f"backend={backend_name!r} keeps the export in the job folder; hub_model_id is not pushed")
         return self._package(
             req, backend_name, kind, namespace, plan, hub_model_id=plan.config["hub_model_id"], model=subject.ref,
             dataset=None, reads=[("model", subject.ref), ("model", subject.base_model)],
@@ -491,7 +504,8 @@ class Core:
                               script=script.text, command=backend.command(spec), **common)
         if progress:
             progress(f"submitting to {'Hugging Face Jobs' if backend_name == 'hf' else 'this machine'}")
-        if backend_name == "local":
+        here = backend.runs_here
+        if here:
             spec = replace(spec, read_token=self._local_job_reads_private(prepared.reads, plan.warnings))
         if claim is not None and not self.ledger.renew(req.idempotency_key, claim):
             raise TrainError(f"another server took over idempotency_key {req.idempotency_key!r} while this one was "
@@ -510,7 +524,7 @@ class Core:
             output_dir=plan.config["output_dir"], kind=kind, parent_job_id=prepared.parent_job_id,
         )
         journal = None
-        if backend_name == "hf":  # a server killed mid-POST leaves this; _recover_submissions finds the job
+        if not here:  # a server killed mid-POST leaves this; _recover_submissions finds the job
             spec = replace(spec, labels={**spec.labels, "submission": submission})
             self.ledger.journal(planned)
             journal = planned.job_id
@@ -522,9 +536,9 @@ class Core:
             if journal:
                 self.ledger.forget(journal)
             raise
-        if backend_name == "local" and kind in ("train", "export"):
-            model_url = f"{ref.url}/output"
-        if backend_name == "local" and kind == "train":
+        if here and kind in ("train", "export"):
+            model_url = f"{ref.url}/{backend.output_dir}"
+        if here and kind == "train":
             trackio_url = f"{ref.url}/trackio"
         record = replace(
             planned, job_id=ref.job_id, namespace=ref.namespace, stage=ref.stage, job_url=ref.url,
@@ -599,12 +613,13 @@ class Core:
             return record.backend, job_id, record.namespace, record
         if self.access.remote:  # a remote caller reaches the jobs this server launched, not all of the token's
             raise TrainError(f"no job {job_id!r} was launched through this server: pass a job_id from list_jobs")
-        if job_id.startswith("local-"):
-            return "local", job_id, None, None
+        owner = backends.owner_of(job_id)
+        if backends.traits(owner).runs_here:
+            return owner, job_id, None, None
         if "/" in job_id:
             namespace, bare = job_id.rsplit("/", 1)
-            return "hf", bare, namespace, self.ledger.get(bare)
-        return "hf", job_id, resolve_identity(hub_token()).name, None
+            return owner, bare, namespace, self.ledger.get(bare)
+        return owner, job_id, resolve_identity(hub_token()).name, None
 
     def _state(self, job_id: str) -> tuple[Backend, str, str | None, JobRecord | None, JobState]:
         backend_name, bare, namespace, record = self._locate(job_id)
@@ -678,7 +693,7 @@ class Core:
         read = self._logs(backend, job_id, namespace, tail=wanted, finished=state.stage in TERMINAL_STAGES)
         parsed = parse_log(read.lines)
         # kept once the log is known to be whole: the Hub's log can lag its stage, so wait for the final line
-        finished_log = parsed.done or parsed.error is not None or backend.name == "local"
+        finished_log = parsed.done or parsed.error is not None or backend.logs_final_when_settled
         if state.stage in SETTLED_STAGES and read.complete and finished_log:
             self._settled_logs[job_id] = (wanted, read, parsed)
             while len(self._settled_logs) > SETTLED_LOGS_CACHED:
@@ -764,8 +779,7 @@ class Core:
         if record is not None:  # the backend's word (the job may still be RUNNING while it stops)
             self.ledger.update_stage(bare, after.stage, after.finished_at, started_at=after.started_at,
                                      message=after.message)
-        message = ("cancel requested; billing stops when the job ends" if backend.name == "hf" else
-                   "stopped (a local job costs nothing); resume_from this job continues from its last checkpoint")
+        message = backend.cancel_note
         return CancelResult(job_id=bare, stage=after.stage, message=message)
 
     def list_jobs(self, stage: str | None = None, limit: int = 20) -> JobList:
@@ -773,7 +787,7 @@ class Core:
         jobs = []
         unreachable = set()  # backends that did not answer: the rest of the list comes from the ledger
         # Local jobs are this machine's; a caller who may not run them here may not read them either.
-        only = None if self.access.local_jobs else "hf"
+        only = None if self.access.local_jobs else backends.on_the_hub()
         for record in self.ledger.list(limit=limit * 3 if stage else limit, backend=only):
             current, stale = record.stage, False
             if current not in TERMINAL_STAGES:
@@ -814,15 +828,16 @@ class Core:
 
 
     def estimate_cost(self, req: EstimateRequest, *, progress: Progress | None = None) -> CostEstimate:
-        model, hyper, flavor, dataset = req.model, Hyper.of(req), req.flavor, req.dataset
+        model, flavor, dataset = req.model, req.flavor, req.dataset
         step = progress or (lambda message: None)
-        num_examples, tokens_per_example, measure, backend = (req.num_examples, req.tokens_per_example, req.measure,
-                                                              req.backend)
+        num_examples, tokens_per_example, measure = req.num_examples, req.tokens_per_example, req.measure
         if measure and not dataset:
             raise TrainError("measure=True runs a few training steps on the real data: pass dataset too")
         token = hub_token()
         step(f"reading the size of {model}")
         size = self._model_size(model, token, offline=False)
+        teacher = self._teacher_size(req, token, offline=False)
+        hyper = Hyper.of(req, teacher_params=teacher.params if teacher else None)
         warnings: list[str] = []
         if size.note:
             warnings.append(f"model size taken from its {size.source}: the Hub metadata could not be read "
@@ -840,7 +855,7 @@ class Core:
             warnings.append(f"no dataset size given: assumed {EC.DEFAULT_NUM_EXAMPLES} examples; pass dataset or "
                             "num_examples")
         if mean is None:
-            mean, token_source = EC.DEFAULT_TOKENS_PER_EXAMPLE[hyper.method], "default for the method"
+            mean, token_source = hyper.spec.tokens_per_example, "default for the method"
             warnings.append(f"no token statistics: assumed {mean} tokens per example; pass tokens_per_example or a "
                             "dataset with a reachable tokenizer")
         data = DataFacts(num_rows=rows, mean_tokens=mean)
@@ -875,8 +890,8 @@ class Core:
         if (size.active or size.experts) and not chosen.measured:
             warnings.append("mixture-of-experts timing rests on few measured runs (expect up to ~2x either way); the "
                             "timeout has a wider margin, and measure=True measures the real pace")
-        if hyper.method == "grpo" and not chosen.measured:
-            warnings.append(f"GRPO's generation time assumes each step's longest completion reaches "
+        if hyper.spec.generates and not chosen.measured:
+            warnings.append(f"{hyper.spec.title}'s generation time assumes each step's longest completion reaches "
                             f"max_completion_length ({hyper.completion_length} tokens); shorter completions finish "
                             "sooner (measure=True measures the real pace)")
         assumptions = {
@@ -924,13 +939,15 @@ class Core:
         """The modelled estimate, replaced by a finished measurement of the same step; with measure=True a
         measurement job is launched unless one is running or has measured (a failed one is tried again)."""
         backend_name = req.backend or default_backend()
-        target = chosen.flavor if backend_name == "hf" else ("local-cuda" if has_cuda() else "local-cpu")
+        where = backends.traits(backend_name)
+        target = where.flavor(cuda=has_cuda()) or chosen.flavor
         key = probe_key(model=req.model, dataset=req.dataset, dataset_config=req.dataset_config,
                         dataset_split=req.dataset_split, flavor=target, backend=backend_name, method=req.method,
                         peft=req.peft, per_device_batch_size=work.per_device_batch_size,
                         gradient_accumulation=work.gradient_accumulation, max_length=work.max_length,
                         packing=work.packing, num_generations=work.num_generations,
-                        max_completion_length=work.max_completion_length, lora=D.LORA)
+                        max_completion_length=work.max_completion_length, lora=D.LORA,
+                        teacher_model=getattr(req, "teacher_model", None))
         attempts = self._measurements(key)
         report, probe = self._report(attempts[0].job_id, 0) if attempts else (None, None)
         ended = report is not None and report.stage in TERMINAL_STAGES
@@ -944,7 +961,7 @@ class Core:
                                 + (f" ({report.error})" if report.error else " without measuring") + "; measuring again")
             request = TrainingRequest(
                 model=req.model, dataset=req.dataset, backend=backend_name,
-                flavor=chosen.flavor if backend_name == "hf" else None,
+                flavor=None if where.runs_here else chosen.flavor,
                 idempotency_key=attempt_key(key, len(attempts) + 1),
                 **{k: v for k, v in req.model_dump(include=set(RunShape.model_fields)).items()
                    if v is not None and k not in ("model", "backend", "flavor")},
@@ -982,9 +999,9 @@ class Core:
         if not work.packing and work.mean_length < work.max_length:
             warnings.append(f"peak memory was measured on sampled rows; a batch of rows at max_length "
                             f"({work.max_length} tokens) may need up to ~{chosen.memory.gb:.0f} GB (modelled)")
-        price = catalog.flavors[chosen.flavor].usd_per_hour if backend_name == "hf" else 0.0
+        price = 0.0 if where.runs_here else catalog.flavors[chosen.flavor].usd_per_hour
         measured = apply_measurement(chosen, probe, price)
-        if backend_name != "hf":  # this machine: no container, installs or bill
+        if where.runs_here:  # this machine: no container, installs or bill
             measured = replace(measured, flavor=target, overhead_seconds=0.0, cost_usd=0.0,
                                hours=measured.train_seconds / 3600,
                                gpu_memory_gb=float(probe.get("gpu_memory_gb") or 0.0))

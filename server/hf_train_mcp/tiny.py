@@ -33,8 +33,13 @@ def example_rows(method: str, n: int = 16, seed: int = 0) -> list[dict]:
             rows.append({"prompt": f"Say something kind about {topic}.",
                          "chosen": f"{topic.capitalize()} is lovely and worth a visit.",
                          "rejected": f"I do not care about {topic} at all."})
-        elif method == "grpo":
+        elif method in ("grpo", "distill"):
             rows.append({"prompt": question, "answer": answer})
+        elif method == "kto":
+            kind = i % 2 == 0
+            rows.append({"prompt": f"Say something about {topic}.",
+                         "completion": f"{topic.capitalize()} is lovely." if kind else f"I hate {topic}.",
+                         "label": kind})
         else:
             raise ValueError(method)
     return rows

@@ -63,7 +63,23 @@ class SubmissionUnknown(TrainError):
 
 
 class Backend(Protocol):
+    """Where jobs run. Callers ask these traits, never the name: a new backend is one module behind this."""
+
     name: str
+    runs_here: bool  # on this machine: it reads local files and costs nothing; else on the Hub's machines, which
+    # read only the Hub, push their result there and bill per minute
+    output_dir: str  # where a job writes its output, relative to the job's folder or absolute in its container
+    default_timeout_s: int  # without an estimate to derive one from
+    logs_final_when_settled: bool  # a settled job's log is already whole (the Hub's can lag its stage)
+    cancel_note: str  # what a cancel means for the bill
+
+    def flavor(self, *, cuda: bool) -> str | None:
+        """The one hardware this backend has (this machine), or None when a flavor is chosen from the catalog."""
+        ...
+
+    def claims(self, job_id: str) -> bool:
+        """Whether a job id that is not in the ledger can be one of this backend's."""
+        ...
 
     def command(self, spec: JobSpec) -> list[str]:
         """What would run (shown by dry_run)."""

@@ -32,6 +32,19 @@ def _iso(value) -> str | None:
 
 class HfJobsBackend:
     name = "hf"
+    runs_here = False
+    output_dir = "/tmp/outputs"
+    default_timeout_s = 3600
+    logs_final_when_settled = False
+    cancel_note = "cancel requested; billing stops when the job ends"
+
+    @staticmethod
+    def flavor(*, cuda: bool) -> str | None:
+        return None
+
+    @staticmethod
+    def claims(job_id: str) -> bool:
+        return True  # any other id is a Hub job id (optionally 'namespace/id')
 
     def __init__(self, token: str | None):
         self._token = token

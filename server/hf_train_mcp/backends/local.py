@@ -81,6 +81,20 @@ def _mtime_iso(path: Path) -> str:
 
 class LocalBackend:
     name = "local"
+    runs_here = True
+    output_dir = "output"
+    default_timeout_s = 6 * 3600
+    logs_final_when_settled = True
+    cancel_note = "stopped (a local job costs nothing); resume_from this job continues from its last checkpoint"
+
+    @staticmethod
+    def flavor(*, cuda: bool) -> str | None:
+        return "local-cuda" if cuda else "local-cpu"
+
+    @staticmethod
+    def claims(job_id: str) -> bool:
+        """Whether a job id not in the ledger is one of ours (they look like 'local-1a2b3c4d5e6f')."""
+        return job_id.startswith("local-")
 
     def __init__(self) -> None:
         # processes this server started, polled so that finished ones are reaped (not left as zombies)

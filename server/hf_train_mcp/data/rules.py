@@ -3,32 +3,23 @@
 from dataclasses import dataclass, field
 from typing import Any
 
+from hf_train_mcp import methods
 from hf_train_mcp.schemas import DatasetIssue
 
 ROLES = {"system", "user", "assistant", "tool"}
 SHAREGPT_ROLES = {"human": "user", "gpt": "assistant", "system": "system", "user": "user", "assistant": "assistant",
                   "bot": "assistant", "model": "assistant", "tool": "tool", "function": "tool"}
-ACCEPTED = {
-    "sft": ("messages", "text", "prompt_completion", "conversational_prompt_completion"),
-    "dpo": ("preference", "implicit_preference"),
-    "grpo": ("prompt_only", "prompt_completion", "conversational_prompt_completion"),
-    "reward": ("preference", "implicit_preference"),
+# the columns each format is made of (after mapping), in the order layouts are read when no method says otherwise
+FORMAT_COLUMNS: dict[str, tuple[str, ...]] = {
+    "messages": ("messages",),
+    "preference": ("prompt", "chosen", "rejected"),
+    "implicit_preference": ("chosen", "rejected"),
+    "unpaired_preference": ("prompt", "completion", "label"),
+    "conversational_prompt_completion": ("prompt", "completion"),
+    "prompt_completion": ("prompt", "completion"),
+    "text": ("text",),
+    "prompt_only": ("prompt",),
 }
-NEEDS = {
-    "sft": "'messages' (list of {role, content}), 'text', or 'prompt' + 'completion'",
-    "dpo": "'prompt' + 'chosen' + 'rejected' (or conversational 'chosen'/'rejected' sharing the prompt turns)",
-    "grpo": "'prompt' (string or list of messages), plus a reference column such as 'answer' for accuracy rewards",
-    "reward": "'chosen' + 'rejected' (optionally 'prompt')",
-}
-# target column <- source column names seen in the wild, in order of preference
-ALIASES: dict[str, tuple[str, ...]] = {
-    "messages": ("conversations", "conversation", "chat", "dialogue", "dialog", "turns"),
-    "prompt": ("instruction", "question", "input", "query", "problem", "prompt_text"),
-    "completion": ("output", "response", "answer", "target", "completion_text", "solution"),
-    "chosen": ("preferred", "winner", "chosen_response", "accepted", "positive", "response_chosen"),
-    "rejected": ("dispreferred", "loser", "rejected_response", "negative", "response_rejected"),
-}
-REFERENCE_COLUMNS = ("answer", "solution", "ground_truth", "reference", "target")
 LONG_CHARS = 32_000
 
 
@@ -37,40 +28,34 @@ def is_conversation(value: Any) -> bool:
 
 
 def suggest_mapping(method: str, columns: list[str], rows: list[dict]) -> dict[str, str]:
+    """target <- source for the first of the method's formats that the columns can make (nothing when one of
+    them is already there): the method's aliases name the layouts popular datasets use."""
+    spec = methods.get(method)
     cols = set(columns)
     first = rows[0] if rows else {}
-    mapping: dict[str, str] = {}
+    for fmt in spec.formats:
+        mapping: dict[str, str] = {}
+        for target in FORMAT_COLUMNS[fmt]:
+            if target in cols:
+                continue
+            source = next((alias for alias in spec.aliases.get(target, ()) if alias in cols
+                           and alias not in mapping.values()
+                           and (target != "messages" or not first or is_conversation(first.get(alias)))), None)
+            if source is None:
+                break
+            mapping[target] = source
+        else:
+            if _conversational_fits(fmt, first, mapping):
+                return mapping
+    return {}
 
-    def pick(target: str, *, conversational: bool = False) -> None:
-        if target in cols or target in mapping:
-            return
-        for alias in ALIASES[target]:
-            if alias in cols and alias not in mapping.values():
-                if conversational and first and not is_conversation(first.get(alias)):
-                    continue
-                mapping[target] = alias
-                return
 
-    if method == "sft":
-        if not ({"messages", "text"} & cols or {"prompt", "completion"} <= cols):
-            pick("messages", conversational=True)
-            if "messages" not in mapping:
-                pick("prompt")
-                pick("completion")
-                if not ({"prompt", "completion"} <= cols | set(mapping)):
-                    mapping.pop("prompt", None), mapping.pop("completion", None)
-    elif method in ("dpo", "reward"):
-        pick("chosen")
-        pick("rejected")
-        if method == "dpo" or "prompt" not in cols:
-            pick("prompt")
-    elif method == "grpo":
-        if "prompt" not in cols:
-            for alias in ("question", "problem", "instruction", "query", "input"):
-                if alias in cols:
-                    mapping["prompt"] = alias
-                    break
-    return mapping
+def _conversational_fits(fmt: str, first: dict, mapping: dict[str, str]) -> bool:
+    """prompt/completion formats say whether the prompt is a conversation: a mapped pair must agree."""
+    if fmt not in ("prompt_completion", "conversational_prompt_completion") or not first:
+        return True
+    prompt = first.get(mapping.get("prompt", "prompt"))
+    return is_conversation(prompt) == (fmt == "conversational_prompt_completion")
 
 
 def apply_mapping(rows: list[dict], mapping: dict[str, str]) -> list[dict]:
@@ -85,18 +70,27 @@ def apply_mapping(rows: list[dict], mapping: dict[str, str]) -> list[dict]:
     return out
 
 
-def detect_format(columns: set[str], first: dict) -> str:
-    if "messages" in columns:
-        return "messages"
-    if {"chosen", "rejected"} <= columns:
-        return "preference" if "prompt" in columns else "implicit_preference"
-    if {"prompt", "completion"} <= columns:
-        return "conversational_prompt_completion" if is_conversation(first.get("prompt")) else "prompt_completion"
-    if "text" in columns:
-        return "text"
-    if "prompt" in columns:
-        return "prompt_only"
-    return "unknown"
+def candidate_formats(columns: set[str], first: dict) -> list[str]:
+    """Every format these (mapped) columns make, in FORMAT_COLUMNS order."""
+    found = []
+    for fmt, needed in FORMAT_COLUMNS.items():
+        if not set(needed) <= columns:
+            continue
+        if fmt in ("prompt_completion", "conversational_prompt_completion") and \
+                is_conversation(first.get("prompt")) != (fmt == "conversational_prompt_completion"):
+            continue
+        found.append(fmt)
+    return found
+
+
+def detect_format(columns: set[str], first: dict, method: str | None = None) -> str:
+    """The format the rows are read as: the first of the method's formats they make (a dataset can hold several:
+    UltraFeedback has messages and chosen/rejected), else the first they make at all."""
+    found = candidate_formats(columns, first)
+    if "preference" in found:
+        found.remove("implicit_preference")
+    preferred = [f for f in (methods.get(method).formats if method else ()) if f in found]
+    return (preferred or found or ["unknown"])[0]
 
 
 @dataclass
@@ -165,6 +159,7 @@ class Checker:
 def check_rows(method: str, fmt: str, rows: list[dict], offsets: list[int]) -> list[DatasetIssue]:
     """Issues per row; `offsets` are 0-based, the issues' row numbers 1-based (row N is line N of a JSONL file)."""
     checker = Checker(method)
+    spec = methods.get(method)
     for row, offset in zip(rows, offsets, strict=True):
         index = offset + 1
         if fmt == "messages":
@@ -176,33 +171,30 @@ def check_rows(method: str, fmt: str, rows: list[dict], offsets: list[int]) -> l
             checker.text(index, "completion", row.get("completion"))
         elif fmt in ("preference", "implicit_preference"):
             if "prompt" in row:
-                checker.text(index, "prompt", row.get("prompt"), required=method == "dpo")
+                checker.text(index, "prompt", row.get("prompt"), required=spec.prompt_required)
             chosen, rejected = row.get("chosen"), row.get("rejected")
             checker.text(index, "chosen", chosen)
             checker.text(index, "rejected", rejected)
             if chosen is not None and chosen == rejected:
                 checker.add("warning", "chosen and rejected are identical: the row teaches nothing", "chosen", index)
-            if fmt == "implicit_preference" and method == "dpo" and not is_conversation(chosen):
-                checker.add("error", "DPO without a 'prompt' column needs conversational chosen/rejected that share "
-                            "the prompt turns; add a 'prompt' column or map one", "prompt", index)
+            if fmt == "implicit_preference" and spec.prompt_required and not is_conversation(chosen):
+                checker.add("error", f"{spec.title} without a 'prompt' column needs conversational chosen/rejected "
+                            "that share the prompt turns; add a 'prompt' column or map one", "prompt", index)
+        elif fmt == "unpaired_preference":
+            checker.text(index, "prompt", row.get("prompt"))
+            checker.text(index, "completion", row.get("completion"))
+            if not isinstance(row.get("label"), bool) and row.get("label") not in (0, 1):
+                checker.add("error", f"'label' must be true/false (desirable or not), got {row.get('label')!r}",
+                            "label", index)
         elif fmt == "prompt_only":
             checker.text(index, "prompt", row.get("prompt"))
     return checker.issues
 
 
 def method_verdict(method: str, fmt: str, columns: set[str]) -> list[DatasetIssue]:
-    issues = []
-    if fmt not in ACCEPTED[method]:
-        issues.append(DatasetIssue(
-            severity="error",
-            message=f"{method} needs {NEEDS[method]}; found columns {sorted(columns)} (format '{fmt}')",
-        ))
-    if method == "grpo" and fmt in ACCEPTED["grpo"]:
-        refs = [c for c in REFERENCE_COLUMNS if c in columns]
-        if refs:
-            issues.append(DatasetIssue(severity="warning", column=refs[0],
-                                       message=f"'{refs[0]}' can drive reward_funcs=['accuracy']"))
-        else:
-            issues.append(DatasetIssue(severity="warning", message="no reference column (answer/solution): "
-                                       "only format/length rewards or your reward_code can score completions"))
-    return issues
+    spec = methods.get(method)
+    if fmt not in spec.formats:
+        return [DatasetIssue(severity="error", message=f"{method} needs {spec.needs}; found columns "
+                             f"{sorted(columns)} (format '{fmt}')")]
+    return [DatasetIssue(severity=severity, message=message, column=column)
+            for severity, message, column in spec.data_notes(columns)]

@@ -3,12 +3,12 @@
 from collections.abc import Callable
 from typing import Any
 
+from hf_train_mcp import methods
 from hf_train_mcp.access import STDIO, Access, is_local
 from hf_train_mcp.data import rules
 from hf_train_mcp.data.local import sample_local
 from hf_train_mcp.data.tokens import token_stats
 from hf_train_mcp.data.viewer import sample_hub
-from hf_train_mcp.defaults import MAX_LENGTH
 from hf_train_mcp.schemas import DatasetIssue, DatasetReport
 
 SAMPLE_CELL_CHARS = 300
@@ -60,7 +60,7 @@ def validate_dataset(
     rows = rules.apply_mapping(sample.rows, suggested)
     renamed = {source: target for target, source in suggested.items()}
     mapped_columns = {renamed.get(c, c) for c in columns} | set().union(*(r.keys() for r in rows))
-    fmt = rules.detect_format(mapped_columns, rows[0] if rows else {})
+    fmt = rules.detect_format(mapped_columns, rows[0] if rows else {}, method)
     if fmt == "messages":  # ShareGPT turns are converted by the script: check them as they will be
         from_sharegpt = [r for r in rows if rules.is_conversation(r.get("messages"))
                          and "from" in r["messages"][0]]
@@ -69,11 +69,11 @@ def validate_dataset(
                                         "content": m.get("value")} for m in r["messages"]]}
                     if rules.is_conversation(r.get("messages")) else r for r in rows]
     issues += rules.method_verdict(method, fmt, mapped_columns)
-    if fmt in rules.ACCEPTED[method]:
+    if fmt in methods.get(method).formats:
         issues += rules.check_rows(method, fmt, rows, sample.offsets)
     if not sample.rows:
         issues.append(DatasetIssue(severity="error", message="the dataset has no rows"))
-    limit = max_length or MAX_LENGTH[method]
+    limit = max_length or methods.get(method).max_length
     stats = None
     if model and rows:
         step(f"counting tokens with {model}'s tokenizer")

@@ -23,7 +23,9 @@ import math
 from dataclasses import dataclass, field
 
 from hf_train_mcp.durations import format_duration
+from hf_train_mcp import methods
 from hf_train_mcp.estimate import constants as C
+from hf_train_mcp.methods import MethodSpec
 from hf_train_mcp.estimate.constants import Calibration
 from hf_train_mcp.estimate.hardware import FlavorInfo
 from hf_train_mcp.estimate.sizing import MemoryNeed, ModelSize, memory_need
@@ -68,7 +70,7 @@ class Workload:
     save_steps: int = 500
     completion_length: float | None = None  # GRPO: mean generated tokens, when known (else the maximum)
     teacher_params: int | None = None  # distill: the teacher's parameters (its forward pass per token)
-    dpo_reference: bool = True  # DPO computes the reference's log-probs every step (TRL's default)
+    reference_passes: float | None = None  # a frozen reference's forwards per token; None: the method's own
     # How it is executed: our scripts run TRL with transformers' generate and DDP; calibration rows vary.
     framework: str = "trl"
     generation: str = "hf"
@@ -80,7 +82,6 @@ class Workload:
     fp32: bool = False  # trained without mixed precision (calibration rows; our scripts use bf16/fp16 on GPUs)
     emulated_bf16: bool = False  # bf16 forced on a GPU without it (T4, calibration rows): no tensor cores
     fp8_weights: bool = False  # an FP8 base model (calibration rows): decoding reads 1 byte per weight
-    grpo_reference: bool = False  # GRPO with beta > 0 (TRL < 0.18's default): the reference's log-probs too
     trainable_share: float | None = None  # full fine-tune of part of the layers (Spectrum): their share
     eager_attention: bool = False  # attention without a fused kernel (calibration rows): scores go through memory
     generation_per_micro_batch: bool = False  # TRL < 0.16 generated each micro-batch's completions separately
@@ -88,7 +89,7 @@ class Workload:
 
     def sequence_length(self) -> int:
         """Tokens of one sequence as the GPU sees it (padded or packed), for memory and attention."""
-        if self.method == "grpo":
+        if self.spec.generates:  # the prompt and its sampled completion
             return int(min(self.tokens_per_example, self.max_length) + self.max_completion_length)
         if self.packing:
             return self.max_length
@@ -97,7 +98,11 @@ class Workload:
 
     @property
     def sequences_per_example(self) -> int:
-        return 2 if self.method in ("dpo", "reward") else 1
+        return self.spec.sequences_per_example
+
+    @property
+    def spec(self) -> MethodSpec:
+        return methods.get(self.method)
 
     @property
     def mean_length(self) -> float:
@@ -158,7 +163,7 @@ class FlavorEstimate:
 def rows_per_step(work: Workload, gpus: int) -> float:
     """Dataset rows one optimizer step consumes (GRPO: prompts, each sampled num_generations times)."""
     per_step = work.per_device_batch_size * work.gradient_accumulation * max(1, gpus)
-    if work.method == "grpo":
+    if work.spec.grouped:
         return per_step / work.num_generations
     if work.packing:  # a packed sequence holds max_length tokens of several rows
         return per_step * work.max_length / max(1.0, work.mean_length)
@@ -197,7 +202,7 @@ def step_time(size: ModelSize, work: Workload, flavor: FlavorInfo, cal: Calibrat
     stored = size.params  # what is held, unpacked, optimised and communicated
     weight_pass, attention_pass = _passes(work)
     generation = 0.0
-    if work.method == "grpo":
+    if work.spec.generates:
         completion = work.completion_length or work.max_completion_length
         length = work.mean_length + completion
         rows = work.per_device_batch_size  # completions per micro-batch
@@ -210,11 +215,10 @@ def step_time(size: ModelSize, work: Workload, flavor: FlavorInfo, cal: Calibrat
     tokens_mb = rows * length  # tokens one micro-batch runs through the policy
     fwd_per_token = C.FORWARD_FLOPS * n + 2 * size.layers * size.hidden * length  # weights + causal attention
     flops = tokens_mb * (weight_pass * C.FORWARD_FLOPS * n + attention_pass * 2 * size.layers * size.hidden * length)
-    if (work.method == "dpo" and work.dpo_reference) or (work.method == "grpo" and work.grpo_reference):
-        flops += tokens_mb * fwd_per_token  # the reference's log-probs of chosen and rejected / the completions
-    if work.method == "kto":
-        flops += tokens_mb * fwd_per_token * 3  # policy KL batch, reference on both
-    if work.method == "distill" and work.teacher_params:
+    # a frozen reference's log-probs (DPO: chosen and rejected; KTO: the KL batch too; GRPO with beta > 0)
+    reference = work.spec.reference_passes if work.reference_passes is None else work.reference_passes
+    flops += tokens_mb * fwd_per_token * reference
+    if work.teacher_params:  # distillation: the teacher's forward over the same tokens
         flops += tokens_mb * (C.FORWARD_FLOPS * work.teacher_params + 2 * size.layers * size.hidden * length)
     compute = flops / _achieved_flops(gpu, size, tokens_mb, cal)
     if size.experts:  # routed experts: small per-expert matmuls, and every pass touches all experts' weights
@@ -259,7 +263,7 @@ def step_time(size: ModelSize, work: Workload, flavor: FlavorInfo, cal: Calibrat
         transfer = volume / link
         hidden = min(transfer, compute * micro) * cal.communication_overlap
         communication = transfer - hidden + cal.multi_gpu_step_s
-    if work.method == "grpo" and work.generation_gpus:  # the new weights are sent to the vLLM server every step
+    if work.spec.generates and work.generation_gpus:  # the new weights are sent to the vLLM server every step
         communication += stored * 2 / (cal.weight_sync_gbps * 1e9)
     step = StepTime(compute=compute * micro, dequantise=dequantise * micro, fixed=fixed * micro,
                     optimizer=optimizer, communication=communication, generation=generation)

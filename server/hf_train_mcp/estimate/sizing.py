@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from hf_train_mcp import methods
 from hf_train_mcp.estimate import constants as C
 
 log = logging.getLogger(__name__)
@@ -176,6 +177,7 @@ def memory_need(
     teacher_params: int | None = None,
 ) -> MemoryNeed:
     """Peak GPU memory of one data-parallel replica (each GPU holds a full copy), with gradient checkpointing."""
+    spec = methods.get(method)
     if peft == "qlora":
         weight_bytes = C.WEIGHT_BYTES["4bit"]
     elif peft == "full":
@@ -186,19 +188,19 @@ def memory_need(
     weights = size.params * weight_bytes
     if teacher_params:  # distillation: the frozen teacher in bf16 beside the student
         weights += teacher_params * C.WEIGHT_BYTES["bf16"]
-    if method in ("dpo", "kto") and peft == "full":
+    if spec.full_reference_copy and peft == "full":
         weights += size.params * C.WEIGHT_BYTES["fp32"]  # the frozen reference, loaded like the policy (PEFT
         # disables the adapters instead of keeping a copy)
     trainable = size.params if peft == "full" else int(size.params * C.LORA_TRAINABLE_SHARE)
     state = trainable * C.TRAINABLE_EXTRA_BYTES
-    sequences = batch * (2 if method in ("dpo", "reward", "kto") else 1)
+    sequences = batch * max(spec.sequences_per_example, 2 if spec.full_reference_copy else 1)  # KTO: its KL batch
     act_bytes = 2.0
     # checkpointed hidden states of every layer + the working set of the one layer being recomputed
     acts = sequences * seq_len * size.hidden * act_bytes * size.layers
     acts += sequences * seq_len * (size.hidden * 16 + size.intermediate * 3) * act_bytes
-    if method != "reward":  # LM head logits (bf16) + their fp32 upcast for the loss
+    if not spec.classifier:  # LM head logits (bf16) + their fp32 upcast for the loss
         acts += sequences * seq_len * size.vocab * 6
-    if method == "grpo":  # KV cache while generating
+    if spec.generates:  # KV cache while generating
         acts += batch * num_generations * seq_len * size.layers * size.hidden * 2 * act_bytes / max(1, num_generations)
     total = (weights + state + acts) / 1e9 * C.MEMORY_SAFETY + C.CUDA_CONTEXT_GB
     return MemoryNeed(round(total, 1), round(weights / 1e9, 2), round(state / 1e9, 2), round(acts / 1e9, 2), trainable)

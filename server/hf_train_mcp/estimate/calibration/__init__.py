@@ -114,7 +114,7 @@ def load_runs() -> list[Run]:
             fp8_weights=row.get("weights", "").strip() == "fp8",
             generation_per_micro_batch=row.get("grpo_generation", "").strip() == "micro",
             save_steps=int(_number(row.get("save_steps", ""), 0)),
-            grpo_reference=float(row.get("grpo_beta", "") or 0) > 0,
+            reference_passes=1.0 if float(row.get("grpo_beta", "") or 0) > 0 else None,  # GRPO with beta > 0
             trainable_share=_number(row.get("trainable_share", "")), eager_attention=row["attention"] == "eager",
         )
         kind = source["measured_or_estimated"].lower()

@@ -1,0 +1,75 @@
+"""What a training method is, for every layer that needs to know: one MethodSpec per method module.
+
+A method module declares its request options (the submit_training parameters only it takes), the dataset formats
+it accepts and how to map common layouts onto them, its defaults, the factors the estimator needs, the CONFIG
+keys its template reads, and its template. Nothing else names a method: the request models, validation, the
+planner, the estimator, the cards and the evaluation ask the registry (methods/__init__.py).
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+Mapping = dict[str, str]
+
+
+@dataclass(frozen=True)
+class Option:
+    """A parameter that only some methods take, declared once by the module that introduced it (others that
+    take it too import it). `sizing`: it changes time or memory, so estimate_cost takes it as well."""
+
+    name: str
+    annotation: Any  # Annotated[type, Field(...)]: optional (None) unless `default` says otherwise
+    sizing: bool = False
+    default: Any = None
+
+
+def no_config(req: Any) -> dict[str, Any]:
+    return {}
+
+
+def no_check(req: Any) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str
+    title: str  # "SFT", "DPO", ...
+    summary: str  # what the model card calls the result ("a supervised fine-tune")
+    formats: tuple[str, ...]  # accepted dataset formats, in the order a layout is read as one (see data/rules.py)
+    needs: str  # what the data must hold, for error messages
+    learning_rate: tuple[float, float]  # (full fine-tune, LoRA/QLoRA)
+    epochs: float
+    max_length: int
+    tokens_per_example: int  # the estimate's assumption when the data has no token statistics
+    aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)  # target column <- layouts seen in the wild
+    options: tuple[Option, ...] = ()
+    keep_columns: tuple[str, ...] | None = None  # the columns the trainer is given (None: all)
+    # --- what the estimator needs -------------------------------------------------------------------------
+    sequences_per_example: int = 1  # chosen and rejected: 2
+    min_batch: int = 1  # KTO estimates its KL term from the other rows of a batch
+    reference_passes: float = 0.0  # forward passes of a frozen reference per trained token
+    full_reference_copy: bool = False  # a full fine-tune keeps a frozen copy of the weights (PEFT disables adapters)
+    generates: bool = False  # completions are sampled every step (GRPO, on-policy distillation)
+    grouped: bool = False  # GRPO: num_generations completions per prompt, whole groups per batch
+    classifier: bool = False  # a sequence-classification head: no language-model logits
+    prompt_length: bool = False  # max_length bounds the prompt; completions add max_completion_length
+    # --- what the jobs do ---------------------------------------------------------------------------------
+    peft_task: str = "CAUSAL_LM"
+    eval_metric: str = "loss"  # evaluation: loss (and perplexity) | preference (accuracy) | reward (mean)
+    prompt_required: bool = False  # preference rows need a prompt (DPO), or the shared turns are the prompt
+    template: str = ""  # templates/<template>.py.j2; the method's name by default
+    config: Callable[[Any], dict[str, Any]] = no_config  # the CONFIG keys only this method's template reads
+    check: Callable[[Any], None] = no_check  # request checks beyond the options' own (raise ValueError)
+    card_settings: Callable[[dict[str, Any]], dict[str, Any]] = lambda config: {}
+    data_notes: Callable[[set[str]], list[tuple[str, str, str | None]]] = lambda columns: []  # (severity, text, col)
+    dependencies: tuple[str, ...] = ()
+
+    @property
+    def template_name(self) -> str:
+        return self.template or self.name
+
+    def batch_rows(self, size_batch: int) -> int:
+        """Rows per device step at a model-size batch: pairs count twice."""
+        return max(self.min_batch, size_batch // self.sequences_per_example)

@@ -1,0 +1,36 @@
+"""On-policy knowledge distillation (TRL DistillationTrainer): the student generates completions for the
+prompts and learns the teacher's next-token distribution on them (generalized JSD; beta 0 forward KL, 1 reverse
+KL). The teacher must share the student's vocabulary (same tokenizer family)."""
+
+from typing import Annotated
+
+from pydantic import Field
+
+from hf_train_mcp.methods.base import MethodSpec, Option
+from hf_train_mcp.methods.dpo import BETA
+from hf_train_mcp.methods.grpo import MAX_COMPLETION_LENGTH, PROMPT_ALIASES
+
+TEACHER_MODEL = Option("teacher_model", Annotated[str, Field(min_length=1, max_length=512, description=(
+    "distill: the teacher (Hub id or local path), same vocabulary as the student"))], sizing=True)
+BETA_DEFAULT = 0.5  # the symmetric JSD: TRL's 1.0 (reverse KL) is mode-seeking, 0.5 the GKD paper's middle
+
+
+def check(req) -> None:
+    if not getattr(req, "teacher_model", None):
+        raise ValueError("method='distill' needs teacher_model (a larger model with the same tokenizer)")
+    if getattr(req, "beta", None) is not None and req.beta > 1:
+        raise ValueError("beta for distillation interpolates forward (0) and reverse (1) KL: send 0..1")
+
+
+METHOD = MethodSpec(
+    name="distill", title="distillation", summary="distillation",
+    formats=("prompt_only", "prompt_completion", "conversational_prompt_completion"),
+    needs="'prompt' (string or list of messages): the student answers them and the teacher grades every token",
+    learning_rate=(1e-6, 1e-5), epochs=1.0, max_length=512, tokens_per_example=512,
+    aliases={"prompt": PROMPT_ALIASES},
+    options=(TEACHER_MODEL, BETA, MAX_COMPLETION_LENGTH), keep_columns=("prompt",),
+    generates=True, prompt_length=True, check=check,
+    config=lambda req: {"teacher_model": req.teacher_model, "beta": BETA_DEFAULT if req.beta is None else req.beta},
+    card_settings=lambda config: {"teacher": config["teacher_model"], "beta": config["beta"],
+                                  "max completion length": config["max_completion_length"]},
+)

@@ -1,0 +1,124 @@
+"""GRPO (TRL GRPOTrainer): num_generations completions per prompt, scored by reward functions (built-in, or one
+`reward` function of the caller's), the policy moved towards the better ones of each group."""
+
+import ast
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field
+
+from hf_train_mcp.methods.base import MethodSpec, Option
+
+NUM_GENERATIONS_DEFAULT = 8
+MAX_COMPLETION_DEFAULT = 256  # TRL's 512 doubles generation time; most reasoning-format tasks fit 256
+REFERENCE_COLUMNS = ("answer", "solution", "ground_truth", "reference", "target")
+# prompts of the most-downloaded prompt-only sets: gsm8k question, MATH/NuminaMath/OpenR1 problem, ...
+PROMPT_ALIASES = ("question", "problem", "instruction", "query", "input")
+RewardName = Literal["think_format", "length", "accuracy"]
+
+# Top-level names of the rendered GRPO script: user imports must not rebind them (a test keeps this in sync).
+RESERVED_NAMES = frozenset({
+    "json", "os", "sys", "CONFIG", "is_main_process", "emit", "completion_text", "think_format_reward",
+    "length_reward", "final_answer", "accuracy_reward", "reward_functions", "load_training_data", "to_role_content",
+    "precision", "require_gpu", "model_init_kwargs", "quantization_config", "upcast_trainable", "peft_config",
+    "load_tokenizer", "common_args", "resume_checkpoint", "status_callback", "build_trainer", "main", "time",
+    "SCRIPT_STARTED", "rows_per_step", "preflight", "card_text", "_hours", "_dollars", "_evaluation_section",
+    "base_license", "write_card", "read_card", "EVALUATION_MARK",
+})
+
+
+def _plain_annotation(node: ast.expr) -> bool:
+    """Type names, dotted names, subscripts, `X | Y` and constants: nothing that calls code when evaluated."""
+    match node:
+        case ast.Constant() | ast.Name():
+            return True
+        case ast.Attribute(value=value):
+            return _plain_annotation(value)
+        case ast.Subscript(value=value, slice=index):
+            return _plain_annotation(value) and _plain_annotation(index)
+        case ast.Tuple(elts=items) | ast.List(elts=items):
+            return all(_plain_annotation(i) for i in items)
+        case ast.BinOp(left=left, op=ast.BitOr(), right=right):
+            return _plain_annotation(left) and _plain_annotation(right)
+    return False
+
+
+def check_reward_code(source: str) -> str:
+    """User reward code must be one function definition (plus imports): nothing that runs at import time."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        raise ValueError(f"reward_code does not parse: {exc.msg} (line {exc.lineno})") from None
+    functions = []
+    for node in tree.body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            if isinstance(node, ast.ImportFrom) and node.module == "__future__":
+                raise ValueError("reward_code: `from __future__` imports must open a file and this code is pasted "
+                                 "into the middle of the script; remove them")
+            for alias in node.names:
+                bound = alias.asname or alias.name.split(".")[0]
+                same_module = isinstance(node, ast.Import) and alias.asname is None  # `import os` rebinds os to os
+                if (bound in RESERVED_NAMES and not same_module) or alias.name == "*":
+                    raise ValueError(f"reward_code: `import {alias.name}` would replace the script's own "
+                                     f"`{bound}`; import it under another name")
+                if bound == "reward":
+                    raise ValueError("reward_code: an import may not bind `reward`, the function that is checked")
+            continue
+        if isinstance(node, ast.FunctionDef):
+            if node.decorator_list:
+                raise ValueError("reward_code: decorators run at import time; remove them")
+            for arg in [*node.args.defaults, *node.args.kw_defaults]:
+                if arg is not None and not isinstance(arg, ast.Constant):
+                    raise ValueError("reward_code: default values must be constants (they run at import time)")
+            arguments = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs, node.args.vararg,
+                         node.args.kwarg]
+            for annotation in [node.returns, *(a.annotation for a in arguments if a is not None)]:
+                if annotation is not None and not _plain_annotation(annotation):
+                    raise ValueError("reward_code: annotations run at import time, so they may only name types "
+                                     "(e.g. `completions: list[str]`), not call anything")
+            functions.append(node.name)
+            continue
+        raise ValueError(
+            f"reward_code line {node.lineno}: only imports and one `def reward(completions, **kwargs)` are allowed "
+            "at module level"
+        )
+    if functions != ["reward"]:
+        raise ValueError(
+            "reward_code must define exactly one function named `reward(completions, **kwargs)` returning a list "
+            f"of floats; found {functions or 'none'}"
+        )
+    return source
+
+
+NUM_GENERATIONS = Option("num_generations", Annotated[int, Field(ge=2, le=64, description="GRPO: completions per "
+                                                                                          "prompt")], sizing=True)
+MAX_COMPLETION_LENGTH = Option("max_completion_length", Annotated[int, Field(ge=8, le=32_768, description=(
+    "GRPO/distill: tokens generated per completion"))], sizing=True)
+REWARD_FUNCS = Option("reward_funcs", Annotated[list[RewardName], Field(description="GRPO: built-in rewards")])
+REWARD_CODE = Option("reward_code", Annotated[str, Field(max_length=20_000, description=(
+    "GRPO: source of `def reward(completions, **kw)`")), AfterValidator(check_reward_code)])
+
+
+def notes(columns: set[str]) -> list[tuple[str, str, str | None]]:
+    refs = [c for c in REFERENCE_COLUMNS if c in columns]
+    if refs:
+        return [("warning", f"'{refs[0]}' can drive reward_funcs=['accuracy']", refs[0])]
+    return [("warning", "no reference column (answer/solution): only format/length rewards or your reward_code can "
+             "score completions", None)]
+
+
+def reward_functions(req) -> list[str]:
+    return req.reward_funcs or (["think_format", "length"] if not req.reward_code else [])
+
+
+METHOD = MethodSpec(
+    name="grpo", title="GRPO", summary="GRPO reinforcement fine-tune",
+    formats=("prompt_only", "prompt_completion", "conversational_prompt_completion"),
+    needs="'prompt' (string or list of messages), plus a reference column such as 'answer' for accuracy rewards",
+    learning_rate=(1e-6, 1e-5), epochs=1.0, max_length=512, tokens_per_example=160,
+    aliases={"prompt": PROMPT_ALIASES},
+    options=(NUM_GENERATIONS, MAX_COMPLETION_LENGTH, REWARD_FUNCS, REWARD_CODE),
+    generates=True, grouped=True, prompt_length=True, eval_metric="reward", data_notes=notes,
+    config=lambda req: {"reward_funcs": reward_functions(req)},
+    card_settings=lambda config: {"generations": config["num_generations"], "rewards": ", ".join(
+        config["reward_funcs"]) or "reward_code"},
+)

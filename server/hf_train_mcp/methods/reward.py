@@ -1,0 +1,21 @@
+"""Reward modeling (TRL RewardTrainer): a scalar head trained to score chosen above rejected."""
+
+from hf_train_mcp.methods.base import MethodSpec
+from hf_train_mcp.methods.dpo import PAIR_ALIASES
+
+
+def no_liger(req) -> None:
+    if getattr(req, "use_liger_kernel", False):
+        raise ValueError("use_liger_kernel does not work with method='reward' (Liger's fused cross-entropy replaces "
+                         "the classification head's forward); leave it off")
+
+
+METHOD = MethodSpec(
+    name="reward", title="reward modeling", summary="reward model",
+    formats=("preference", "implicit_preference"),
+    needs="'chosen' + 'rejected' (optionally 'prompt')",
+    # a fresh scalar head: TRL defaults to 1e-4 with LoRA
+    learning_rate=(1e-5, 1e-4), epochs=1.0, max_length=1024, tokens_per_example=512,
+    aliases=PAIR_ALIASES, keep_columns=("prompt", "chosen", "rejected"), sequences_per_example=2,
+    classifier=True, peft_task="SEQ_CLS", eval_metric="preference", check=no_liger,
+)

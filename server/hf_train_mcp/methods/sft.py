@@ -1,0 +1,25 @@
+"""Supervised fine-tuning (TRL SFTTrainer) on conversations, plain text, or prompt/completion pairs."""
+
+from typing import Annotated
+
+from pydantic import Field
+
+from hf_train_mcp.methods.base import MethodSpec, Option
+
+PACKING = Option("packing", Annotated[bool, Field(description="SFT: pack rows into max_length sequences")],
+                 sizing=True, default=False)
+
+METHOD = MethodSpec(
+    name="sft", title="SFT", summary="supervised fine-tune",
+    formats=("messages", "text", "prompt_completion", "conversational_prompt_completion"),
+    needs="'messages' (list of {role, content}), 'text', or 'prompt' + 'completion'",
+    # LoRA trains few parameters from zero-initialised adapters: ~10x the full rate (TRL's PEFT examples 1e-4..2e-4)
+    learning_rate=(2e-5, 2e-4), epochs=3.0, max_length=1024, tokens_per_example=512,
+    aliases={
+        "messages": ("conversations", "conversation", "chat", "dialogue", "dialog", "turns"),
+        "prompt": ("instruction", "question", "input", "query", "problem", "prompt_text"),
+        "completion": ("output", "response", "answer", "target", "completion_text", "solution"),
+    },
+    options=(PACKING,),
+    config=lambda req: {"packing": req.packing},
+)
