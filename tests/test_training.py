@@ -48,6 +48,13 @@ def rows_for(kind: str) -> list[dict]:
                 for r in example_rows("sft", 16)]
     if kind == "kto-paired":
         return example_rows("dpo", 16)
+    if kind in ("dpo-hh", "kto-hh"):  # Anthropic/hh-rlhf: the prompt is the text chosen and rejected begin with
+        return [{"chosen": f"\n\nHuman: {r['prompt']}\n\nAssistant: {r['chosen']}",
+                 "rejected": f"\n\nHuman: {r['prompt']}\n\nAssistant: {r['rejected']}"} for r in example_rows("dpo", 16)]
+    if kind == "dpo-ultrafeedback":  # a text prompt beside conversations that repeat it
+        return [{"prompt": r["prompt"], "messages": [{"role": "user", "content": r["prompt"]}],
+                 **{side: [{"role": "user", "content": r["prompt"]}, {"role": "assistant", "content": r[side]}]
+                    for side in ("chosen", "rejected")}} for r in example_rows("dpo", 16)]
     if kind == "sft-instruction":
         return [{"instruction": r["messages"][0]["content"], "output": r["messages"][1]["content"]}
                 for r in example_rows("sft", 16)]
@@ -64,7 +71,7 @@ def run_script(tmp_path: Path, text: str, **extra_env: str) -> subprocess.Comple
 
 
 @pytest.mark.parametrize("kind", ["sft", "dpo", "grpo", "reward", "kto", "distill", "kto-paired", "sft-sharegpt",
-                                  "sft-instruction"])
+                                  "sft-instruction", "dpo-hh", "kto-hh", "dpo-ultrafeedback"])
 def test_the_rendered_script_trains_on_cpu_and_saves_an_adapter(kind: str, tiny_model: Path, tmp_path: Path,
                                                                offline) -> None:
     from hf_train_mcp.tiny import write_jsonl

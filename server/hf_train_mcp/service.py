@@ -503,7 +503,7 @@ class Core:
             return Submission(job_id=None, stage=None, job_url=None, model_url=model_url, trackio_url=trackio_url,
                               script=script.text, command=backend.command(spec), **common)
         if progress:
-            progress(f"submitting to {'Hugging Face Jobs' if backend_name == 'hf' else 'this machine'}")
+            progress(f"submitting to {backend.place}")
         here = backend.runs_here
         if here:
             spec = replace(spec, read_token=self._local_job_reads_private(prepared.reads, plan.warnings))

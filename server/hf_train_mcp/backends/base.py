@@ -66,6 +66,7 @@ class Backend(Protocol):
     """Where jobs run. Callers ask these traits, never the name: a new backend is one module behind this."""
 
     name: str
+    place: str  # where its jobs run, in words ("Hugging Face Jobs")
     runs_here: bool  # on this machine: it reads local files and costs nothing; else on the Hub's machines, which
     # read only the Hub, push their result there and bill per minute
     output_dir: str  # where a job writes its output, relative to the job's folder or absolute in its container

@@ -32,6 +32,7 @@ def _iso(value) -> str | None:
 
 class HfJobsBackend:
     name = "hf"
+    place = "Hugging Face Jobs"
     runs_here = False
     output_dir = "/tmp/outputs"
     default_timeout_s = 3600

@@ -81,6 +81,7 @@ def _mtime_iso(path: Path) -> str:
 
 class LocalBackend:
     name = "local"
+    place = "this machine"
     runs_here = True
     output_dir = "output"
     default_timeout_s = 6 * 3600

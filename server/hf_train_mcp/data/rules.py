@@ -58,6 +58,13 @@ def _conversational_fits(fmt: str, first: dict, mapping: dict[str, str]) -> bool
     return is_conversation(prompt) == (fmt == "conversational_prompt_completion")
 
 
+def _shared_prompt(chosen: Any, rejected: Any) -> bool:
+    """Whether chosen and rejected begin alike, so the trainer can cut the prompt off both (TRL's extract_prompt)."""
+    if is_conversation(chosen) and is_conversation(rejected):
+        return chosen[0] == rejected[0]
+    return isinstance(chosen, str) and isinstance(rejected, str) and bool(chosen) and chosen[:1] == rejected[:1]
+
+
 def apply_mapping(rows: list[dict], mapping: dict[str, str]) -> list[dict]:
     out = []
     for row in rows:
@@ -177,9 +184,14 @@ def check_rows(method: str, fmt: str, rows: list[dict], offsets: list[int]) -> l
             checker.text(index, "rejected", rejected)
             if chosen is not None and chosen == rejected:
                 checker.add("warning", "chosen and rejected are identical: the row teaches nothing", "chosen", index)
-            if fmt == "implicit_preference" and spec.prompt_required and not is_conversation(chosen):
-                checker.add("error", f"{spec.title} without a 'prompt' column needs conversational chosen/rejected "
-                            "that share the prompt turns; add a 'prompt' column or map one", "prompt", index)
+            if fmt == "implicit_preference" and spec.prompt_required and not _shared_prompt(chosen, rejected):
+                checker.add("error", f"{spec.title} without a 'prompt' column needs chosen/rejected that start with "
+                            "the same prompt (turns, or text as in Anthropic/hh-rlhf); add a 'prompt' column or map "
+                            "one", "prompt", index)
+            if "prompt" in row and is_conversation(chosen) and isinstance(row.get("prompt"), str):
+                checker.add("warning", "'prompt' is text but chosen/rejected are conversations: the job drops 'prompt' "
+                            "and takes the turns chosen and rejected share as the prompt (as TRL does)", "prompt",
+                            index)
         elif fmt == "unpaired_preference":
             checker.text(index, "prompt", row.get("prompt"))
             checker.text(index, "completion", row.get("completion"))
