@@ -16,8 +16,7 @@ from mcp.client.streamable_http import streamable_http_client
 pytestmark = pytest.mark.anyio
 
 EXPECTED_TOOLS = {"list_hardware", "validate_dataset", "estimate_cost", "submit_training", "evaluate_model", "export_model",
-                  "job_status", "job_logs", "cancel_job",
-                  "list_jobs"}
+                  "submit_sweep", "compare_runs", "job_status", "job_logs", "cancel_job", "list_jobs"}
 
 
 INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {

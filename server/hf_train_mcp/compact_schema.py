@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 # bounds from this size up are sanity limits (1,000,000 steps), not advice an agent needs
-SANITY_BOUND = 1000
+SANITY_BOUND = 500
 
 
 def inline_single_refs(schema: dict[str, Any]) -> dict[str, Any]:
@@ -66,6 +66,8 @@ def compact(schema: Any, *, output: bool = False, root: bool = False) -> Any:
             continue
         if key == "minimum" and value in (0, 1) and schema.get("type") in ("integer", ["integer", "null"]):
             continue  # counts start at 0 or 1: no need to say so
+        if key in ("minimum", "exclusiveMinimum") and value == 0:
+            continue  # rates, fractions and budgets are positive: the name says so
         if key == "default" and value is False:
             continue  # a flag is off unless sent
         if key in ("properties", "$defs"):
@@ -74,6 +76,11 @@ def compact(schema: Any, *, output: bool = False, root: bool = False) -> Any:
             out[key] = compact(value, output=output)
     if output and out.get("type") in ("string", "number", "integer", "boolean") and set(out) == {"type"}:
         return {}  # a result's scalar: its name says what it is, and the agent reads the value itself
+    if output and set(out) <= {"items", "type"} and out.get("items") == {}:
+        return {}  # a list of scalars (warnings, columns): as untyped as a scalar
+    if not output and "enum" in out and out.get("type") == "string" and \
+            all(isinstance(value, str) for value in out["enum"]):
+        del out["type"]  # the choices say it
     if output and not root and (("properties" in out and out.get("type") == "object") or
                                 ("items" in out and out.get("type") == "array")):
         del out["type"]  # implied by properties/items
@@ -84,7 +91,7 @@ def compact(schema: Any, *, output: bool = False, root: bool = False) -> Any:
         if output:  # null or anything: left untyped
             return {k: v for k, v in out.items() if k != "type"}
         kind = other.get("type")
-        if isinstance(kind, str | list) or "$ref" in other or "items" in other:
+        if isinstance(kind, str | list) or "$ref" in other or "items" in other or "enum" in other:
             out = {**other, **out}  # an optional argument: typed by what to send; omitting it means none
         else:
             out["anyOf"] = options

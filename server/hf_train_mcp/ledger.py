@@ -46,6 +46,34 @@ CREATE TABLE IF NOT EXISTS jobs (
     output_dir TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_created ON jobs(created_at);
+CREATE TABLE IF NOT EXISTS sweeps (
+    sweep_id TEXT PRIMARY KEY,
+    idempotency_key TEXT UNIQUE,
+    created_at TEXT NOT NULL,
+    backend TEXT NOT NULL,
+    request_json TEXT NOT NULL,
+    max_parallel INTEGER NOT NULL,
+    prune INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    estimated_cost_usd REAL,
+    worst_case_cost_usd REAL,
+    trackio_url TEXT,
+    warnings_json TEXT NOT NULL DEFAULT '[]'
+);
+CREATE TABLE IF NOT EXISTS sweep_runs (
+    sweep_id TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    params_json TEXT NOT NULL,
+    request_json TEXT NOT NULL,
+    state TEXT NOT NULL,
+    job_id TEXT,
+    note TEXT,
+    history_json TEXT NOT NULL DEFAULT '[]',
+    estimated_cost_usd REAL,
+    worst_case_cost_usd REAL,
+    saved_usd REAL,
+    PRIMARY KEY (sweep_id, idx)
+);
 """
 
 # Columns added after the first release: older ledgers get them on open.
@@ -118,6 +146,57 @@ class JobRecord:
         return json.loads(self.measured_json) if self.measured_json else None
 
 
+@dataclass
+class SweepRecord:
+    sweep_id: str
+    idempotency_key: str | None
+    created_at: str
+    backend: str
+    request_json: str
+    max_parallel: int
+    prune: int
+    state: str  # running (runs queued or active) | finished | canceled
+    estimated_cost_usd: float | None
+    worst_case_cost_usd: float | None
+    trackio_url: str | None
+    warnings_json: str = "[]"
+
+
+@dataclass
+class SweepRunRecord:
+    sweep_id: str
+    idx: int
+    params_json: str
+    request_json: str  # the run's TrainingRequest, flavor, timeout and budget pinned when the sweep was approved
+    state: str  # queued | launched | pruned | failed | canceled
+    job_id: str | None = None
+    note: str | None = None
+    history_json: str = "[]"  # [[step, total_steps, loss], ...] as the supervisor saw them
+    estimated_cost_usd: float | None = None
+    worst_case_cost_usd: float | None = None
+    saved_usd: float | None = None
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return json.loads(self.params_json)
+
+    @property
+    def history(self) -> list[list[float]]:
+        return json.loads(self.history_json)
+
+
+def _insert(table: str, cls: type) -> str:
+    names = [f.name for f in fields(cls)]
+    return f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})"
+
+
+def _values(record: Any) -> tuple:
+    return tuple(getattr(record, f.name) for f in fields(record))
+
+
+_SWEEP_SELECT = f"SELECT {', '.join(f.name for f in fields(SweepRecord))} FROM sweeps"
+_RUN_SELECT = f"SELECT {', '.join(f.name for f in fields(SweepRunRecord))} FROM sweep_runs"
+_RUN_FIELDS = frozenset(f.name for f in fields(SweepRunRecord)) - {"sweep_id", "idx"}
 _COLUMNS = tuple(f.name for f in fields(JobRecord))
 _SELECT = f"SELECT {', '.join(_COLUMNS)} FROM jobs"  # in field order: rows build records positionally (fast)
 _INSERT = f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
@@ -282,3 +361,65 @@ class Ledger:
             f"{_SELECT} {where} ORDER BY created_at DESC, rowid DESC LIMIT ?", (*args, limit)
         )
         return [JobRecord(*r) for r in rows.fetchall()]
+
+    def children(self, parent_job_ids: "list[str]", kind: str) -> "list[JobRecord]":
+        """The `kind` jobs (evaluations, exports) of these training jobs, oldest first."""
+        if not parent_job_ids:
+            return []
+        marks = ", ".join("?" * len(parent_job_ids))
+        rows = self._connect().execute(f"{_SELECT} WHERE parent_job_id IN ({marks}) AND kind = ? "
+                                       "ORDER BY created_at, rowid", (*parent_job_ids, kind))
+        return [JobRecord(*r) for r in rows.fetchall()]
+
+    # --- sweeps -------------------------------------------------------------------------------------------
+    def create_sweep(self, sweep: SweepRecord, runs: "list[SweepRunRecord]") -> SweepRecord | None:
+        """Store a sweep and its runs in one transaction. Returns None when stored, else the sweep that already
+        holds its idempotency key (a retry, or a second server racing this one)."""
+        db = self._connect()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.execute(_insert("sweeps", SweepRecord), _values(sweep))
+            db.executemany(_insert("sweep_runs", SweepRunRecord), [_values(run) for run in runs])
+            db.execute("COMMIT")
+        except sqlite3.IntegrityError:
+            db.execute("ROLLBACK")
+            holder = self.sweep_by_key(sweep.idempotency_key) if sweep.idempotency_key else None
+            if holder is None:
+                raise
+            return holder
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return None
+
+    def sweep(self, sweep_id: str) -> SweepRecord | None:
+        row = self._connect().execute(f"{_SWEEP_SELECT} WHERE sweep_id = ?", (sweep_id,)).fetchone()
+        return SweepRecord(*row) if row else None
+
+    def sweep_by_key(self, key: str) -> SweepRecord | None:
+        row = self._connect().execute(f"{_SWEEP_SELECT} WHERE idempotency_key = ?", (key,)).fetchone()
+        return SweepRecord(*row) if row else None
+
+    def sweep_runs(self, sweep_id: str) -> "list[SweepRunRecord]":
+        rows = self._connect().execute(f"{_RUN_SELECT} WHERE sweep_id = ? ORDER BY idx", (sweep_id,))
+        return [SweepRunRecord(*r) for r in rows.fetchall()]
+
+    def update_sweep_run(self, sweep_id: str, idx: int, *, only_if_state: str | None = None, **values: Any) -> bool:
+        """Set some of a run's fields; with only_if_state, only while the run is still in that state (so a
+        cancel and a launch racing each other cannot both win). Whether it changed."""
+        unknown = set(values) - _RUN_FIELDS
+        if unknown:
+            raise ValueError(f"not sweep run fields: {sorted(unknown)}")
+        sets = ", ".join(f"{name} = ?" for name in values)
+        where, args = "sweep_id = ? AND idx = ?", [sweep_id, idx]
+        if only_if_state is not None:
+            where += " AND state = ?"
+            args.append(only_if_state)
+        return self._rowcount(f"UPDATE sweep_runs SET {sets} WHERE {where}", (*values.values(), *args)) == 1
+
+    def set_sweep_state(self, sweep_id: str, state: str, *, only_if_state: str | None = None) -> bool:
+        where, args = "sweep_id = ?", [sweep_id]
+        if only_if_state is not None:
+            where += " AND state = ?"
+            args.append(only_if_state)
+        return self._rowcount(f"UPDATE sweeps SET state = ? WHERE {where}", (state, *args)) == 1

@@ -1,11 +1,14 @@
 """What callers send to each tool, validated before anything is rendered or launched. One model per tool: its
 fields are the MCP tool's parameters and the CLI command's options (declared here, nowhere else)."""
 
+import json
+from itertools import product
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 from hf_train_mcp import methods
+from hf_train_mcp.readable import readable
 
 from hf_train_mcp.schemas import (
     BackendName,
@@ -81,7 +84,7 @@ class ValidateRequest(Request):
     split: SplitName = "train"
     config: Annotated[str, Field(max_length=128, description="Hub dataset config")] | None = None
     column_mapping: ColumnMapping | None = None
-    model: Annotated[str, Field(min_length=1, max_length=512, description="tokenizer to count tokens with")] | None = None
+    model: Annotated[str, Field(min_length=1, max_length=512, description="tokenizer for token stats")] | None = None
     max_length: Annotated[int, Field(ge=32, le=131_072)] | None = None
 
 
@@ -89,12 +92,12 @@ class EstimateRequest(RunShape):
     dataset: DatasetRef | None = None
     num_examples: Annotated[int, Field(ge=1)] | None = None
     tokens_per_example: Annotated[float, Field(gt=0, description="mean tokens per row")] | None = None
-    measure: Annotated[bool, Field(description="run a few real steps on the flavor as a job (needs dataset)")] = False
+    measure: Annotated[bool, Field(description="time real steps as a job (needs dataset)")] = False
 
 
 class _TrainingRequest(RunShape):
     dataset: DatasetRef
-    hub_model_id: Annotated[HubRepoId, Field(description="'owner/name' to push to (backend='hf')")] | None = None
+    hub_model_id: Annotated[HubRepoId, Field(description="'owner/name' to push to")] | None = None
     timeout: Timeout | None = None
     learning_rate: Annotated[float, Field(gt=0, lt=1)] | None = None
     column_mapping: ColumnMapping | None = None
@@ -115,7 +118,7 @@ class _TrainingRequest(RunShape):
     resume_from: Annotated[str, Field(max_length=256, description="job id or Hub repo with last-checkpoint/")] | None = None
     output_bucket: Annotated[HubRepoId, Field(description="bucket mounted as output_dir")] | None = None
     dry_run: DryRun = False
-    preflight: Annotated[bool, Field(description="time a few steps first; stop on OOM or too slow")] = False
+    preflight: Annotated[bool, Field(description="time a few steps first; stop if OOM/too slow")] = False
     idempotency_key: IdempotencyKey | None = None
     skip_validation: bool = False
 
@@ -135,7 +138,7 @@ class FollowupShape(Request):
     """What an evaluation or an export takes besides its own options: the model, and where and how long it runs."""
 
     model: Annotated[str, Field(min_length=1, max_length=512,
-                                description="job_id of a finished training job, Hub id, or local folder")]
+                                description="training job_id, Hub id, or folder")]
     backend: BackendName | None = None
     flavor: Flavor | None = None
     timeout: Timeout | None = None
@@ -145,10 +148,10 @@ class FollowupShape(Request):
 
 
 class EvaluateRequest(FollowupShape):
-    dataset: Annotated[DatasetRef, Field(description="held-out data (default: the job's eval split)")] | None = None
+    dataset: Annotated[DatasetRef, Field(description="default: the job's eval split")] | None = None
     split: SplitName | None = None
     tasks: Annotated[list[TaskName], Field(max_length=16, description="lm-eval tasks, e.g. hellaswag")] | None = None
-    num_samples: Annotated[int, Field(ge=1, le=100_000, description="rows (and items per task) to score")] | None = None
+    num_samples: Annotated[int, Field(ge=1, le=100_000, description="rows (and items per task)")] | None = None
 
 
 class ExportRequest(FollowupShape):
@@ -164,7 +167,70 @@ class ExportRequest(FollowupShape):
         return self
 
 
+# what a sweep sets itself on every run: a grid or base may not
+SWEEP_OWNED = frozenset({"dry_run", "idempotency_key"})
+SWEEP_RUNS_MAX = 64
+
+
+class SweepRequest(Request):
+    base: Annotated[dict[str, Any], Field(description="submit_training arguments")]
+    grid: Annotated[dict[str, Annotated[list[Any], Field(min_length=1, max_length=16)]], Field(
+        min_length=1, max_length=8, description='e.g. {"learning_rate": [1e-4, 2e-4]}')]
+    max_runs: Annotated[int, Field(ge=1, le=SWEEP_RUNS_MAX)] = 8
+    max_parallel: Annotated[int, Field(ge=1, le=16)] = 2
+    max_cost_usd: Annotated[float, Field(gt=0, description="for the whole sweep")] | None = None
+    prune: Annotated[bool, Field(description="cancel runs 10% behind the median loss")] \
+        = False
+    dry_run: DryRun = False
+    idempotency_key: IdempotencyKey | None = None
+
+    @model_validator(mode="after")
+    def _runs(self) -> "SweepRequest":
+        owned = sorted((set(self.base) | set(self.grid)) & SWEEP_OWNED)
+        if owned:
+            raise ValueError(f"{', '.join(owned)}: set on submit_sweep itself, not in base or grid")
+        unknown = sorted((set(self.base) | set(self.grid)) - set(TrainingRequest.model_fields))
+        if unknown:
+            raise ValueError(f"{', '.join(unknown)} {'is not a parameter' if len(unknown) == 1 else 'are not parameters'}"
+                             " of submit_training")
+        both = sorted(set(self.base) & set(self.grid))
+        if both:
+            raise ValueError(f"{', '.join(both)} is in both base and grid: keep it in one")
+        repeated = sorted(name for name, values in self.grid.items()
+                          if len({json.dumps(v) for v in values}) < len(values))
+        if repeated:
+            raise ValueError(f"grid values repeat for {', '.join(repeated)}: each run must differ")
+        count = 1
+        for values in self.grid.values():
+            count *= len(values)
+        if count > self.max_runs:
+            raise ValueError(f"the grid makes {count} runs, over max_runs={self.max_runs}: drop values or raise "
+                             f"max_runs (at most {SWEEP_RUNS_MAX})")
+        for params in self.combinations():
+            try:
+                TrainingRequest(**self.base, **params)
+            except ValidationError as exc:
+                raise ValueError(f"the run with {params}: {readable(exc)}") from None
+        return self
+
+    def combinations(self) -> list[dict[str, Any]]:
+        return [dict(zip(self.grid, combination)) for combination in product(*self.grid.values())]
+
+
 JobId = Annotated[str, Field(min_length=1, max_length=200, description="from submit_training or list_jobs")]
+
+
+class CompareRequest(Request):
+    sweep_id: Annotated[str, Field(pattern=r"^sweep-[0-9a-f]{6,32}$")] | None = None
+    job_ids: Annotated[list[JobId], Field(min_length=1, max_length=64)] | None = None
+    metric: Annotated[str, Field(pattern=r"^[A-Za-z0-9_./\-]{1,64}$",
+                                 description="default eval_loss, else loss")] | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "CompareRequest":
+        if (self.sweep_id is None) == (self.job_ids is None):
+            raise ValueError("send sweep_id (from submit_sweep) or job_ids, one of the two")
+        return self
 
 
 class StatusRequest(Request):

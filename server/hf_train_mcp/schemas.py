@@ -60,7 +60,7 @@ Timeout = Annotated[
 ColumnMapping = Annotated[
     dict[str, str],
     AfterValidator(_check_mapping),
-    Field(description="target column <- source column, e.g. {'prompt': 'question'}"),
+    Field(description="target <- source, e.g. {'prompt': 'question'}"),
 ]
 
 
@@ -226,3 +226,50 @@ class DatasetReport(BaseModel):
     suggested_column_mapping: dict[str, str] | None = None
     sample_rows: list[dict[str, Any]] = Field(default_factory=list)
     token_stats: TokenStats | None = None
+
+
+SweepRunState = Literal["queued", "launched", "pruned", "failed", "canceled"]
+
+
+class SweepRun(BaseModel):
+    index: int
+    params: dict[str, Any]
+    state: SweepRunState
+    job_id: str | None = None
+    stage: Stage | None = None
+    job_url: str | None = None
+    model_url: str | None = None
+    worst_case_cost_usd: float | None = None
+    note: str | None = None
+
+
+class SweepResult(BaseModel):
+    sweep_id: str | None = Field(description="for compare_runs; null on dry_run")
+    backend: BackendName
+    jobs: list[SweepRun]
+    estimated_cost_usd: float | None
+    worst_case_cost_usd: float = Field(description="every run at its timeout")
+    max_parallel: int
+    trackio_url: str | None
+    warnings: list[str]
+    next_step: str
+
+
+class RunRow(BaseModel):
+    job_id: str | None
+    stage: Stage | None
+    params: dict[str, Any]
+    metrics: dict[str, float]
+    state: SweepRunState | None = None
+    progress_percent: float | None = None
+
+
+class Comparison(BaseModel):
+    metric: str
+    lower_is_better: bool
+    best_job_id: str | None
+    runs: list[RunRow] = Field(description="best first; runs without the metric last")
+    sweep_state: Literal["running", "finished", "canceled"] | None = None
+    saved_usd: float | None = Field(default=None, description="what pruning saved (estimate)")
+    warnings: list[str]
+    next_step: str

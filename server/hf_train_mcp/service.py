@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_train_mcp import defaults as D
-from hf_train_mcp import backends, methods
+from hf_train_mcp import backends, methods, sweeps
 from hf_train_mcp.access import STDIO, Access, is_local
 from hf_train_mcp.backends.base import TERMINAL_STAGES, Backend, JobGone, JobState, LogRead, SubmissionUnknown
 from hf_train_mcp.backends.hf_jobs import HfJobsBackend
@@ -37,9 +37,10 @@ from hf_train_mcp.measure import apply_measurement, attempt_key, config_key, is_
 from hf_train_mcp.measure import prefix as measure_prefix
 from hf_train_mcp.planning import PROBE_STEPS, DataFacts, Hyper, estimate_flavors, plan_run
 from hf_train_mcp.request import EstimateRequest, EvaluateRequest, ExportRequest, RunShape, TrainingRequest
-from hf_train_mcp.request import ValidateRequest
+from hf_train_mcp.request import CompareRequest, SweepRequest, ValidateRequest
 from hf_train_mcp.schemas import (
     CancelResult,
+    Comparison,
     CostEstimate,
     FlavorOption,
     DatasetReport,
@@ -51,6 +52,7 @@ from hf_train_mcp.schemas import (
     LogPage,
     Measurement,
     Submission,
+    SweepResult,
 )
 
 log = logging.getLogger(__name__)
@@ -206,21 +208,50 @@ class Core:
             return None
         return self.ledger.get(ref.strip())
 
-    def existing_submission(self, req: TrainingRequest) -> JobRecord | None:
-        """The job an idempotency key already names (a retry returns it instead of launching)."""
+    def existing_submission(self, req: Any) -> Any:
+        """The job (or sweep) an idempotency key already names (a retry returns it instead of launching)."""
         if not req.idempotency_key or req.dry_run:
             return None
+        if isinstance(req, SweepRequest):
+            return self.ledger.sweep_by_key(req.idempotency_key)
         found = self.ledger.by_idempotency_key(req.idempotency_key)
         return None if found is None or found.job_id.startswith(PENDING) else found
 
     def submit_training(self, req: TrainingRequest, *, kind: str = "train", progress: Progress | None = None,
-                        confirm: "Callable[[Prepared], None] | None" = None) -> Submission:
+                        confirm: "Callable[[Prepared], None] | None" = None, sweep_run: bool = False) -> Submission:
         """kind='probe': the measurement job of estimate_cost(measure=True) (the preflight alone, nothing pushed).
-        confirm: called with the plan before anything is launched; it raises to stop the submission."""
+        confirm: called with the plan before anything is launched; it raises to stop the submission.
+        sweep_run: a run of a sweep, keyed by it."""
         if kind != "probe" and is_probe_key(req.idempotency_key):
             raise TrainError("idempotency_key may not start with 'probe-' (measurement jobs use those keys); "
                              "choose another key")
+        if not sweep_run and (req.idempotency_key or "").startswith(sweeps.KEY_PREFIX):
+            raise TrainError(f"idempotency_key may not start with {sweeps.KEY_PREFIX!r} (the runs of sweeps use "
+                             "those keys); choose another key")
         return self._submit(req, kind, progress, confirm)
+
+    # --- sweeps -----------------------------------------------------------------------------------------
+    def submit_sweep(self, req: SweepRequest, *, progress: Progress | None = None,
+                     confirm: "Callable[[Any], None] | None" = None) -> SweepResult:
+        existing = self.existing_submission(req)
+        if existing is not None:
+            sweeps.ensure_supervised(self, existing)
+            return sweeps.sweep_result(self, existing, [
+                f"idempotency_key matched sweep {existing.sweep_id}: returned it instead of launching again"])
+        plan = self._prepare(req, self._sweep_backend(req), kind="sweep", progress=progress)
+        if req.dry_run:
+            return sweeps.dry_run_result(plan)
+        if confirm is not None:
+            confirm(plan)
+        record, warnings = sweeps.store_and_start(self, plan, progress)
+        return sweeps.sweep_result(self, record, warnings)
+
+    @staticmethod
+    def _sweep_backend(req: SweepRequest) -> str:
+        return req.base.get("backend") or default_backend()
+
+    def compare_runs(self, req: CompareRequest) -> Comparison:
+        return sweeps.compare(self, req)
 
     def evaluate_model(self, req: EvaluateRequest, *, progress: Progress | None = None,
                        confirm: "Callable[[Prepared], None] | None" = None) -> Submission:
@@ -304,8 +335,11 @@ class Core:
     def preview(self, req: Any, *, kind: str = "train", progress: Progress | None = None) -> "Prepared":
         """Everything a submission decides before it launches (validated data, plan, script), kept for a few
         minutes so that a confirmation asked in between does not plan the same request twice."""
-        backend_name = req.backend or default_backend()
-        self._check_access(req, backend_name)
+        if kind == "sweep":  # each run is checked as it is planned
+            backend_name = self._sweep_backend(req)
+        else:
+            backend_name = req.backend or default_backend()
+            self._check_access(req, backend_name)
         prepared = self._prepare(req, backend_name, kind=kind, progress=progress)
         self._previews[self._preview_key(req, kind)] = (time.monotonic(), prepared)
         while len(self._previews) > PREVIEWS_KEPT:
@@ -321,9 +355,13 @@ class Core:
         cached = self._previews.pop(self._preview_key(req, kind), None)
         if cached is not None and time.monotonic() - cached[0] < PREVIEW_TTL_S:
             return cached[1]
-        prepare = {"evaluate": self._prepare_evaluation, "export": self._prepare_export}.get(kind,
-                                                                                           self._prepare_training)
+        prepare = {"evaluate": self._prepare_evaluation, "export": self._prepare_export,
+                   "sweep": self._prepare_sweep}.get(kind, self._prepare_training)
         return prepare(req, backend_name, kind=kind, progress=progress or (lambda message: None))
+
+    def _prepare_sweep(self, req: SweepRequest, backend_name: str, *, kind: str,
+                       progress: Progress) -> "sweeps.SweepPlan":
+        return sweeps.plan_sweep(self, req, backend_name, progress)
 
     @staticmethod
     def _namespace(req: Any, backend_name: str, token: str | None) -> str | None:
@@ -771,6 +809,8 @@ class Core:
                        finished=finished and read.complete and next_offset >= len(read.lines), note=read.note)
 
     def cancel_job(self, job_id: str) -> CancelResult:
+        if job_id.startswith(sweeps.KEY_PREFIX) and self.ledger.sweep(job_id) is not None:
+            return CancelResult(job_id=job_id, stage="CANCELED", message=sweeps.cancel_sweep(self, job_id))
         backend, bare, namespace, record, state = self._state(job_id)
         if state.stage in TERMINAL_STAGES:
             return CancelResult(job_id=bare, stage=state.stage, message=f"already {state.stage}; nothing to cancel")

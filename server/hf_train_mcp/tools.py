@@ -9,6 +9,7 @@ from pydantic import BaseModel
 
 from hf_train_mcp.request import (
     CancelRequest,
+    CompareRequest,
     EstimateRequest,
     EvaluateRequest,
     ExportRequest,
@@ -17,11 +18,13 @@ from hf_train_mcp.request import (
     LogsRequest,
     Request,
     StatusRequest,
+    SweepRequest,
     TrainingRequest,
     ValidateRequest,
 )
 from hf_train_mcp.schemas import (
     CancelResult,
+    Comparison,
     CostEstimate,
     DatasetReport,
     HardwareList,
@@ -29,6 +32,7 @@ from hf_train_mcp.schemas import (
     JobReport,
     LogPage,
     Submission,
+    SweepResult,
 )
 
 
@@ -60,15 +64,15 @@ class ToolSpec:
 TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
         "validate_dataset", "validate", "Validate a training dataset",
-        "Check a dataset (Hub id, read through the viewer API; or a local .jsonl/.json/.csv/.parquet) against a "
-        "method: format, errors with 1-based rows, the column_mapping that fixes it, token stats with `model`.",
+        "Check a dataset (Hub id, or local .jsonl/.json/.csv/.parquet) against a method: format, errors with "
+        "1-based rows, the column_mapping that fixes it, token stats with `model`.",
         ValidateRequest, DatasetReport, lambda core, req, hooks: core.validate_dataset(req, progress=hooks.progress),
         progress=True,
     ),
     ToolSpec(
         "estimate_cost", "estimate", "Estimate time, cost and memory",
-        "Hours, dollars, memory fit and a safe timeout on Jobs hardware; without flavor, the cheapest that fits. "
-        "measure=True runs a few real steps on the flavor as a job: call again once it ended for measured numbers.",
+        "Hours, dollars, memory fit and a safe timeout on Jobs hardware (without flavor: the cheapest that fits). "
+        "measure=True times a few real steps as a job: call again once it ended.",
         EstimateRequest, CostEstimate, lambda core, req, hooks: core.estimate_cost(req, progress=hooks.progress),
         read_only=False, progress=True,  # measure=True launches a (short, paid) job
     ),
@@ -76,33 +80,46 @@ TOOLS: tuple[ToolSpec, ...] = (
         "submit_training", "submit", "Submit a training job",
         "Start a TRL job on HF Jobs (backend='hf': hub_model_id, write token) or this machine ('local'); returns "
         "job_id and URLs at once. Validates the data first; flavor and timeout default to the cheapest fit and a "
-        "timeout that covers the run. dry_run=True: the script and plan only. Big spends are confirmed with the user.",
+        "safe timeout. Big spends are confirmed with the user.",
         TrainingRequest, Submission,
         lambda core, req, hooks: core.submit_training(req, progress=hooks.progress, confirm=hooks.confirm),
         read_only=False, idempotent=False, progress=True, launches="train",
     ),
     ToolSpec(
         "evaluate_model", "evaluate", "Evaluate a model",
-        "Launch an evaluation job of a finished training job_id (its held-out split by default), a Hub model or a "
-        "folder: held-out loss/perplexity, preference accuracy or mean reward, optional lm-eval `tasks`, base vs "
-        "fine-tuned samples. Results: job_status last_metrics, the model card, Trackio.",
+        "Evaluate a finished training job_id (on its held-out split by default), a Hub model or a folder, as a "
+        "job: loss/perplexity, preference accuracy or mean reward, lm-eval `tasks`, base vs tuned samples. Results "
+        "land in job_status last_metrics and the model card.",
         EvaluateRequest, Submission,
         lambda core, req, hooks: core.evaluate_model(req, progress=hooks.progress, confirm=hooks.confirm),
         read_only=False, idempotent=False, progress=True, launches="evaluate",
     ),
     ToolSpec(
         "export_model", "export", "Export a model",
-        "Launch an export job: format='merged' merges a LoRA/QLoRA adapter into its base (standalone safetensors); "
-        "'gguf' converts with llama.cpp and quantizes (q4_k_m default) for llama.cpp/Ollama. Pushes to "
-        "hub_model_id (default <repo>-merged / <repo>-GGUF).",
+        "Export as a job: format='merged' merges a LoRA/QLoRA adapter into its base; 'gguf' converts with "
+        "llama.cpp and quantizes (q4_k_m default) for llama.cpp/Ollama.",
         ExportRequest, Submission,
         lambda core, req, hooks: core.export_model(req, progress=hooks.progress, confirm=hooks.confirm),
         read_only=False, idempotent=False, progress=True, launches="export",
     ),
     ToolSpec(
+        "submit_sweep", "sweep", "Submit a hyperparameter sweep",
+        "One training run per combination of `grid` values over `base` (submit_training arguments), in one Trackio "
+        "project. The sum of worst cases is checked against max_cost_usd first; max_parallel run at once, the rest "
+        "start by themselves.",
+        SweepRequest, SweepResult,
+        lambda core, req, hooks: core.submit_sweep(req, progress=hooks.progress, confirm=hooks.confirm),
+        read_only=False, idempotent=False, progress=True, launches="sweep",
+    ),
+    ToolSpec(
+        "compare_runs", "compare", "Compare runs",
+        "Rank a sweep's runs (or job_ids) by one metric, evaluations included: params, metrics, best_job_id.",
+        CompareRequest, Comparison, lambda core, req, hooks: core.compare_runs(req),
+    ),
+    ToolSpec(
         "job_status", "status", "Job status",
         "Stage, progress, metrics, log tail, error and next_step of a job; never waits. Subscribe to "
-        "hf-train://jobs/{job_id} to be told of stage changes.",
+        "hf-train://jobs/{job_id} for stage changes.",
         StatusRequest, JobReport, lambda core, req, hooks: core.job_status(req.job_id, req.tail),
     ),
     ToolSpec(
@@ -111,7 +128,7 @@ TOOLS: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         "cancel_job", "cancel", "Cancel a job",
-        "Stop a running or scheduled job (billing stops). Checkpoints already pushed are kept.",
+        "Stop a job (billing stops; pushed checkpoints stay), or a whole sweep by its sweep_id.",
         CancelRequest, CancelResult, lambda core, req, hooks: core.cancel_job(req.job_id),
         read_only=False, destructive=True,
     ),
@@ -121,7 +138,7 @@ TOOLS: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         "list_hardware", "hardware", "List Jobs hardware",
-        "Jobs flavors: GPU, count, memory per GPU, bf16 and $/hour (live from the Hub, else built in).",
+        "Jobs flavors: GPU, count, memory per GPU, bf16 and $/hour.",
         HardwareRequest, HardwareList, lambda core, req, hooks: core.list_hardware(),
     ),
 )

@@ -11,7 +11,7 @@ from hf_train_mcp.methods.dpo import BETA
 from hf_train_mcp.methods.grpo import MAX_COMPLETION_LENGTH, PROMPT_ALIASES
 
 TEACHER_MODEL = Option("teacher_model", Annotated[str, Field(min_length=1, max_length=512, description=(
-    "distill: the teacher (Hub id or local path), same vocabulary as the student"))], sizing=True)
+    "distill: teacher model (same tokenizer)"))], sizing=True)
 BETA_DEFAULT = 0.5  # the symmetric JSD: TRL's 1.0 (reverse KL) is mode-seeking, 0.5 the GKD paper's middle
 
 

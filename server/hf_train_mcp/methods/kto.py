@@ -14,7 +14,7 @@ from hf_train_mcp.methods.base import MethodSpec, Option
 from hf_train_mcp.methods.dpo import BETA, BETA_DEFAULT, PAIR_ALIASES, positive_beta
 
 DESIRABLE_WEIGHT = Option("desirable_weight", Annotated[float, Field(gt=0, le=100, description=(
-    "KTO: weight of desirable rows (raise it when they are rarer)"))])
+    "KTO: weight of desirable rows"))])
 
 
 def check(req) -> None:

@@ -1,0 +1,42 @@
+"""Supervises one sweep: starts its queued runs as slots free up and prunes trailing runs, until every run has
+ended or the sweep is canceled.
+
+Started detached (own session) by the server as `python -m hf_train_mcp.sweeper SWEEP_ID`, so the sweep goes on
+after the MCP server exits. One supervisor per sweep: it holds an exclusive lock on the sweep's lock file, and a
+second one started while it lives exits at once.
+"""
+
+import fcntl
+import logging
+import sys
+import time
+
+from hf_train_mcp.paths import data_home
+from hf_train_mcp.sweeps import poll_seconds, supervise_once
+
+log = logging.getLogger("hf_train_mcp.sweeper")
+
+
+def run(sweep_id: str) -> int:
+    from hf_train_mcp.service import Core
+
+    folder = data_home() / "sweeps"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f"{sweep_id}.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return 0  # another supervisor has this sweep
+        core = Core()
+        while True:
+            try:
+                if not supervise_once(core, sweep_id):
+                    return 0
+            except Exception:  # a Hub hiccup must not end the sweep: look again next round
+                log.exception("sweep %s: look failed", sweep_id)
+            time.sleep(poll_seconds())
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    sys.exit(run(sys.argv[1]))

@@ -1,0 +1,418 @@
+"""Sweeps: a grid of training runs under one budget, started at most max_parallel at a time, compared on one
+metric, and pruned when a run's loss trails the others'.
+
+The server plans every run and checks the whole sweep's worst case before anything is launched, stores the
+sweep in the ledger and starts the first runs; a detached supervisor (`python -m hf_train_mcp.sweeper`, its own
+session, like the local runner) starts the rest as slots free up, so a sweep goes on when the conversation (and a
+stdio server with it) has ended. Each run is an ordinary keyed submission (`<sweep_id>-<index>`), so however
+often a launch is retried, by whichever process, a run is one job.
+"""
+
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from hf_train_mcp import backends
+from hf_train_mcp.errors import TrainError
+from hf_train_mcp.hub import hub_token, scrub
+from hf_train_mcp.ledger import SETTLED_STAGES, SweepRecord, SweepRunRecord, now_iso
+from hf_train_mcp.paths import data_home
+from hf_train_mcp.planning import operator_cap
+from hf_train_mcp.request import CompareRequest, SweepRequest, TrainingRequest
+from hf_train_mcp.schemas import Comparison, RunRow, SweepResult, SweepRun
+
+if TYPE_CHECKING:
+    from hf_train_mcp.service import Core, Prepared
+
+KEY_PREFIX = "sweep-"  # sweep ids, and the idempotency keys of their runs, start with it
+PRUNE_MARGIN = 0.10  # a run is pruned when its loss is this much above the others' median at the same step
+PRUNE_AFTER = 0.2  # ... and only after this fraction of its steps (early losses are noise)
+POLL_ENV = "HF_TRAIN_SWEEP_POLL_S"
+POLL_DEFAULT_S = 30.0
+# request fields that differ between runs without being what was compared
+NOT_PARAMS = frozenset({"idempotency_key", "run_name", "project", "hub_model_id", "dry_run", "timeout", "flavor",
+                        "max_cost_usd", "trackio_space_id", "output_bucket"})
+_SUPERVISORS: dict[str, subprocess.Popen] = {}  # started here: polled so that finished ones are reaped
+
+
+def poll_seconds() -> float:
+    try:
+        return max(0.1, float(os.environ.get(POLL_ENV, POLL_DEFAULT_S)))
+    except ValueError:
+        return POLL_DEFAULT_S
+
+
+def run_key(sweep_id: str, index: int) -> str:
+    return f"{sweep_id}-{index}"
+
+
+def _cents_up(amount: float) -> float:
+    return math.ceil(round(amount * 100, 6)) / 100
+
+
+# --- planning ------------------------------------------------------------------------------------------------
+@dataclass
+class SweepPlan:
+    """A sweep planned and checked, not launched: what a confirmation shows and what submit_sweep stores."""
+
+    req: SweepRequest
+    sweep_id: str
+    backend_name: str
+    runs: list[tuple[dict[str, Any], TrainingRequest, "Prepared"]]  # params, pinned request, its plan
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def worst_case_cost_usd(self) -> float:
+        return round(sum(prepared.worst_case_cost_usd for _, _, prepared in self.runs), 2)
+
+    @property
+    def estimated_cost_usd(self) -> float | None:
+        costs = [prepared.common.get("estimated_cost_usd") for _, _, prepared in self.runs]
+        return None if any(c is None for c in costs) else round(sum(costs), 2)
+
+    @property
+    def common(self) -> dict[str, Any]:
+        """What a confirmation question reads (as of one submission's plan)."""
+        flavors = sorted({prepared.common["flavor"] for _, _, prepared in self.runs})
+        timeouts = sorted({prepared.common["timeout"] for _, _, prepared in self.runs})
+        hours = [prepared.common.get("estimated_hours") for _, _, prepared in self.runs]
+        return {"flavor": ", ".join(flavors), "timeout": f"{', '.join(timeouts)} each",
+                "estimated_hours": None if any(h is None for h in hours) else sum(hours),
+                "estimated_cost_usd": self.estimated_cost_usd}
+
+    @property
+    def summary(self) -> str:
+        first = self.runs[0][2]
+        return f"a sweep of {len(self.runs)} {first.plan.method.upper()} runs of {first.model}"
+
+
+def run_request(req: SweepRequest, params: dict[str, Any], sweep_id: str, index: int) -> TrainingRequest:
+    """One run's submit_training request: the base, its grid values, its own key, output repo and run name, all
+    in one Trackio project."""
+    base = dict(req.base)
+    own: dict[str, Any] = {"idempotency_key": run_key(sweep_id, index), "dry_run": req.dry_run,
+                           "project": base.pop("project", None) or sweep_id,
+                           "run_name": f"{base.pop('run_name', None) or sweep_id}-{index}"[:96]}
+    if base.get("hub_model_id"):
+        owner, name = base.pop("hub_model_id").split("/")
+        own["hub_model_id"] = f"{owner}/{name[:90].rstrip('.-_')}-{index}"
+    return TrainingRequest(**base, **params, **own)
+
+
+def plan_sweep(core: "Core", req: SweepRequest, backend_name: str, progress) -> SweepPlan:
+    """Plan every run (data, memory fit, flavor, timeout, per-run budget) and check the sum of their worst
+    cases against max_cost_usd and the operator's cap; raise before anything is launched."""
+    sweep_id = KEY_PREFIX + uuid.uuid4().hex[:12]
+    combos = req.combinations()
+    runs = []
+    for index, params in enumerate(combos):
+        if progress:
+            progress(f"planning run {index + 1} of {len(combos)}: {json.dumps(params)}")
+        run = run_request(req, params, sweep_id, index)
+        try:
+            prepared = core.preview(run, kind="train")
+        except TrainError as exc:
+            raise TrainError(f"the run with {json.dumps(params)} cannot be launched: {exc}") from None
+        runs.append((params, pin(run, prepared, backend_name), prepared))
+    plan = SweepPlan(req=req, sweep_id=sweep_id, backend_name=backend_name, runs=runs)
+    check_sweep_budget(req, plan)
+    plan.warnings = sorted({w for _, _, prepared in runs for w in prepared.plan.warnings})
+    return plan
+
+
+def pin(run: TrainingRequest, prepared: "Prepared", backend_name: str) -> TrainingRequest:
+    """The run as approved: its flavor and timeout fixed, and its worst case as its own max_cost_usd, so a run
+    started later by the supervisor cannot cost more than the sweep was approved for."""
+    update: dict[str, Any] = {"timeout": prepared.plan.timeout_seconds}
+    if not backends.traits(backend_name).runs_here:
+        update["flavor"] = prepared.plan.flavor
+    if prepared.worst_case_cost_usd > 0:
+        update["max_cost_usd"] = _cents_up(prepared.worst_case_cost_usd)
+    return run.model_copy(update=update)
+
+
+def check_sweep_budget(req: SweepRequest, plan: SweepPlan) -> None:
+    limits = [(v, name) for v, name in ((req.max_cost_usd, "max_cost_usd"),
+                                        (operator_cap(), "this server's cap HF_TRAIN_MAX_COST_USD")) if v is not None]
+    worst = plan.worst_case_cost_usd
+    if not limits or worst == 0:
+        return
+    budget, name = min(limits)
+    if round(worst, 5) <= round(budget, 5):
+        return
+    each = max(prepared.worst_case_cost_usd for _, _, prepared in plan.runs)
+    raise TrainError(
+        f"the sweep's worst case ${worst:.2f} ({len(plan.runs)} runs, each up to ${each:.2f}: timeout x price) is "
+        f"over {name} (${budget:.2f}); nothing was launched. Send fewer grid values (or max_runs), a shorter "
+        f"timeout or max_steps in base, a cheaper flavor, or raise the budget.")
+
+
+# --- launching -----------------------------------------------------------------------------------------------
+def store_and_start(core: "Core", plan: SweepPlan, progress) -> tuple[SweepRecord, list[str]]:
+    """Store the sweep (or find the one its key already names) and start its first max_parallel runs."""
+    req = plan.req
+    first = plan.runs[0][2]
+    record = SweepRecord(
+        sweep_id=plan.sweep_id, idempotency_key=req.idempotency_key, created_at=now_iso(),
+        backend=plan.backend_name, request_json=req.model_dump_json(), max_parallel=req.max_parallel,
+        prune=int(req.prune), state="running", estimated_cost_usd=plan.estimated_cost_usd,
+        worst_case_cost_usd=plan.worst_case_cost_usd, trackio_url=first.trackio_url,
+        warnings_json=json.dumps(plan.warnings))
+    runs = [SweepRunRecord(sweep_id=plan.sweep_id, idx=index, params_json=json.dumps(params),
+                           request_json=pinned.model_dump_json(), state="queued",
+                           estimated_cost_usd=prepared.common.get("estimated_cost_usd"),
+                           worst_case_cost_usd=prepared.worst_case_cost_usd)
+            for index, (params, pinned, prepared) in enumerate(plan.runs)]
+    holder = core.ledger.create_sweep(record, runs)
+    if holder is not None:
+        ensure_supervised(core, holder)
+        return holder, [f"idempotency_key matched sweep {holder.sweep_id}: returned it instead of launching again"]
+    for run in runs[:req.max_parallel]:
+        if progress:
+            progress(f"starting run {run.idx + 1} of {len(runs)}")
+        launch(core, run)
+    ensure_supervised(core, record)
+    return record, []
+
+
+def launch(core: "Core", run: SweepRunRecord) -> None:
+    """Submit a queued run (its key makes a retry return the job already posted) and record its job."""
+    request = TrainingRequest.model_validate_json(run.request_json)
+    try:
+        submission = core.submit_training(request, sweep_run=True)
+    except TrainError as exc:
+        if core.ledger.by_idempotency_key(request.idempotency_key) is not None:
+            return  # posted or being posted by another process: the next look finds its job
+        core.ledger.update_sweep_run(run.sweep_id, run.idx, only_if_state="queued", state="failed",
+                                     note=scrub(str(exc), hub_token())[:500])
+        return
+    if core.ledger.update_sweep_run(run.sweep_id, run.idx, only_if_state="queued", state="launched",
+                                    job_id=submission.job_id):
+        return
+    now = next(r for r in core.ledger.sweep_runs(run.sweep_id) if r.idx == run.idx)
+    if now.state == "canceled":  # the sweep was canceled while this run was being launched
+        core.cancel_job(submission.job_id)
+    # else another supervisor launched it first: its key gave us the same job
+
+
+def ensure_supervised(core: "Core", sweep: SweepRecord) -> None:
+    """Start the sweep's supervisor unless it has nothing left to do (one already running exits at once: it
+    holds the sweep's lock)."""
+    for sweep_id, proc in list(_SUPERVISORS.items()):
+        if proc.poll() is not None:
+            del _SUPERVISORS[sweep_id]
+    if sweep.state != "running" or sweep.sweep_id in _SUPERVISORS:
+        return
+    runs = core.ledger.sweep_runs(sweep.sweep_id)
+    if not sweep.prune and not any(run.state == "queued" for run in runs):
+        return  # every run is started and nothing is to be pruned: the jobs finish by themselves
+    folder = data_home() / "sweeps"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(os.devnull, "rb") as devnull, open(folder / f"{sweep.sweep_id}.log", "ab") as log:
+        _SUPERVISORS[sweep.sweep_id] = subprocess.Popen(
+            [sys.executable, "-m", "hf_train_mcp.sweeper", sweep.sweep_id], cwd=folder, stdin=devnull,
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # outlives this server
+
+
+def supervise_once(core: "Core", sweep_id: str) -> bool:
+    """One look at a sweep: note each active run's progress, prune, start queued runs into free slots. Whether
+    the sweep still needs watching."""
+    sweep = core.ledger.sweep(sweep_id)
+    if sweep is None or sweep.state != "running":
+        return False
+    runs = core.ledger.sweep_runs(sweep_id)
+    active = []
+    for run in runs:
+        if run.state != "launched" or not run.job_id:
+            continue
+        try:
+            report = core.job_status(run.job_id, tail=0)
+        except TrainError:
+            active.append(run)  # unreachable for now: it still holds its slot
+            continue
+        if report.stage in SETTLED_STAGES or report.stage == "DELETED":
+            continue
+        active.append(run)
+        step, total, loss = report.progress.step, report.progress.total_steps, report.last_metrics.get("loss")
+        history = run.history
+        if step and loss is not None and (not history or history[-1][0] < step):
+            run.history_json = json.dumps([*history, [step, total, loss]])
+            core.ledger.update_sweep_run(sweep_id, run.idx, history_json=run.history_json)
+    if sweep.prune:
+        histories = {run.idx: run.history for run in runs}
+        for index, loss, median in trailing(histories, {run.idx for run in active}):
+            run = next(r for r in active if r.idx == index)
+            prune(core, run, loss, median)
+            active.remove(run)
+    queued = [run for run in runs if run.state == "queued"]
+    for run in queued[:max(0, sweep.max_parallel - len(active))]:
+        launch(core, run)
+    if not queued and not active:
+        core.ledger.set_sweep_state(sweep_id, "finished", only_if_state="running")
+        return False
+    return True
+
+
+def prune(core: "Core", run: SweepRunRecord, loss: float, median: float) -> None:
+    step, total, _ = run.history[-1]
+    left = 1 - step / total if total else 0.0
+    saved = round((run.estimated_cost_usd or 0.0) * left, 2)
+    if not core.ledger.update_sweep_run(
+            run.sweep_id, run.idx, only_if_state="launched", state="pruned", saved_usd=saved,
+            note=f"pruned at step {step}/{total}: loss {loss:.4g} vs the others' {median:.4g} at that step"):
+        return
+    core.cancel_job(run.job_id)
+
+
+def cancel_sweep(core: "Core", sweep_id: str) -> str:
+    """Stop a sweep: no queued run starts, every running run is canceled."""
+    core.ledger.set_sweep_state(sweep_id, "canceled", only_if_state="running")
+    dropped = canceled = 0
+    for run in core.ledger.sweep_runs(sweep_id):
+        if run.state == "queued" and core.ledger.update_sweep_run(sweep_id, run.idx, only_if_state="queued",
+                                                                  state="canceled", note="the sweep was canceled"):
+            dropped += 1
+        elif run.state == "launched" and run.job_id and core.job_stage(run.job_id) not in SETTLED_STAGES:
+            core.cancel_job(run.job_id)
+            canceled += 1
+    return f"sweep canceled: {canceled} started run(s) canceled, {dropped} queued run(s) dropped"
+
+
+# --- pruning -------------------------------------------------------------------------------------------------
+def loss_at(history: list[list[float]], step: float) -> float | None:
+    """A run's loss at `step`, interpolated between the points seen (None before its first or past its last)."""
+    points = [(s, loss) for s, _, loss in history if loss is not None]
+    if not points or step > points[-1][0] or step < points[0][0]:
+        return None
+    for (s0, l0), (s1, l1) in zip(points, points[1:]):
+        if s0 <= step <= s1:
+            return l0 if s1 == s0 else l0 + (l1 - l0) * (step - s0) / (s1 - s0)
+    return points[-1][1]
+
+
+def trailing(histories: dict[int, list[list[float]]], active: set[int], *, margin: float = PRUNE_MARGIN,
+             after: float = PRUNE_AFTER) -> list[tuple[int, float, float]]:
+    """(run, its loss, the others' median) for each active run whose latest loss is worse than the median of
+    the other runs' losses at the same step by more than `margin` (relative), once past `after` of its steps."""
+    worse = []
+    for index in sorted(active):
+        history = histories.get(index) or []
+        if not history:
+            continue
+        step, total, loss = history[-1]
+        if loss is None or not total or step < after * total:
+            continue
+        others = [value for other, points in histories.items() if other != index
+                  and (value := loss_at(points, step)) is not None]
+        if not others:
+            continue
+        median = statistics.median(others)
+        if loss - median > margin * max(abs(median), 1e-8):
+            worse.append((index, loss, median))
+    return worse
+
+
+# --- results -------------------------------------------------------------------------------------------------
+def sweep_result(core: "Core", sweep: SweepRecord, warnings: list[str]) -> SweepResult:
+    jobs = []
+    for run in core.ledger.sweep_runs(sweep.sweep_id):
+        job = core.ledger.get(run.job_id) if run.job_id else None
+        jobs.append(SweepRun(index=run.idx, params=run.params, state=run.state, job_id=run.job_id,
+                             stage=job.stage if job else None, job_url=job.job_url if job else None,
+                             model_url=job.model_url if job else None,
+                             worst_case_cost_usd=run.worst_case_cost_usd, note=run.note))
+    queued = sum(job.state == "queued" for job in jobs)
+    later = (f" {queued} run(s) wait for a free slot (max_parallel={sweep.max_parallel}) and start by themselves."
+             if queued else "")
+    return SweepResult(
+        sweep_id=sweep.sweep_id, backend=sweep.backend, jobs=jobs, estimated_cost_usd=sweep.estimated_cost_usd,
+        worst_case_cost_usd=sweep.worst_case_cost_usd or 0.0, max_parallel=sweep.max_parallel,
+        trackio_url=sweep.trackio_url, warnings=[*json.loads(sweep.warnings_json), *warnings],
+        next_step=f"compare_runs(sweep_id={sweep.sweep_id!r}) ranks the runs as they train; cancel_job("
+                  f"job_id={sweep.sweep_id!r}) stops the whole sweep.{later}")
+
+
+def dry_run_result(plan: SweepPlan) -> SweepResult:
+    jobs = [SweepRun(index=index, params=params, state="queued", worst_case_cost_usd=prepared.worst_case_cost_usd,
+                     note=f"{prepared.common['flavor']}, timeout {prepared.common['timeout']}")
+            for index, (params, _, prepared) in enumerate(plan.runs)]
+    return SweepResult(
+        sweep_id=None, backend=plan.backend_name, jobs=jobs, estimated_cost_usd=plan.estimated_cost_usd,
+        worst_case_cost_usd=plan.worst_case_cost_usd, max_parallel=plan.req.max_parallel,
+        trackio_url=plan.runs[0][2].trackio_url, warnings=plan.warnings,
+        next_step="dry run: nothing was launched. Call again without dry_run (with an idempotency_key) to start it.")
+
+
+def lower_is_better(metric: str) -> bool:
+    return any(word in metric.lower() for word in ("loss", "perplexity", "ppl", "error", "runtime"))
+
+
+def compare(core: "Core", req: CompareRequest) -> Comparison:
+    warnings: list[str] = []
+    sweep = None
+    if req.sweep_id:
+        sweep = core.ledger.sweep(req.sweep_id)
+        if sweep is None:
+            raise TrainError(f"no sweep {req.sweep_id!r} in this server's ledger: pass a sweep_id from submit_sweep")
+        ensure_supervised(core, sweep)
+        runs = core.ledger.sweep_runs(sweep.sweep_id)
+        entries = [(run.job_id, run.params, run.state) for run in runs]
+    else:
+        records = []
+        for job_id in dict.fromkeys(req.job_ids or []):
+            record = core.ledger.get(job_id)
+            if record is None:
+                raise TrainError(f"job {job_id!r} is not in this server's ledger: compare_runs compares jobs it "
+                                 "launched (list_jobs lists them)")
+            records.append(record)
+        entries = [(record.job_id, params, None) for record, params in zip(records, differing(records))]
+    rows = []
+    for job_id, params, state in entries:
+        if job_id is None:
+            rows.append(RunRow(job_id=None, stage=None, params=params, metrics={}, state=state))
+            continue
+        report = core.job_status(job_id, tail=0)
+        rows.append(RunRow(job_id=job_id, stage=report.stage, params=params, state=state,
+                           metrics={**report.last_metrics, **evaluated(core, job_id)},
+                           progress_percent=report.progress.percent))
+    metric = req.metric or ("eval_loss" if any("eval_loss" in row.metrics for row in rows) else "loss")
+    lower = lower_is_better(metric)
+    scored = [row for row in rows if metric in row.metrics]
+    scored.sort(key=lambda row: row.metrics[metric] if lower else -row.metrics[metric])
+    finished = [row for row in scored if row.stage == "COMPLETED"]
+    best = (finished or scored or [None])[0]
+    if best is not None and not finished:
+        warnings.append("no run has completed yet: best_job_id is the best so far")
+    if not scored:
+        warnings.append(f"no run reports {metric!r} yet")
+    saved = round(sum(run.saved_usd or 0.0 for run in runs), 2) if sweep else None
+    winner = best.job_id if best else None
+    return Comparison(
+        metric=metric, lower_is_better=lower, best_job_id=winner,
+        runs=scored + [row for row in rows if metric not in row.metrics],
+        sweep_state=sweep.state if sweep else None, saved_usd=saved, warnings=warnings,
+        next_step=(f"evaluate_model(model={winner!r}) on held-out data, then export_model(model={winner!r})"
+                   if winner and finished else "call again when the runs have trained further"))
+
+
+def evaluated(core: "Core", job_id: str) -> dict[str, float]:
+    """The metrics of the job's latest completed evaluation (they outrank its own training numbers)."""
+    for child in reversed(core.ledger.children([job_id], "evaluate")):
+        if child.stage == "COMPLETED":
+            return core.job_status(child.job_id, tail=0).last_metrics
+    return {}
+
+
+def differing(records: list) -> list[dict[str, Any]]:
+    """For each job, the request fields whose values differ between the jobs (what was compared)."""
+    requests = [record.request for record in records]
+    names = sorted({name for request in requests for name in request} - NOT_PARAMS)
+    varying = [name for name in names if len({json.dumps(r.get(name), sort_keys=True) for r in requests}) > 1]
+    return [{name: request.get(name) for name in varying} for request in requests]
+

@@ -1,0 +1,232 @@
+"""submit_sweep and compare_runs: a grid under one budget, at most max_parallel at a time, started by a supervisor
+that outlives the server, retried without launching twice, pruned when a run trails the others."""
+
+import re
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from mcp import Client
+
+from hf_train_mcp import sweeps
+from hf_train_mcp.app import build_server
+from hf_train_mcp.ledger import Ledger
+from hf_train_mcp.service import Core
+from tests.conftest import needs_training
+from tests.emulator import Emulator, JobPlan, ViewerDataset
+from tests.test_followup import call, refused
+from tests.test_submit_hf import BASE, CAPYBARA_ROWS, decoded_script, script_config
+
+pytestmark = pytest.mark.anyio
+HF_BASE = {**BASE, "flavor": "a10g-large", "timeout": "1h", "max_steps": 10}  # a10g-large: $1.50/h built in
+
+
+@pytest.fixture(autouse=True)
+def supervisors(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Supervisors this test started are stopped with it (a real one would go on until its sweep ends)."""
+    monkeypatch.setenv(sweeps.POLL_ENV, "0.3")
+    yield
+    for proc in list(sweeps._SUPERVISORS.values()):
+        proc.terminate()
+        proc.wait(timeout=30)
+    sweeps._SUPERVISORS.clear()
+
+
+@pytest.fixture
+def capybara(hub: Emulator) -> Emulator:
+    hub.datasets["trl-lib/Capybara"] = ViewerDataset({"default": {"train": CAPYBARA_ROWS}})
+    return hub
+
+
+def loss_lines(losses: list[float], total: int = 10, filler: int = 300) -> list[str]:
+    """A job log whose first lines report these losses at steps 1.., then a long tail (the job keeps running)."""
+    logged = [f'HFTM_LOG {{"step": {step}, "total_steps": {total}, "loss": {loss}}}'
+              for step, loss in enumerate(losses, 1)]
+    return ["HFTM_START {}", *logged, *(["still training"] * filler)]
+
+
+# --- budgets and retries, against the emulated Hub ---------------------------------------------------------
+async def test_a_sweep_over_its_budget_launches_nothing(capybara: Emulator) -> None:
+    before = len(capybara.posted_jobs())
+    async with Client(build_server()) as client:
+        # 3 runs x 1 h x $1.50/h = $4.50 in the worst case
+        text = await refused(client, "submit_sweep", {"base": HF_BASE, "grid": {"learning_rate": [1e-5, 1e-4, 1e-3]},
+                                                      "max_cost_usd": 4.0})
+        assert "the sweep's worst case $4.50 (3 runs, each up to $1.50" in text and "nothing was launched" in text
+        plan = await call(client, "submit_sweep", {"base": HF_BASE, "grid": {"learning_rate": [1e-5, 1e-4, 1e-3]},
+                                                   "max_cost_usd": 4.5, "dry_run": True})
+    assert plan["sweep_id"] is None and plan["worst_case_cost_usd"] == 4.5 and len(plan["jobs"]) == 3
+    assert len(capybara.posted_jobs()) == before
+
+
+async def test_the_operators_cap_bounds_the_whole_sweep(capybara: Emulator, monkeypatch) -> None:
+    monkeypatch.setenv("HF_TRAIN_MAX_COST_USD", "2")  # each run ($1.50) fits; the sweep ($3.00) does not
+    before = len(capybara.posted_jobs())
+    async with Client(build_server()) as client:
+        text = await refused(client, "submit_sweep", {"base": HF_BASE, "grid": {"lora_r": [8, 16]}})
+    assert "HF_TRAIN_MAX_COST_USD ($2.00)" in text and len(capybara.posted_jobs()) == before
+
+
+@pytest.mark.parametrize(("arguments", "expected"), [
+    ({"grid": {"learning_rate": [1e-4, 2.0]}}, "the run with {'learning_rate': 2.0}: learning_rate"),
+    ({"grid": {"lr": [1e-4]}}, "lr is not a parameter of submit_training"),
+    ({"grid": {"idempotency_key": ["a", "b"]}}, "idempotency_key: set on submit_sweep itself"),
+    ({"grid": {"lora_r": [8, 8]}}, "grid values repeat for lora_r"),
+    ({"grid": {"lora_r": [4, 8, 16], "learning_rate": [1e-4, 2e-4, 3e-4]}}, "the grid makes 9 runs, over max_runs=8"),
+    ({"grid": {"beta": [0.1, 0.2]}}, "beta applies to method"),
+    ({"grid": {"max_steps": [5]}}, "max_steps is in both base and grid"),
+])
+async def test_a_sweep_with_a_bad_run_is_refused_whole(capybara: Emulator, arguments: dict, expected: str) -> None:
+    before = len(capybara.posted_jobs())
+    async with Client(build_server()) as client:
+        text = await refused(client, "submit_sweep", {"base": HF_BASE, **arguments})
+    assert expected in text and len(capybara.posted_jobs()) == before
+
+
+async def test_a_retried_sweep_returns_the_same_jobs_and_launches_nothing_new(capybara: Emulator) -> None:
+    arguments = {"base": HF_BASE, "grid": {"learning_rate": [1e-4, 2e-4]}, "idempotency_key": "my-sweep-1"}
+    before = len(capybara.posted_jobs())
+    async with Client(build_server()) as client:
+        first = await call(client, "submit_sweep", arguments)
+        assert len(capybara.posted_jobs()) == before + 2
+        again = await call(client, "submit_sweep", arguments)
+    async with Client(build_server()) as other_server:  # a second server with the same ledger
+        third = await call(other_server, "submit_sweep", arguments)
+    assert len(capybara.posted_jobs()) == before + 2
+    assert again["sweep_id"] == third["sweep_id"] == first["sweep_id"]
+    assert [j["job_id"] for j in again["jobs"]] == [j["job_id"] for j in first["jobs"]]
+    assert "matched sweep" in again["warnings"][-1]
+    # one Trackio project, each run its own repo and run name, the grid values in each run's config
+    posted = capybara.posted_jobs()[-2:]
+    configs = [script_config(decoded_script(spec)) for spec in posted]
+    assert {c["project"] for c in configs} == {first["sweep_id"]}
+    assert [c["learning_rate"] for c in configs] == [1e-4, 2e-4]
+    assert [c["hub_model_id"] for c in configs] == ["emu-user/qwen-sft-0", "emu-user/qwen-sft-1"]
+    assert len({c["run_name"] for c in configs}) == 2
+    assert all(c["trackio_space_id"] == "emu-user/trackio" for c in configs)
+
+
+async def test_a_user_key_cannot_pose_as_a_sweep_run(capybara: Emulator) -> None:
+    async with Client(build_server()) as client:
+        text = await refused(client, "submit_training", {**HF_BASE, "idempotency_key": "sweep-0123456789ab-0"})
+    assert "may not start with 'sweep-'" in text
+
+
+async def test_queued_runs_start_only_as_slots_free(capybara: Emulator) -> None:
+    for _ in range(3):
+        capybara.plan_next(JobPlan(scheduling_s=0.1, running_s=600))  # runs until canceled
+    core = Core()
+    async with Client(build_server()) as client:
+        sweep = await call(client, "submit_sweep", {"base": HF_BASE, "grid": {"learning_rate": [1e-5, 1e-4, 1e-3]},
+                                                    "max_parallel": 2})
+    assert [job["state"] for job in sweep["jobs"]] == ["launched", "launched", "queued"]
+    assert "1 run(s) wait for a free slot" in sweep["next_step"]
+    sweep_id = sweep["sweep_id"]
+    time.sleep(1)
+    assert sweeps.supervise_once(core, sweep_id)  # both slots busy: nothing starts
+    assert len([r for r in Ledger().sweep_runs(sweep_id) if r.job_id]) == 2
+    core.cancel_job(sweep["jobs"][0]["job_id"])  # a slot frees
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not Ledger().sweep_runs(sweep_id)[2].job_id:
+        sweeps.supervise_once(core, sweep_id)  # the detached supervisor may beat us to it: one job either way
+        time.sleep(0.3)
+    runs = Ledger().sweep_runs(sweep_id)
+    assert runs[2].state == "launched" and runs[2].job_id
+    mine = [spec for spec in capybara.posted_jobs() if script_config(decoded_script(spec))["project"] == sweep_id]
+    assert len(mine) == 3  # run 3 once, though two supervisors looked
+    # cancel the whole sweep: the running runs stop, nothing else starts
+    async with Client(build_server()) as client:
+        canceled = await call(client, "cancel_job", {"job_id": sweep_id})
+        assert canceled["stage"] == "CANCELED" and "2 started run(s) canceled" in canceled["message"]
+        table = await call(client, "compare_runs", {"sweep_id": sweep_id})
+    assert table["sweep_state"] == "canceled"
+    assert {row["stage"] for row in table["runs"]} == {"CANCELED"}
+
+
+async def test_prune_cancels_the_run_that_trails_the_others_and_reports_the_saving(capybara: Emulator) -> None:
+    for losses in ([2.0, 1.6, 1.2, 1.0], [2.0, 2.4, 2.8, 3.0], [2.0, 1.7, 1.3, 1.1]):
+        capybara.plan_next(JobPlan(scheduling_s=0.1, running_s=120, log_lines=loss_lines(losses)))
+    core = Core()
+    async with Client(build_server()) as client:
+        sweep = await call(client, "submit_sweep", {"base": HF_BASE, "grid": {"learning_rate": [1e-4, 1e-2, 2e-4]},
+                                                    "max_parallel": 3, "prune": True})
+        sweep_id = sweep["sweep_id"]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and Ledger().sweep_runs(sweep_id)[1].state != "pruned":
+            sweeps.supervise_once(core, sweep_id)
+            time.sleep(0.5)
+        runs = Ledger().sweep_runs(sweep_id)
+        assert [r.state for r in runs] == ["launched", "pruned", "launched"]
+        assert re.match(r"pruned at step [234]/10: loss (2\.4|2\.8|3) vs the others' ", runs[1].note), runs[1].note
+        time.sleep(2.5)  # every loss line of the two others is out: the ranking compares their last losses
+        table = await call(client, "compare_runs", {"sweep_id": sweep_id})
+        await call(client, "cancel_job", {"job_id": sweep_id})
+    assert table["metric"] == "loss" and table["lower_is_better"] is True
+    assert [row["params"]["learning_rate"] for row in table["runs"]] == [1e-4, 2e-4, 1e-2]
+    assert table["saved_usd"] > 0 and table["best_job_id"] == runs[0].job_id
+    assert "no run has completed yet" in table["warnings"][0]
+    canceled = [r for r in capybara.requests if r["method"] == "POST" and r["path"].endswith("/cancel")]
+    assert any(runs[1].job_id in r["path"] for r in canceled)
+
+
+def test_a_run_is_pruned_only_when_it_trails_the_median_at_the_same_step() -> None:
+    good = [[2, 10, 2.0], [4, 10, 1.0]]
+    other = [[2, 10, 2.0], [6, 10, 1.2]]  # at step 4: 1.6 (interpolated)
+    assert sweeps.loss_at(other, 4) == pytest.approx(1.6)
+    assert sweeps.loss_at(other, 7) is None and sweeps.loss_at(other, 1) is None
+    bad = [[2, 10, 2.0], [4, 10, 1.9]]
+    assert [i for i, *_ in sweeps.trailing({0: good, 1: other, 2: bad}, {0, 1, 2})] == [2]  # 1.9 > 1.3 * 1.1
+    close = [[2, 10, 2.0], [4, 10, 1.4]]  # within 10% of the median (1.3)
+    assert sweeps.trailing({0: good, 1: other, 2: close}, {2}) == []
+    early = [[1, 10, 9.0]]  # before 20% of its steps: never
+    assert sweeps.trailing({0: good, 1: other, 2: early}, {2}) == []
+    assert sweeps.trailing({0: [[4, 10, 5.0]]}, {0}) == []  # nothing to compare with
+
+
+async def test_compare_runs_of_job_ids_shows_what_differs(capybara: Emulator) -> None:
+    async with Client(build_server()) as client:
+        first = await call(client, "submit_training", {**HF_BASE, "learning_rate": 1e-4})
+        second = await call(client, "submit_training", {**HF_BASE, "learning_rate": 3e-4, "lora_r": 32})
+        time.sleep(1.5)
+        table = await call(client, "compare_runs", {"job_ids": [first["job_id"], second["job_id"]]})
+        text = await refused(client, "compare_runs", {"job_ids": ["6650f0e1a2b3c4d5e6f7a8b9"]})
+        both = await refused(client, "compare_runs", {})
+    assert sorted(row["params"]["learning_rate"] for row in table["runs"]) == [1e-4, 3e-4]
+    assert {tuple(sorted(row["params"])) for row in table["runs"]} == {("learning_rate", "lora_r")}
+    assert "not in this server's ledger" in text and "sweep_id" in both
+
+
+# --- on this machine: the whole loop, the second run started by the detached supervisor ------------------------
+@needs_training
+@pytest.mark.training
+async def test_a_two_run_local_sweep_completes_one_at_a_time_and_is_ranked(tiny_model: Path, tmp_path: Path,
+                                                                           offline) -> None:
+    from hf_train_mcp.tiny import example_rows, write_jsonl
+
+    data = write_jsonl(tmp_path / "data.jsonl", example_rows("sft", 16))
+    base: dict[str, Any] = {"model": str(tiny_model), "dataset": str(data), "backend": "local", "max_steps": 2,
+                            "per_device_batch_size": 2, "gradient_accumulation": 1, "max_length": 128}
+    async with Client(build_server()) as client:
+        sweep = await call(client, "submit_sweep", {"base": base, "grid": {"learning_rate": [1e-4, 5e-3]},
+                                                    "max_parallel": 1, "idempotency_key": "local-sweep"})
+    # the server is gone; the supervisor starts the second run when the first ends
+    assert [job["state"] for job in sweep["jobs"]] == ["launched", "queued"]
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and Ledger().sweep(sweep["sweep_id"]).state == "running":
+        time.sleep(0.5)
+    assert Ledger().sweep(sweep["sweep_id"]).state == "finished"
+    async with Client(build_server()) as client:
+        table = await call(client, "compare_runs", {"sweep_id": sweep["sweep_id"]})
+    assert [row["stage"] for row in table["runs"]] == ["COMPLETED", "COMPLETED"]
+    losses = [row["metrics"]["loss"] for row in table["runs"]]
+    assert losses == sorted(losses) and table["best_job_id"] == table["runs"][0]["job_id"]
+    assert {row["params"]["learning_rate"] for row in table["runs"]} == {1e-4, 5e-3}
+    assert "export_model" in table["next_step"]
+    # max_parallel=1: the second run started after the first had ended
+    folders = [Path(Ledger().get(row.job_id).job_dir) for row in Ledger().sweep_runs(sweep["sweep_id"])]
+    first_end = (folders[0] / "exit_code").stat().st_mtime
+    second_start = (folders[1] / "launch.json").stat().st_mtime
+    assert second_start >= first_end
+    configs = [script_config((folder / "train.py").read_text()) for folder in folders]
+    assert {c["project"] for c in configs} == {sweep["sweep_id"]}
