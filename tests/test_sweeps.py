@@ -1,8 +1,10 @@
 """submit_sweep and compare_runs: a grid under one budget, at most max_parallel at a time, started by a supervisor
 that outlives the server, retried without launching twice, pruned when a run trails the others."""
 
+import json
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -76,6 +78,7 @@ async def test_the_operators_cap_bounds_the_whole_sweep(capybara: Emulator, monk
     ({"grid": {"lora_r": [4, 8, 16], "learning_rate": [1e-4, 2e-4, 3e-4]}}, "the grid makes 9 runs, over max_runs=8"),
     ({"grid": {"beta": [0.1, 0.2]}}, "beta applies to method"),
     ({"grid": {"max_steps": [5]}}, "max_steps is in both base and grid"),
+    ({"grid": {"backend": ["hf", "local"]}}, "backend cannot vary within a sweep"),
 ])
 async def test_a_sweep_with_a_bad_run_is_refused_whole(capybara: Emulator, arguments: dict, expected: str) -> None:
     before = len(capybara.posted_jobs())
@@ -107,34 +110,67 @@ async def test_a_retried_sweep_returns_the_same_jobs_and_launches_nothing_new(ca
     assert all(c["trackio_space_id"] == "emu-user/trackio" for c in configs)
 
 
+def test_two_servers_racing_with_one_key_launch_one_sweep(capybara: Emulator) -> None:
+    from hf_train_mcp.request import SweepRequest
+
+    req = SweepRequest(base=HF_BASE, grid={"learning_rate": [1e-4, 2e-4]}, idempotency_key="raced")
+    before = len(capybara.posted_jobs())
+    with ThreadPoolExecutor(2) as pool:  # both plan (no sweep holds the key yet); one stores it first
+        results = list(pool.map(lambda core: core.submit_sweep(req), [Core(), Core()]))
+    assert results[0].sweep_id == results[1].sweep_id
+    assert len(capybara.posted_jobs()) == before + 2
+
+
+async def test_a_sweep_is_confirmed_once_for_its_whole_worst_case(capybara: Emulator, monkeypatch) -> None:
+    from tests.test_agent_surface import answering
+
+    monkeypatch.setenv("HF_TRAIN_CONFIRM_ABOVE_USD", "2")  # one run ($1.50) would not be asked; two ($3.00) are
+    asked: list[str] = []
+    before = len(capybara.posted_jobs())
+    arguments = {"base": HF_BASE, "grid": {"lora_r": [8, 16]}}
+    async with Client(build_server(), elicitation_callback=answering("decline", asked=asked)) as client:
+        declined = await client.call_tool("submit_sweep", arguments)
+    assert declined.is_error and "not submitted" in declined.content[0].text
+    assert len(asked) == 1 and "a sweep of 2 SFT runs" in asked[0] and "at most $3.00" in asked[0]
+    assert "1h each" in asked[0] and len(capybara.posted_jobs()) == before
+    async with Client(build_server(), elicitation_callback=answering("accept", {"submit": True})) as client:
+        accepted = await call(client, "submit_sweep", arguments)
+    assert len(capybara.posted_jobs()) == before + 2 and accepted["worst_case_cost_usd"] == 3.0
+
+
 async def test_a_user_key_cannot_pose_as_a_sweep_run(capybara: Emulator) -> None:
     async with Client(build_server()) as client:
         text = await refused(client, "submit_training", {**HF_BASE, "idempotency_key": "sweep-0123456789ab-0"})
     assert "may not start with 'sweep-'" in text
 
 
-async def test_queued_runs_start_only_as_slots_free(capybara: Emulator) -> None:
+async def test_queued_runs_start_only_as_slots_free(capybara: Emulator, monkeypatch) -> None:
+    # this test is the supervisor (two of them, racing), so each look is seen; the detached one is tested on CPU below
+    started: list[str] = []
+    monkeypatch.setattr(sweeps, "ensure_supervised", lambda core, sweep: started.append(sweep.sweep_id))
     for _ in range(3):
         capybara.plan_next(JobPlan(scheduling_s=0.1, running_s=600))  # runs until canceled
-    core = Core()
     async with Client(build_server()) as client:
         sweep = await call(client, "submit_sweep", {"base": HF_BASE, "grid": {"learning_rate": [1e-5, 1e-4, 1e-3]},
                                                     "max_parallel": 2})
-    assert [job["state"] for job in sweep["jobs"]] == ["launched", "launched", "queued"]
-    assert "1 run(s) wait for a free slot" in sweep["next_step"]
     sweep_id = sweep["sweep_id"]
-    time.sleep(1)
-    assert sweeps.supervise_once(core, sweep_id)  # both slots busy: nothing starts
-    assert len([r for r in Ledger().sweep_runs(sweep_id) if r.job_id]) == 2
-    core.cancel_job(sweep["jobs"][0]["job_id"])  # a slot frees
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and not Ledger().sweep_runs(sweep_id)[2].job_id:
-        sweeps.supervise_once(core, sweep_id)  # the detached supervisor may beat us to it: one job either way
-        time.sleep(0.3)
+    assert [job["state"] for job in sweep["jobs"]] == ["launched", "launched", "queued"] and started == [sweep_id]
+    assert "1 run(s) wait for a free slot" in sweep["next_step"]
+
+    def posted() -> list[dict]:
+        return [spec for spec in capybara.posted_jobs() if script_config(decoded_script(spec))["project"] == sweep_id]
+
+    time.sleep(0.5)
+    assert sweeps.supervise_once(Core(), sweep_id)  # both slots busy: nothing starts
+    assert len(posted()) == 2
+    Core().cancel_job(sweep["jobs"][0]["job_id"])  # a slot frees: two supervisors see it at once
+    with ThreadPoolExecutor(2) as pool:
+        assert all(pool.map(lambda core: sweeps.supervise_once(core, sweep_id), [Core(), Core()]))
     runs = Ledger().sweep_runs(sweep_id)
     assert runs[2].state == "launched" and runs[2].job_id
-    mine = [spec for spec in capybara.posted_jobs() if script_config(decoded_script(spec))["project"] == sweep_id]
-    assert len(mine) == 3  # run 3 once, though two supervisors looked
+    assert len(posted()) == 3  # run 3 once, though both launched it
+    pinned = json.loads(runs[2].request_json)  # started later, within what was approved: $1.50 at most
+    assert (pinned["flavor"], pinned["timeout"], pinned["max_cost_usd"]) == ("a10g-large", 3600, 1.5)
     # cancel the whole sweep: the running runs stop, nothing else starts
     async with Client(build_server()) as client:
         canceled = await call(client, "cancel_job", {"job_id": sweep_id})

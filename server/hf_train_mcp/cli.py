@@ -117,7 +117,7 @@ def _help(info: Any, kind: Any) -> str:
             kind, "text"))
     if not info.is_required() and info.default not in (None, False):
         parts.append(f"default {info.default}")
-    return "; ".join(parts)
+    return "; ".join(parts).replace("%", "%%")  # argparse formats help strings
 
 
 def _mapping(text: str) -> dict:

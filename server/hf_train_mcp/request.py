@@ -169,6 +169,7 @@ class ExportRequest(FollowupShape):
 
 # what a sweep sets itself on every run: a grid or base may not
 SWEEP_OWNED = frozenset({"dry_run", "idempotency_key"})
+NOT_GRIDDED = frozenset({"backend"})  # one sweep runs in one place
 SWEEP_RUNS_MAX = 64
 
 
@@ -193,6 +194,9 @@ class SweepRequest(Request):
         if unknown:
             raise ValueError(f"{', '.join(unknown)} {'is not a parameter' if len(unknown) == 1 else 'are not parameters'}"
                              " of submit_training")
+        fixed = sorted(set(self.grid) & NOT_GRIDDED)
+        if fixed:
+            raise ValueError(f"{', '.join(fixed)} cannot vary within a sweep: put it in base")
         both = sorted(set(self.base) & set(self.grid))
         if both:
             raise ValueError(f"{', '.join(both)} is in both base and grid: keep it in one")
