@@ -271,7 +271,8 @@ def finetune_prompt(model: str, dataset: str, goal: str = "") -> str:
     return f"""Fine-tune {model} on {dataset} with the hf-train tools.{aim}
 
 1. validate_dataset(dataset={json.dumps(dataset)}, method=...) — pick the method from the data (messages/text:
-   sft; prompt+chosen+rejected: dpo; prompt only: grpo) and apply its suggested_column_mapping.
+   sft; prompt+chosen+rejected: dpo; prompt+completion+label: kto; prompt only: grpo) and apply its
+   suggested_column_mapping.
 2. estimate_cost(model={json.dumps(model)}, dataset=...) — show me the cheapest flavor that fits, hours, dollars and
    the recommended timeout; for a run over ~$20 offer estimate_cost(measure=True) first.
 3. submit_training(..., dry_run=True) — show the plan (flavor, timeout, worst case), then submit for real with a
@@ -282,4 +283,6 @@ def finetune_prompt(model: str, dataset: str, goal: str = "") -> str:
    reward) and base vs fine-tuned samples; its job_status last_metrics hold the results, which also land in the
    model card and the Trackio project. Report them next to the training loss.
 6. export_model(model=<job_id>, format="merged") for vLLM/transformers, or format="gguf" (q4_k_m) for
-   llama.cpp/Ollama, if I want to run it elsewhere. Report every step with its job and model URLs."""
+   llama.cpp/Ollama, if I want to run it elsewhere. Report every step with its job and model URLs.
+If I ask for the best settings, use submit_sweep over a small grid (learning_rate, lora_r) under my budget, then
+compare_runs and evaluate/export its best_job_id."""
