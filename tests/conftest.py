@@ -15,6 +15,7 @@ os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
 os.environ.pop("HF_TOKEN", None)
 os.environ.pop("HUGGING_FACE_HUB_TOKEN", None)
 os.environ.pop("HF_TRAIN_BACKEND", None)
+os.environ["HF_TRAIN_RESUME_SWEEPS"] = "0"  # a server start in one test must not revive another test's sweep
 
 WRITE_TOKEN = next(t for t, role in TOKENS.items() if role == "write")
 READ_TOKEN = next(t for t, role in TOKENS.items() if role == "read")
@@ -88,3 +89,24 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from hf_train_mcp.tiny import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-qwen2")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """No sweep supervisor of this session outlives it (each would poll a Hub emulator that is gone)."""
+    import signal
+
+    base = str(session.config._tmp_path_factory.getbasetemp())  # type: ignore[attr-defined]
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().split(b"\0")
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        home = next((v[len(b"HF_TRAIN_HOME="):].decode() for v in environ if v.startswith(b"HF_TRAIN_HOME=")), "")
+        if b"hf_train_mcp.sweeper" in command and home.startswith(base):
+            try:
+                os.kill(int(entry.name), signal.SIGTERM)
+            except OSError:
+                pass

@@ -421,7 +421,6 @@ async def test_a_submission_whose_key_was_taken_over_launches_nothing(chat, monk
 
 
 async def test_a_remote_caller_cannot_replay_a_local_jobs_key(offline, allowed_dir: Path) -> None:
-    from hf_train_mcp.request import TrainingRequest
     from tests.test_local_backend import _record
 
     Core().ledger.record(_record("local-aaaaaaaaaaaa", "shared-key", backend="local"))

@@ -122,6 +122,7 @@ async def test_a_measurement_on_jobs_is_a_short_job_that_pushes_nothing(hub: Emu
     args = {"model": "Qwen/Qwen2-0.5B-Instruct", "dataset": "org/chat", "flavor": "a10g-small", "max_steps": 300}
     async with Client(build_server()) as client:
         first = (await client.call_tool("estimate_cost", {**args, "measure": True})).structured_content
+        assert first["measurement"]["stage"] is not None
         job = hub.posted_jobs()[-1]
         assert job["labels"]["kind"] == "probe" and job["flavor"] == "a10g-small"
         import base64

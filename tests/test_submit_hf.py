@@ -121,6 +121,7 @@ async def test_an_output_bucket_is_mounted_as_the_output_dir(hub: Emulator) -> N
     config = script_config(decoded_script(spec))
     assert config["output_dir"].startswith("/outputs/sft-Qwen2-0.5B-Instruct-") and config["resume_from_dir"] is None
     again = await call("submit_training", {**BASE, "max_steps": 50, "output_bucket": "emu-user/ckpts"})
+    assert not again.is_error
     other = script_config(decoded_script(hub.posted_jobs()[-1]))
     assert other["output_dir"] != config["output_dir"] and other["run_name"] != config["run_name"]  # own folder, run
 

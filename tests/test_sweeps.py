@@ -1,8 +1,11 @@
 """submit_sweep and compare_runs: a grid under one budget, at most max_parallel at a time, started by a supervisor
 that outlives the server, retried without launching twice, pruned when a run trails the others."""
 
+import contextlib
 import json
+import os
 import re
+import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -13,7 +16,11 @@ from mcp import Client
 
 from hf_train_mcp import sweeps
 from hf_train_mcp.app import build_server
-from hf_train_mcp.ledger import Ledger
+from hf_train_mcp.access import Access
+from hf_train_mcp.backends.local import process_alive
+from hf_train_mcp.errors import TrainError
+from hf_train_mcp.ledger import Ledger, SweepRecord, SweepRunRecord
+from hf_train_mcp.paths import data_home
 from hf_train_mcp.service import Core
 from tests.conftest import needs_training
 from tests.emulator import Emulator, JobPlan, ViewerDataset
@@ -29,10 +36,13 @@ def supervisors(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Supervisors this test started are stopped with it (a real one would go on until its sweep ends)."""
     monkeypatch.setenv(sweeps.POLL_ENV, "0.3")
     yield
-    for proc in list(sweeps._SUPERVISORS.values()):
-        proc.terminate()
-        proc.wait(timeout=30)
-    sweeps._SUPERVISORS.clear()
+    for pid_file in (data_home() / "sweeps").glob("*.pid"):
+        pid = int(pid_file.read_text())
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while process_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 @pytest.fixture
@@ -79,6 +89,10 @@ async def test_the_operators_cap_bounds_the_whole_sweep(capybara: Emulator, monk
     ({"grid": {"beta": [0.1, 0.2]}}, "beta applies to method"),
     ({"grid": {"max_steps": [5]}}, "max_steps is in both base and grid"),
     ({"grid": {"backend": ["hf", "local"]}}, "backend cannot vary within a sweep"),
+    ({"grid": {"run_name": ["a", "b"]}}, "run_name cannot vary within a sweep"),
+    ({"grid": {"project": ["a", "b"]}}, "project cannot vary within a sweep"),
+    ({"base": {**HF_BASE, "method": "dpo"}, "grid": {"beta": [0.1, 0.5]}, "prune": True},
+     "beta changes what the loss measures"),
 ])
 async def test_a_sweep_with_a_bad_run_is_refused_whole(capybara: Emulator, arguments: dict, expected: str) -> None:
     before = len(capybara.posted_jobs())
@@ -118,6 +132,9 @@ def test_two_servers_racing_with_one_key_launch_one_sweep(capybara: Emulator) ->
     with ThreadPoolExecutor(2) as pool:  # both plan (no sweep holds the key yet); one stores it first
         results = list(pool.map(lambda core: core.submit_sweep(req), [Core(), Core()]))
     assert results[0].sweep_id == results[1].sweep_id
+    deadline = time.monotonic() + 30  # the loser may have started the supervisor, which posts what is left
+    while time.monotonic() < deadline and not all(r.job_id for r in Ledger().sweep_runs(results[0].sweep_id)):
+        time.sleep(0.2)
     assert len(capybara.posted_jobs()) == before + 2
 
 
@@ -170,7 +187,8 @@ async def test_queued_runs_start_only_as_slots_free(capybara: Emulator, monkeypa
     assert runs[2].state == "launched" and runs[2].job_id
     assert len(posted()) == 3  # run 3 once, though both launched it
     pinned = json.loads(runs[2].request_json)  # started later, within what was approved: $1.50 at most
-    assert (pinned["flavor"], pinned["timeout"], pinned["max_cost_usd"]) == ("a10g-large", 3600, 1.5)
+    assert (pinned["backend"], pinned["flavor"], pinned["timeout"], pinned["max_cost_usd"]) == (
+        "hf", "a10g-large", 3600, 1.5)
     # cancel the whole sweep: the running runs stop, nothing else starts
     async with Client(build_server()) as client:
         canceled = await call(client, "cancel_job", {"job_id": sweep_id})
@@ -206,6 +224,51 @@ async def test_prune_cancels_the_run_that_trails_the_others_and_reports_the_savi
     assert any(runs[1].job_id in r["path"] for r in canceled)
 
 
+async def test_a_worst_case_in_fractions_of_a_cent_is_approved_whole(capybara: Emulator) -> None:
+    # 17 min x $1.50/h = $0.425: each run's cap is $0.43, never the $0.42 its plan rounds to
+    async with Client(build_server()) as client:
+        sweep = await call(client, "submit_sweep", {"base": {**HF_BASE, "timeout": "17m"},
+                                                    "grid": {"learning_rate": [1e-4, 2e-4]}})
+        assert [job["state"] for job in sweep["jobs"]] == ["launched", "launched"], sweep["jobs"]
+        assert sweep["worst_case_cost_usd"] == 0.86
+        time.sleep(1.5)  # the emulated jobs finish
+        table = await call(client, "compare_runs", {"sweep_id": sweep["sweep_id"]})
+    assert table["sweep_state"] == "finished"  # seen by compare_runs, with or without a supervisor
+
+
+async def test_a_canceled_sweep_launches_nothing_more(capybara: Emulator, monkeypatch) -> None:
+    monkeypatch.setattr(sweeps, "ensure_supervised", lambda core, sweep: None)
+    for _ in range(3):
+        capybara.plan_next(JobPlan(scheduling_s=0.1, running_s=600))
+    async with Client(build_server()) as client:
+        sweep = await call(client, "submit_sweep", {"base": HF_BASE, "grid": {"learning_rate": [1e-5, 1e-4, 1e-3]},
+                                                    "max_parallel": 1})
+        stale = Ledger().sweep_runs(sweep["sweep_id"])  # what a supervisor read just before the cancel
+        before = len(capybara.posted_jobs())
+        await call(client, "cancel_job", {"job_id": sweep["sweep_id"]})
+    sweeps.launch(Core(), stale[1])
+    assert sweeps.supervise_once(Core(), sweep["sweep_id"]) is False
+    assert len(capybara.posted_jobs()) == before
+    assert [r.state for r in Ledger().sweep_runs(sweep["sweep_id"])] == ["launched", "canceled", "canceled"]
+
+
+def test_an_http_caller_without_local_jobs_cannot_reach_a_local_sweep() -> None:
+    ledger = Ledger()
+    ledger.create_sweep(SweepRecord("sweep-0123456789ab", "nightly", "2026-12-01T00:00:00Z", "local", json.dumps(
+        {"base": {}}), 1, 0, "running", None, 0.0, None), [SweepRunRecord("sweep-0123456789ab", 0, "{}", "{}", "queued")])
+    http = Core(access=Access.http())
+    from hf_train_mcp.request import CompareRequest, SweepRequest
+
+    for attempt in (lambda: http.compare_runs(CompareRequest(sweep_id="sweep-0123456789ab")),
+                    lambda: http.cancel_job("sweep-0123456789ab"),
+                    lambda: http.submit_sweep(SweepRequest(base={"model": "m", "dataset": "org/d"},
+                                                           grid={"learning_rate": [1e-4]}, idempotency_key="nightly"))):
+        with pytest.raises(TrainError, match="allow-local-jobs"):
+            attempt()
+    assert ledger.sweep("sweep-0123456789ab").state == "running"
+    assert not (data_home() / "sweeps" / "sweep-0123456789ab.pid").exists()  # no supervisor started for it
+
+
 def test_a_run_is_pruned_only_when_it_trails_the_median_at_the_same_step() -> None:
     good = [[2, 10, 2.0], [4, 10, 1.0]]
     other = [[2, 10, 2.0], [6, 10, 1.2]]  # at step 4: 1.6 (interpolated)
@@ -218,6 +281,15 @@ def test_a_run_is_pruned_only_when_it_trails_the_median_at_the_same_step() -> No
     early = [[1, 10, 9.0]]  # before 20% of its steps: never
     assert sweeps.trailing({0: good, 1: other, 2: early}, {2}) == []
     assert sweeps.trailing({0: [[4, 10, 5.0]]}, {0}) == []  # nothing to compare with
+    assert sweeps.trailing({0: [[4, 10, 1.0]], 2: [[4, 10, 1.1]]}, {2}) == []  # exactly 10%: not beyond it
+    diverged = [[2, 10, float("nan")]]  # a NaN loss never recovers: pruned at once, whatever the step
+    assert [i for i, *_ in sweeps.trailing({0: good, 1: diverged}, {1})] == [1]
+    # GRPO: the mean reward, higher is better, and a gap near 0 is judged against a floor, not relatively
+    assert sweeps.watched("grpo") == ("reward", False) and sweeps.watched("dpo") == ("loss", True)
+    rewards = {0: [[4, 10, 0.50]], 1: [[4, 10, 0.45]], 2: [[4, 10, 0.20]]}
+    assert [i for i, *_ in sweeps.trailing(rewards, {0, 1, 2}, lower_is_better=False)] == [2]
+    near_zero = {0: [[4, 10, 1e-4]], 1: [[4, 10, 2e-4]], 2: [[4, 10, 3.5e-4]]}
+    assert sweeps.trailing(near_zero, {0, 1, 2}) == []
 
 
 async def test_compare_runs_of_job_ids_shows_what_differs(capybara: Emulator) -> None:

@@ -7,6 +7,7 @@ large spend into a question to the user when the client can ask.
 
 import inspect
 import json
+import logging
 import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -40,6 +41,7 @@ there is no HF account (backend='local'). Typical flow: validate_dataset -> esti
 after this conversation; the model is pushed to hub_model_id with checkpoints along the way. The finetune
 prompt walks through the whole loop."""
 CONFIRM_DEFAULT_USD = 10.0
+RESUME_SWEEPS_AFTER_S = 2.0
 
 
 class Confirm(BaseModel):
@@ -143,10 +145,23 @@ def build_server(core: Any | None = None, access: Access = STDIO, *, watch_inter
 
     watcher = JobWatcher(get_core, interval_s=watch_interval_s)
 
+    async def resume_sweeps() -> None:
+        """Sweeps whose supervisor died (a reboot, a container restart) go on once a server starts again."""
+        if os.environ.get("HF_TRAIN_RESUME_SWEEPS", "1").strip().lower() in ("0", "off", "no", "false"):
+            return
+        await anyio.sleep(RESUME_SWEEPS_AFTER_S)  # after start-up: the first tools/list must not wait on the disk
+        try:
+            from hf_train_mcp import sweeps
+
+            await anyio.to_thread.run_sync(lambda: sweeps.resume(get_core()))
+        except Exception:  # the server serves regardless; the next compare_runs restarts a sweep too
+            logging.getLogger(__name__).exception("could not resume running sweeps")
+
     @asynccontextmanager
     async def lifespan(_: MCPServer) -> AsyncIterator[dict[str, Any]]:
         async with anyio.create_task_group() as group:
             group.start_soon(watcher.run)
+            group.start_soon(resume_sweeps)
             try:
                 yield {"watcher": watcher}
             finally:

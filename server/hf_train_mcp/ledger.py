@@ -72,6 +72,7 @@ CREATE TABLE IF NOT EXISTS sweep_runs (
     estimated_cost_usd REAL,
     worst_case_cost_usd REAL,
     saved_usd REAL,
+    claimed_at TEXT,
     PRIMARY KEY (sweep_id, idx)
 );
 """
@@ -168,13 +169,14 @@ class SweepRunRecord:
     idx: int
     params_json: str
     request_json: str  # the run's TrainingRequest, flavor, timeout and budget pinned when the sweep was approved
-    state: str  # queued | launched | pruned | failed | canceled
+    state: str  # queued | launching | launched | pruned | failed | canceled
     job_id: str | None = None
     note: str | None = None
     history_json: str = "[]"  # [[step, total_steps, loss], ...] as the supervisor saw them
     estimated_cost_usd: float | None = None
     worst_case_cost_usd: float | None = None
     saved_usd: float | None = None
+    claimed_at: str | None = None  # when a launch was claimed (state launching)
 
     @property
     def params(self) -> dict[str, Any]:
@@ -395,6 +397,10 @@ class Ledger:
     def sweep(self, sweep_id: str) -> SweepRecord | None:
         row = self._connect().execute(f"{_SWEEP_SELECT} WHERE sweep_id = ?", (sweep_id,)).fetchone()
         return SweepRecord(*row) if row else None
+
+    def sweeps(self, *, state: str) -> "list[SweepRecord]":
+        rows = self._connect().execute(f"{_SWEEP_SELECT} WHERE state = ? ORDER BY created_at", (state,))
+        return [SweepRecord(*r) for r in rows.fetchall()]
 
     def sweep_by_key(self, key: str) -> SweepRecord | None:
         row = self._connect().execute(f"{_SWEEP_SELECT} WHERE idempotency_key = ?", (key,)).fetchone()

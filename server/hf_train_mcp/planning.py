@@ -78,6 +78,7 @@ class RunPlan:
     template: str | None = None  # templates/<template>.py.j2; a training job's is its method's
     reward_code: str | None = None  # GRPO user reward (training, or the evaluation of a GRPO run)
     output_bucket: str | None = None
+    usd_per_hour: float | None = None  # the flavor's price the worst case was judged at
 
     @property
     def method(self) -> str:
@@ -457,5 +458,5 @@ def plan_run(
         effective_batch_size=effective, estimate=estimate, config=config, dependencies=_dependencies(req, spec),
         namespace=namespace, trackio_space_id=trackio_space, warnings=warnings,
         reward_code=getattr(req, "reward_code", None), template=spec.template_name,
-        output_bucket=req.output_bucket,
+        output_bucket=req.output_bucket, usd_per_hour=price,
     )

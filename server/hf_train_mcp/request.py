@@ -169,7 +169,11 @@ class ExportRequest(FollowupShape):
 
 # what a sweep sets itself on every run: a grid or base may not
 SWEEP_OWNED = frozenset({"dry_run", "idempotency_key"})
-NOT_GRIDDED = frozenset({"backend"})  # one sweep runs in one place
+NOT_GRIDDED = frozenset({"backend", "project", "run_name"})  # one sweep: one place, one Trackio project
+# what changes what a loss means: runs that differ in these cannot be pruned against each other
+PRUNE_INCOMPARABLE = frozenset({"method", "beta", "desirable_weight", "reward_funcs", "reward_code",
+                                "num_generations", "model", "teacher_model", "dataset", "dataset_config",
+                                "dataset_split", "column_mapping"})
 SWEEP_RUNS_MAX = 64
 
 
@@ -197,6 +201,10 @@ class SweepRequest(Request):
         fixed = sorted(set(self.grid) & NOT_GRIDDED)
         if fixed:
             raise ValueError(f"{', '.join(fixed)} cannot vary within a sweep: put it in base")
+        incomparable = sorted(set(self.grid) & PRUNE_INCOMPARABLE) if self.prune else []
+        if incomparable:
+            raise ValueError(f"prune compares the runs' losses step by step, and {', '.join(incomparable)} changes "
+                             "what the loss measures: drop prune, or keep that parameter out of the grid")
         both = sorted(set(self.base) & set(self.grid))
         if both:
             raise ValueError(f"{', '.join(both)} is in both base and grid: keep it in one")

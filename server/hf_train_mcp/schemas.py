@@ -228,7 +228,7 @@ class DatasetReport(BaseModel):
     token_stats: TokenStats | None = None
 
 
-SweepRunState = Literal["queued", "launched", "pruned", "failed", "canceled"]
+SweepRunState = Literal["queued", "launching", "launched", "pruned", "failed", "canceled"]
 
 
 class SweepRun(BaseModel):

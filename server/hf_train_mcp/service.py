@@ -235,6 +235,7 @@ class Core:
                      confirm: "Callable[[Any], None] | None" = None) -> SweepResult:
         existing = self.existing_submission(req)
         if existing is not None:
+            self.check_sweep_access(existing)
             sweeps.ensure_supervised(self, existing)
             return sweeps.sweep_result(self, existing, [
                 f"idempotency_key matched sweep {existing.sweep_id}: returned it instead of launching again"])
@@ -245,6 +246,11 @@ class Core:
             confirm(plan)
         record, warnings = sweeps.store_and_start(self, plan, progress)
         return sweeps.sweep_result(self, record, warnings)
+
+    def check_sweep_access(self, sweep: Any) -> None:
+        """A sweep on this machine is as out of reach as its jobs for a caller who may not run local jobs."""
+        if backends.traits(sweep.backend).runs_here:
+            self.access.check_local_jobs()
 
     @staticmethod
     def _sweep_backend(req: SweepRequest) -> str:
@@ -809,7 +815,9 @@ class Core:
                        finished=finished and read.complete and next_offset >= len(read.lines), note=read.note)
 
     def cancel_job(self, job_id: str) -> CancelResult:
-        if job_id.startswith(sweeps.KEY_PREFIX) and self.ledger.sweep(job_id) is not None:
+        sweep = self.ledger.sweep(job_id) if job_id.startswith(sweeps.KEY_PREFIX) else None
+        if sweep is not None:
+            self.check_sweep_access(sweep)
             return CancelResult(job_id=job_id, stage="CANCELED", message=sweeps.cancel_sweep(self, job_id))
         backend, bare, namespace, record, state = self._state(job_id)
         if state.stage in TERMINAL_STAGES:

@@ -15,6 +15,7 @@ from hf_train_mcp.paths import data_home
 from hf_train_mcp.sweeps import poll_seconds, supervise_once
 
 log = logging.getLogger("hf_train_mcp.sweeper")
+GIVE_UP_AFTER_S = 3600
 
 
 def run(sweep_id: str) -> int:
@@ -28,12 +29,19 @@ def run(sweep_id: str) -> int:
         except BlockingIOError:
             return 0  # another supervisor has this sweep
         core = Core()
+        failing_since = None
         while True:
             try:
                 if not supervise_once(core, sweep_id):
                     return 0
+                failing_since = None
             except Exception:  # a Hub hiccup must not end the sweep: look again next round
                 log.exception("sweep %s: look failed", sweep_id)
+                failing_since = failing_since or time.monotonic()
+                if time.monotonic() - failing_since > GIVE_UP_AFTER_S:
+                    log.error("sweep %s: no look has worked for %d s; the next server start or compare_runs "
+                              "supervises it again", sweep_id, GIVE_UP_AFTER_S)
+                    return 1
             time.sleep(poll_seconds())
 
 

@@ -8,22 +8,26 @@ stdio server with it) has ended. Each run is an ordinary keyed submission (`<swe
 often a launch is retried, by whichever process, a run is one job.
 """
 
+import fcntl
 import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import uuid
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hf_train_mcp import backends
+from hf_train_mcp import backends, methods
+from hf_train_mcp.backends.base import SubmissionUnknown
+from hf_train_mcp.detach import spawn
 from hf_train_mcp.errors import TrainError
-from hf_train_mcp.hub import hub_token, scrub
+from hf_train_mcp.hub import HubUnreachable, hub_token, scrub
 from hf_train_mcp.ledger import SETTLED_STAGES, SweepRecord, SweepRunRecord, now_iso
 from hf_train_mcp.paths import data_home
-from hf_train_mcp.planning import operator_cap
+from hf_train_mcp.planning import operator_cap, worst_case_usd
 from hf_train_mcp.request import CompareRequest, SweepRequest, TrainingRequest
 from hf_train_mcp.schemas import Comparison, RunRow, SweepResult, SweepRun
 
@@ -33,12 +37,13 @@ if TYPE_CHECKING:
 KEY_PREFIX = "sweep-"  # sweep ids, and the idempotency keys of their runs, start with it
 PRUNE_MARGIN = 0.10  # a run is pruned when its loss is this much above the others' median at the same step
 PRUNE_AFTER = 0.2  # ... and only after this fraction of its steps (early losses are noise)
+PRUNE_FLOOR = 0.1  # the margin is at least 10% of this (a loss or reward near 0 makes any gap relative-huge)
+STALE_LAUNCH_S = 600  # a launch claimed this long ago by a process that has not finished it is taken over
 POLL_ENV = "HF_TRAIN_SWEEP_POLL_S"
 POLL_DEFAULT_S = 30.0
 # request fields that differ between runs without being what was compared
 NOT_PARAMS = frozenset({"idempotency_key", "run_name", "project", "hub_model_id", "dry_run", "timeout", "flavor",
                         "max_cost_usd", "trackio_space_id", "output_bucket"})
-_SUPERVISORS: dict[str, subprocess.Popen] = {}  # started here: polled so that finished ones are reaped
 
 
 def poll_seconds() -> float:
@@ -69,7 +74,8 @@ class SweepPlan:
 
     @property
     def worst_case_cost_usd(self) -> float:
-        return round(sum(prepared.worst_case_cost_usd for _, _, prepared in self.runs), 2)
+        """What the runs may bill at most: the sum of their pinned caps."""
+        return round(sum(pinned.max_cost_usd or 0.0 for _, pinned, _ in self.runs), 2)
 
     @property
     def estimated_cost_usd(self) -> float | None:
@@ -119,22 +125,24 @@ def plan_sweep(core: "Core", req: SweepRequest, backend_name: str, progress) -> 
             prepared = core.preview(run, kind="train")
         except TrainError as exc:
             raise TrainError(f"the run with {json.dumps(params)} cannot be launched: {exc}") from None
-        runs.append((params, pin(run, prepared, backend_name), prepared))
+        runs.append((params, pin(prepared, backend_name), prepared))
     plan = SweepPlan(req=req, sweep_id=sweep_id, backend_name=backend_name, runs=runs)
     check_sweep_budget(req, plan)
     plan.warnings = sorted({w for _, _, prepared in runs for w in prepared.plan.warnings})
     return plan
 
 
-def pin(run: TrainingRequest, prepared: "Prepared", backend_name: str) -> TrainingRequest:
-    """The run as approved: its flavor and timeout fixed, and its worst case as its own max_cost_usd, so a run
-    started later by the supervisor cannot cost more than the sweep was approved for."""
-    update: dict[str, Any] = {"timeout": prepared.plan.timeout_seconds}
+def pin(prepared: "Prepared", backend_name: str) -> TrainingRequest:
+    """The run as approved (paths resolved, the validated mapping adopted): its backend, flavor and timeout
+    fixed, and its worst case as its own max_cost_usd, so a run started later by the supervisor cannot run
+    elsewhere or cost more than the sweep was approved for."""
+    update: dict[str, Any] = {"timeout": prepared.plan.timeout_seconds, "backend": backend_name}
     if not backends.traits(backend_name).runs_here:
         update["flavor"] = prepared.plan.flavor
-    if prepared.worst_case_cost_usd > 0:
-        update["max_cost_usd"] = _cents_up(prepared.worst_case_cost_usd)
-    return run.model_copy(update=update)
+    price = prepared.plan.usd_per_hour
+    if price:  # the exact worst case, up to the cent (the plan's is rounded either way)
+        update["max_cost_usd"] = _cents_up(worst_case_usd(prepared.plan.timeout_seconds, price))
+    return prepared.req.model_copy(update=update)
 
 
 def check_sweep_budget(req: SweepRequest, plan: SweepPlan) -> None:
@@ -146,7 +154,7 @@ def check_sweep_budget(req: SweepRequest, plan: SweepPlan) -> None:
     budget, name = min(limits)
     if round(worst, 5) <= round(budget, 5):
         return
-    each = max(prepared.worst_case_cost_usd for _, _, prepared in plan.runs)
+    each = max(pinned.max_cost_usd or 0.0 for _, pinned, _ in plan.runs)
     raise TrainError(
         f"the sweep's worst case ${worst:.2f} ({len(plan.runs)} runs, each up to ${each:.2f}: timeout x price) is "
         f"over {name} (${budget:.2f}); nothing was launched. Send fewer grid values (or max_runs), a shorter "
@@ -155,7 +163,8 @@ def check_sweep_budget(req: SweepRequest, plan: SweepPlan) -> None:
 
 # --- launching -----------------------------------------------------------------------------------------------
 def store_and_start(core: "Core", plan: SweepPlan, progress) -> tuple[SweepRecord, list[str]]:
-    """Store the sweep (or find the one its key already names) and start its first max_parallel runs."""
+    """Store the sweep (or find the one its key already names), start its first max_parallel runs, then its
+    supervisor (a server that dies in between leaves a running sweep, which the next server start resumes)."""
     req = plan.req
     first = plan.runs[0][2]
     record = SweepRecord(
@@ -167,7 +176,7 @@ def store_and_start(core: "Core", plan: SweepPlan, progress) -> tuple[SweepRecor
     runs = [SweepRunRecord(sweep_id=plan.sweep_id, idx=index, params_json=json.dumps(params),
                            request_json=pinned.model_dump_json(), state="queued",
                            estimated_cost_usd=prepared.common.get("estimated_cost_usd"),
-                           worst_case_cost_usd=prepared.worst_case_cost_usd)
+                           worst_case_cost_usd=pinned.max_cost_usd or 0.0)
             for index, (params, pinned, prepared) in enumerate(plan.runs)]
     holder = core.ledger.create_sweep(record, runs)
     if holder is not None:
@@ -181,43 +190,70 @@ def store_and_start(core: "Core", plan: SweepPlan, progress) -> tuple[SweepRecor
     return record, []
 
 
+def _stale(run: SweepRunRecord) -> bool:
+    """A launch claimed by a process that died before it finished (its key still guards against a double)."""
+    if run.state != "launching" or not run.claimed_at:
+        return False
+    claimed = datetime.fromisoformat(run.claimed_at.replace("Z", "+00:00"))
+    return (datetime.now(UTC) - claimed).total_seconds() > STALE_LAUNCH_S
+
+
 def launch(core: "Core", run: SweepRunRecord) -> None:
-    """Submit a queued run (its key makes a retry return the job already posted) and record its job."""
+    """Claim a queued run, submit it (its key makes a retry return the job already posted), record its job."""
+    sweep = core.ledger.sweep(run.sweep_id)
+    if sweep is None or sweep.state != "running":
+        return
+    if not core.ledger.update_sweep_run(run.sweep_id, run.idx, only_if_state=run.state, state="launching",
+                                        claimed_at=now_iso()):
+        return  # another supervisor (or the server) has it
     request = TrainingRequest.model_validate_json(run.request_json)
     try:
         submission = core.submit_training(request, sweep_run=True)
     except TrainError as exc:
-        if core.ledger.by_idempotency_key(request.idempotency_key) is not None:
-            return  # posted or being posted by another process: the next look finds its job
-        core.ledger.update_sweep_run(run.sweep_id, run.idx, only_if_state="queued", state="failed",
-                                     note=scrub(str(exc), hub_token())[:500])
+        transient = isinstance(exc, HubUnreachable | SubmissionUnknown) or \
+            core.ledger.by_idempotency_key(request.idempotency_key) is not None  # posted or being posted elsewhere
+        core.ledger.update_sweep_run(run.sweep_id, run.idx, only_if_state="launching",
+                                     **({"state": "queued"} if transient else
+                                        {"state": "failed", "note": scrub(str(exc), hub_token())[:500]}))
         return
-    if core.ledger.update_sweep_run(run.sweep_id, run.idx, only_if_state="queued", state="launched",
-                                    job_id=submission.job_id):
-        return
-    now = next(r for r in core.ledger.sweep_runs(run.sweep_id) if r.idx == run.idx)
-    if now.state == "canceled":  # the sweep was canceled while this run was being launched
+    core.ledger.update_sweep_run(run.sweep_id, run.idx, only_if_state="launching", state="launched",
+                                 job_id=submission.job_id)
+    if core.ledger.sweep(run.sweep_id).state == "canceled":  # canceled while this run was being posted
         core.cancel_job(submission.job_id)
-    # else another supervisor launched it first: its key gave us the same job
+
+
+def _lock(sweep_id: str) -> Path:
+    folder = data_home() / "sweeps"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"{sweep_id}.lock"
+
+
+def supervisor_alive(sweep_id: str) -> bool:
+    """Whether a supervisor holds the sweep's lock."""
+    with open(_lock(sweep_id), "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        return False
 
 
 def ensure_supervised(core: "Core", sweep: SweepRecord) -> None:
-    """Start the sweep's supervisor unless it has nothing left to do (one already running exits at once: it
-    holds the sweep's lock)."""
-    for sweep_id, proc in list(_SUPERVISORS.items()):
-        if proc.poll() is not None:
-            del _SUPERVISORS[sweep_id]
-    if sweep.state != "running" or sweep.sweep_id in _SUPERVISORS:
+    """Start the sweep's supervisor unless it has ended or one is alive (one that starts anyway exits at once:
+    it holds the sweep's lock)."""
+    if sweep.state != "running" or supervisor_alive(sweep.sweep_id):
         return
-    runs = core.ledger.sweep_runs(sweep.sweep_id)
-    if not sweep.prune and not any(run.state == "queued" for run in runs):
-        return  # every run is started and nothing is to be pruned: the jobs finish by themselves
-    folder = data_home() / "sweeps"
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(os.devnull, "rb") as devnull, open(folder / f"{sweep.sweep_id}.log", "ab") as log:
-        _SUPERVISORS[sweep.sweep_id] = subprocess.Popen(
-            [sys.executable, "-m", "hf_train_mcp.sweeper", sweep.sweep_id], cwd=folder, stdin=devnull,
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # outlives this server
+    lock = _lock(sweep.sweep_id)
+    pid = spawn([sys.executable, "-m", "hf_train_mcp.sweeper", sweep.sweep_id], cwd=lock.parent,
+                log=lock.with_suffix(".log"))
+    lock.with_suffix(".pid").write_text(str(pid))
+
+
+def resume(core: "Core") -> None:
+    """Supervise again every sweep still running (a supervisor dies with its machine or container)."""
+    for sweep in core.ledger.sweeps(state="running"):
+        ensure_supervised(core, sweep)
 
 
 def supervise_once(core: "Core", sweep_id: str) -> bool:
@@ -227,51 +263,63 @@ def supervise_once(core: "Core", sweep_id: str) -> bool:
     if sweep is None or sweep.state != "running":
         return False
     runs = core.ledger.sweep_runs(sweep_id)
-    active = []
+    name, lower = watched(json.loads(sweep.request_json)["base"].get("method") or "sft")
+    active = [run for run in runs if run.state == "launching" and not _stale(run)]
+    looked = unreachable = 0
     for run in runs:
         if run.state != "launched" or not run.job_id:
             continue
+        looked += 1
         try:
             report = core.job_status(run.job_id, tail=0)
         except TrainError:
             active.append(run)  # unreachable for now: it still holds its slot
+            unreachable += 1
             continue
         if report.stage in SETTLED_STAGES or report.stage == "DELETED":
             continue
         active.append(run)
-        step, total, loss = report.progress.step, report.progress.total_steps, report.last_metrics.get("loss")
+        step, total, value = report.progress.step, report.progress.total_steps, report.last_metrics.get(name)
         history = run.history
-        if step and loss is not None and (not history or history[-1][0] < step):
-            run.history_json = json.dumps([*history, [step, total, loss]])
+        if step and value is not None and (not history or history[-1][0] < step):
+            run.history_json = json.dumps([*history, [step, total, value]])
             core.ledger.update_sweep_run(sweep_id, run.idx, history_json=run.history_json)
+    if looked and unreachable == looked:
+        raise HubUnreachable(f"no job of sweep {sweep_id} could be read: the backend did not answer")
     if sweep.prune:
-        histories = {run.idx: run.history for run in runs}
-        for index, loss, median in trailing(histories, {run.idx for run in active}):
+        reference = {run.idx: run.history for run in runs if run.state not in ("pruned", "failed")}
+        for index, value, median in trailing(reference, {run.idx for run in active if run.state == "launched"},
+                                             lower_is_better=lower):
             run = next(r for r in active if r.idx == index)
-            prune(core, run, loss, median)
-            active.remove(run)
-    queued = [run for run in runs if run.state == "queued"]
-    for run in queued[:max(0, sweep.max_parallel - len(active))]:
+            if prune(core, run, name, value, median):
+                active.remove(run)
+    waiting = [run for run in runs if run.state == "queued" or _stale(run)]
+    for run in waiting[:max(0, sweep.max_parallel - len(active))]:
         launch(core, run)
-    if not queued and not active:
+    if not waiting and not active:
         core.ledger.set_sweep_state(sweep_id, "finished", only_if_state="running")
         return False
     return True
 
 
-def prune(core: "Core", run: SweepRunRecord, loss: float, median: float) -> None:
+def prune(core: "Core", run: SweepRunRecord, metric: str, value: float, median: float) -> bool:
+    """Cancel a trailing run (first: a run marked pruned must have stopped billing), then record the saving."""
+    try:
+        core.cancel_job(run.job_id)
+    except TrainError:
+        return False  # still running and still holding its slot: try again next look
     step, total, _ = run.history[-1]
     left = 1 - step / total if total else 0.0
-    saved = round((run.estimated_cost_usd or 0.0) * left, 2)
-    if not core.ledger.update_sweep_run(
-            run.sweep_id, run.idx, only_if_state="launched", state="pruned", saved_usd=saved,
-            note=f"pruned at step {step}/{total}: loss {loss:.4g} vs the others' {median:.4g} at that step"):
-        return
-    core.cancel_job(run.job_id)
+    core.ledger.update_sweep_run(
+        run.sweep_id, run.idx, only_if_state="launched", state="pruned",
+        saved_usd=round((run.estimated_cost_usd or 0.0) * left, 2),
+        note=f"pruned at step {step}/{total}: {metric} {value:.4g} vs the others' {median:.4g} at that step")
+    return True
 
 
 def cancel_sweep(core: "Core", sweep_id: str) -> str:
-    """Stop a sweep: no queued run starts, every running run is canceled."""
+    """Stop a sweep: no queued run starts, every running run is canceled (one being posted right now is
+    canceled by its launcher, which looks at the sweep's state once it has the job)."""
     core.ledger.set_sweep_state(sweep_id, "canceled", only_if_state="running")
     dropped = canceled = 0
     for run in core.ledger.sweep_runs(sweep_id):
@@ -285,36 +333,47 @@ def cancel_sweep(core: "Core", sweep_id: str) -> str:
 
 
 # --- pruning -------------------------------------------------------------------------------------------------
+def watched(method: str) -> tuple[str, bool]:
+    """The training metric a method's runs are compared on while they train: (name, lower is better). GRPO's
+    loss says little (it hovers near 0); its mean reward is what improves."""
+    return ("reward", False) if methods.get(method).eval_metric == "reward" else ("loss", True)
+
+
 def loss_at(history: list[list[float]], step: float) -> float | None:
-    """A run's loss at `step`, interpolated between the points seen (None before its first or past its last)."""
-    points = [(s, loss) for s, _, loss in history if loss is not None]
+    """A run's value at `step`, interpolated between the points seen (None before its first or past its last)."""
+    points = [(s, value) for s, _, value in history if value is not None]
     if not points or step > points[-1][0] or step < points[0][0]:
         return None
-    for (s0, l0), (s1, l1) in zip(points, points[1:]):
+    for (s0, v0), (s1, v1) in zip(points, points[1:]):
         if s0 <= step <= s1:
-            return l0 if s1 == s0 else l0 + (l1 - l0) * (step - s0) / (s1 - s0)
+            return v0 if s1 == s0 else v0 + (v1 - v0) * (step - s0) / (s1 - s0)
     return points[-1][1]
 
 
-def trailing(histories: dict[int, list[list[float]]], active: set[int], *, margin: float = PRUNE_MARGIN,
-             after: float = PRUNE_AFTER) -> list[tuple[int, float, float]]:
-    """(run, its loss, the others' median) for each active run whose latest loss is worse than the median of
-    the other runs' losses at the same step by more than `margin` (relative), once past `after` of its steps."""
+def trailing(histories: dict[int, list[list[float]]], active: set[int], *, lower_is_better: bool = True,
+             margin: float = PRUNE_MARGIN, after: float = PRUNE_AFTER) -> list[tuple[int, float, float]]:
+    """(run, its value, the others' median) for each active run whose latest value is worse than the median of
+    the other runs' values at the same step by more than `margin` (relative, at least PRUNE_FLOOR absolute),
+    once past `after` of its steps. A run whose value is not a number (diverged) trails at once."""
+    sign = 1.0 if lower_is_better else -1.0
     worse = []
     for index in sorted(active):
         history = histories.get(index) or []
         if not history:
             continue
-        step, total, loss = history[-1]
-        if loss is None or not total or step < after * total:
+        step, total, value = history[-1]
+        if value is not None and not math.isfinite(value):
+            worse.append((index, value, math.nan))
             continue
-        others = [value for other, points in histories.items() if other != index
-                  and (value := loss_at(points, step)) is not None]
+        if value is None or not total or step < after * total:
+            continue
+        others = [v for other, points in histories.items() if other != index
+                  and (v := loss_at(points, step)) is not None and math.isfinite(v)]
         if not others:
             continue
         median = statistics.median(others)
-        if loss - median > margin * max(abs(median), 1e-8):
-            worse.append((index, loss, median))
+        if sign * (value - median) > margin * max(abs(median), PRUNE_FLOOR) + 1e-9:
+            worse.append((index, value, median))
     return worse
 
 
@@ -353,6 +412,12 @@ def lower_is_better(metric: str) -> bool:
     return any(word in metric.lower() for word in ("loss", "perplexity", "ppl", "error", "runtime"))
 
 
+EVALUATION = "evaluation/"  # the metrics of a run's evaluation job, kept apart from its training numbers
+# the default ranking metric: the first that every run with metrics reports
+DEFAULT_METRICS = (EVALUATION + "eval_loss", EVALUATION + "preference_accuracy", EVALUATION + "mean_reward",
+                   "eval_loss")
+
+
 def compare(core: "Core", req: CompareRequest) -> Comparison:
     warnings: list[str] = []
     sweep = None
@@ -360,9 +425,11 @@ def compare(core: "Core", req: CompareRequest) -> Comparison:
         sweep = core.ledger.sweep(req.sweep_id)
         if sweep is None:
             raise TrainError(f"no sweep {req.sweep_id!r} in this server's ledger: pass a sweep_id from submit_sweep")
+        core.check_sweep_access(sweep)
         ensure_supervised(core, sweep)
         runs = core.ledger.sweep_runs(sweep.sweep_id)
         entries = [(run.job_id, run.params, run.state) for run in runs]
+        method = json.loads(sweep.request_json)["base"].get("method") or "sft"
     else:
         records = []
         for job_id in dict.fromkeys(req.job_ids or []):
@@ -372,6 +439,7 @@ def compare(core: "Core", req: CompareRequest) -> Comparison:
                                  "launched (list_jobs lists them)")
             records.append(record)
         entries = [(record.job_id, params, None) for record, params in zip(records, differing(records))]
+        method = records[0].method or "sft"
     rows = []
     for job_id, params, state in entries:
         if job_id is None:
@@ -381,10 +449,20 @@ def compare(core: "Core", req: CompareRequest) -> Comparison:
         rows.append(RunRow(job_id=job_id, stage=report.stage, params=params, state=state,
                            metrics={**report.last_metrics, **evaluated(core, job_id)},
                            progress_percent=report.progress.percent))
-    metric = req.metric or ("eval_loss" if any("eval_loss" in row.metrics for row in rows) else "loss")
+    if sweep is not None and sweep.state == "running" and all(
+            row.state not in ("queued", "launching") and (row.stage is None or row.stage in SETTLED_STAGES)
+            for row in rows):
+        core.ledger.set_sweep_state(sweep.sweep_id, "finished", only_if_state="running")
+        sweep = core.ledger.sweep(sweep.sweep_id)
+    measured = [row for row in rows if row.metrics]
+    metric = req.metric or next((m for m in DEFAULT_METRICS if measured and all(m in r.metrics for r in measured)),
+                                watched(method)[0])
     lower = lower_is_better(metric)
-    scored = [row for row in rows if metric in row.metrics]
+    scored = [row for row in rows if metric in row.metrics and math.isfinite(row.metrics[metric])]
     scored.sort(key=lambda row: row.metrics[metric] if lower else -row.metrics[metric])
+    diverged = [row for row in rows if metric in row.metrics and not math.isfinite(row.metrics[metric])]
+    if diverged:
+        warnings.append(f"{len(diverged)} run(s) report a {metric} that is not a number (diverged): ranked last")
     finished = [row for row in scored if row.stage == "COMPLETED"]
     best = (finished or scored or [None])[0]
     if best is not None and not finished:
@@ -395,17 +473,17 @@ def compare(core: "Core", req: CompareRequest) -> Comparison:
     winner = best.job_id if best else None
     return Comparison(
         metric=metric, lower_is_better=lower, best_job_id=winner,
-        runs=scored + [row for row in rows if metric not in row.metrics],
+        runs=scored + diverged + [row for row in rows if metric not in row.metrics],
         sweep_state=sweep.state if sweep else None, saved_usd=saved, warnings=warnings,
         next_step=(f"evaluate_model(model={winner!r}) on held-out data, then export_model(model={winner!r})"
                    if winner and finished else "call again when the runs have trained further"))
 
 
 def evaluated(core: "Core", job_id: str) -> dict[str, float]:
-    """The metrics of the job's latest completed evaluation (they outrank its own training numbers)."""
+    """The metrics of the job's latest completed evaluation, as evaluation/<name>."""
     for child in reversed(core.ledger.children([job_id], "evaluate")):
         if child.stage == "COMPLETED":
-            return core.job_status(child.job_id, tail=0).last_metrics
+            return {EVALUATION + name: value for name, value in core.job_status(child.job_id, tail=0).last_metrics.items()}
     return {}
 
 

@@ -6,13 +6,14 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
+import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
 from hf_train_mcp.backends.base import JobGone, JobRef, JobSpec, JobState, LogRead
+from hf_train_mcp.detach import spawn
 from hf_train_mcp.errors import TrainError
 from hf_train_mcp.ledger import now_iso
 from hf_train_mcp.local_runner import CANCEL_FILE, EXIT_FILE, LOG_FILE, STARTED_FILE, TIMEOUT_EXIT
@@ -97,10 +98,6 @@ class LocalBackend:
         """Whether a job id not in the ledger is one of ours (they look like 'local-1a2b3c4d5e6f')."""
         return job_id.startswith("local-")
 
-    def __init__(self) -> None:
-        # processes this server started, polled so that finished ones are reaped (not left as zombies)
-        self._children: dict[str, subprocess.Popen] = {}
-
     def job_dir(self, job_id: str) -> Path:
         if not job_id.startswith("local-") or not job_id[6:].isalnum():
             raise TrainError(f"{job_id!r} is not a local job id (they look like 'local-1a2b3c4d5e6f')")
@@ -124,7 +121,6 @@ class LocalBackend:
             return ["uv", "run", "train.py"]
 
     def submit(self, script: Script, spec: JobSpec) -> JobRef:
-        self._reap_finished()
         command = self.training_command()
         job_id = f"local-{uuid.uuid4().hex[:12]}"
         folder = jobs_dir() / job_id
@@ -143,15 +139,11 @@ class LocalBackend:
         }
         (folder / "launch.json").write_text(json.dumps(launch, indent=2))
         (folder / LOG_FILE).touch()
-        with open(os.devnull, "rb") as devnull, open(folder / "runner.err", "wb") as errors:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "hf_train_mcp.local_runner", str(folder)],
-                cwd=folder, stdin=devnull, stdout=subprocess.DEVNULL, stderr=errors,
-                env=job_environment(read_token=spec.read_token),  # passed down by the runner, never on disk
-                start_new_session=True,  # survives the server; cancel kills the whole group
-            )
-        (folder / "pid").write_text(str(proc.pid))
-        self._children[job_id] = proc
+        # detached: survives the server; its pid is its process group, which cancel stops whole
+        pid = spawn([sys.executable, "-m", "hf_train_mcp.local_runner", str(folder)], cwd=folder,
+                    log=folder / "runner.err",
+                    env=job_environment(read_token=spec.read_token))  # passed down by the runner, never on disk
+        (folder / "pid").write_text(str(pid))
         return JobRef(job_id, folder.as_uri(), "RUNNING", now_iso(), job_dir=str(folder))
 
     def inspect(self, job_id: str, namespace: str | None = None) -> JobState:
@@ -169,8 +161,6 @@ class LocalBackend:
             if not self._exited(folder, state):
                 state.stage, state.message = "ERROR", "the training process died without an exit code (killed?)"
                 state.finished_at = _mtime_iso(folder / LOG_FILE) if (folder / LOG_FILE).exists() else None
-        if state.stage != "RUNNING":
-            self._reap(job_id)
         return state
 
     @staticmethod
@@ -187,21 +177,6 @@ class LocalBackend:
             state.message = "timed out" if code == TIMEOUT_EXIT else f"training exited with code {code}"
         return True
 
-    def _reap_finished(self) -> None:
-        """Collect every runner of ours that has exited (a settled job is no longer inspected, so do it here)."""
-        for job_id, child in list(self._children.items()):
-            if child.poll() is not None:
-                self._children.pop(job_id, None)
-
-    def _reap(self, job_id: str) -> None:
-        """Collect a runner we started once its job has ended (it exits right after writing its files)."""
-        child = self._children.pop(job_id, None)
-        if child is not None:
-            try:
-                child.wait(timeout=2)
-            except subprocess.TimeoutExpired:  # still tidying up: keep it for the next look
-                self._children[job_id] = child
-
     def read_log(self, job_id: str) -> list[str]:
         log = self.job_dir(job_id) / LOG_FILE
         if not log.exists():
@@ -210,7 +185,6 @@ class LocalBackend:
 
     def logs(self, job_id: str, namespace: str | None = None, *, tail: int | None, finished: bool,
              upto: int | None = None) -> LogRead:
-        self._reap_finished()
         lines = self.read_log(job_id)
         return LogRead(lines[-tail:] if tail else lines[:upto])
 
@@ -222,9 +196,11 @@ class LocalBackend:
             os.killpg(pid, signal.SIGTERM)
         except ProcessLookupError:
             return
-        child = self._children.get(job_id)
-        if child is not None:
+        deadline = time.monotonic() + 10
+        while process_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if process_alive(pid):
             try:
-                child.wait(timeout=10)
-            except subprocess.TimeoutExpired:
                 os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

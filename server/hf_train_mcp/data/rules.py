@@ -1,5 +1,6 @@
 """Per-method dataset rules (TRL 1.x formats), column-mapping suggestions, and row-level checks."""
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,7 @@ FORMAT_COLUMNS: dict[str, tuple[str, ...]] = {
     "prompt_only": ("prompt",),
 }
 LONG_CHARS = 32_000
+MIN_SHARED_PROMPT_CHARS = 8
 
 
 def is_conversation(value: Any) -> bool:
@@ -62,7 +64,9 @@ def _shared_prompt(chosen: Any, rejected: Any) -> bool:
     """Whether chosen and rejected begin alike, so the trainer can cut the prompt off both (TRL's extract_prompt)."""
     if is_conversation(chosen) and is_conversation(rejected):
         return chosen[0] == rejected[0]
-    return isinstance(chosen, str) and isinstance(rejected, str) and bool(chosen) and chosen[:1] == rejected[:1]
+    # text: a shared opening long enough to be a prompt ("\n\nHuman: ..."), not two answers that both start "Ye"
+    return isinstance(chosen, str) and isinstance(rejected, str) and \
+        len(os.path.commonprefix([chosen, rejected])) >= MIN_SHARED_PROMPT_CHARS
 
 
 def apply_mapping(rows: list[dict], mapping: dict[str, str]) -> list[dict]:

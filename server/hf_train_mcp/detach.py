@@ -1,0 +1,39 @@
+"""Start a process that belongs to nobody: its own session, reparented to init, so it outlives this server and is
+never left a zombie of it (no Popen to reap, and none to warn about when a server exits while it runs).
+
+`spawn` runs `python -m hf_train_mcp.detach LOG ARGV...`: that middle process forks, the child starts a new
+session, points its output at LOG and execs ARGV, and the middle process prints the child's pid and exits.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def spawn(argv: list[str], *, cwd: Path, log: Path, env: dict[str, str] | None = None) -> int:
+    """Start argv detached; its pid, which is also its process group (so killpg stops all it started)."""
+    out = subprocess.run([sys.executable, "-m", "hf_train_mcp.detach", str(log), *argv], cwd=cwd, env=env,
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False,
+                         timeout=60)
+    if out.returncode != 0 or not out.stdout.strip().isdigit():
+        raise OSError(f"could not start {argv[0]}: {out.stderr.decode(errors='replace')[-500:]}")
+    return int(out.stdout)
+
+
+def _main(log: str, argv: list[str]) -> None:
+    pid = os.fork()
+    if pid:
+        print(pid, flush=True)
+        os._exit(0)
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDONLY)
+    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(null, 0)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    os.execv(argv[0], argv)
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1], sys.argv[2:])
