@@ -63,15 +63,30 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
+def point_hub_constants(monkeypatch: pytest.MonkeyPatch, endpoint: str) -> None:
+    """huggingface_hub reads HF_ENDPOINT once, at import: a library that downloads through it (transformers'
+    tokenizers) must follow this test's endpoint, not the one of whichever test imported it first."""
+    import huggingface_hub.constants as constants
+
+    monkeypatch.setattr(constants, "ENDPOINT", endpoint)
+    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", endpoint + "/{repo_id}/resolve/{revision}/{filename}")
+
+
 @pytest.fixture
-def hub(emulator: Emulator, monkeypatch: pytest.MonkeyPatch) -> Emulator:
-    """The Hub is the emulator, and a write token is configured."""
+def hub(emulator: Emulator, monkeypatch: pytest.MonkeyPatch) -> Iterator[Emulator]:
+    """The Hub is the emulator, and a write token is configured. What a test puts on it (files, models,
+    datasets) and what it set up but did not consume (faults, job plans) is gone before the next test."""
     monkeypatch.setenv("HF_ENDPOINT", emulator.url)
     monkeypatch.setenv("HF_TRAIN_DATASETS_SERVER", emulator.url)
     monkeypatch.setenv("HF_TOKEN", WRITE_TOKEN)
-    with emulator.lock:  # faults a test injected but did not consume must not reach the next test
+    point_hub_constants(monkeypatch, emulator.url)
+    with emulator.lock:
         emulator.faults.clear()
-    return emulator
+        emulator.plans.clear()
+        kept = (dict(emulator.files), dict(emulator.models), set(emulator.gated_models), dict(emulator.datasets))
+    yield emulator
+    with emulator.lock:
+        emulator.files, emulator.models, emulator.gated_models, emulator.datasets = kept
 
 
 @pytest.fixture
@@ -79,6 +94,7 @@ def offline(monkeypatch: pytest.MonkeyPatch, emulator: Emulator) -> None:
     """No token; any Hub call would go to a closed emulator port, never the internet."""
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
     monkeypatch.setenv("HF_TRAIN_DATASETS_SERVER", "http://127.0.0.1:9")
+    point_hub_constants(monkeypatch, "http://127.0.0.1:9")
     monkeypatch.delenv("HF_TOKEN", raising=False)
 
 

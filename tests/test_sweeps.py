@@ -175,7 +175,8 @@ async def test_queued_runs_start_only_as_slots_free(capybara: Emulator, monkeypa
     assert "1 run(s) wait for a free slot" in sweep["next_step"]
 
     def posted() -> list[dict]:
-        return [spec for spec in capybara.posted_jobs() if script_config(decoded_script(spec))["project"] == sweep_id]
+        return [spec for spec in capybara.posted_jobs() if "HFTM_SCRIPT_B64" in spec["environment"]
+                and script_config(decoded_script(spec)).get("project") == sweep_id]
 
     time.sleep(0.5)
     assert sweeps.supervise_once(Core(), sweep_id)  # both slots busy: nothing starts
