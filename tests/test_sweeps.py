@@ -225,8 +225,9 @@ async def test_prune_cancels_the_run_that_trails_the_others_and_reports_the_savi
     assert any(runs[1].job_id in r["path"] for r in canceled)
 
 
-async def test_a_worst_case_in_fractions_of_a_cent_is_approved_whole(capybara: Emulator) -> None:
+async def test_a_worst_case_in_fractions_of_a_cent_is_approved_whole(capybara: Emulator, monkeypatch) -> None:
     # 17 min x $1.50/h = $0.425: each run's cap is $0.43, never the $0.42 its plan rounds to
+    monkeypatch.setattr(sweeps, "ensure_supervised", lambda core, sweep: None)  # its supervisor died, say
     async with Client(build_server()) as client:
         sweep = await call(client, "submit_sweep", {"base": {**HF_BASE, "timeout": "17m"},
                                                     "grid": {"learning_rate": [1e-4, 2e-4]}})
@@ -234,7 +235,7 @@ async def test_a_worst_case_in_fractions_of_a_cent_is_approved_whole(capybara: E
         assert sweep["worst_case_cost_usd"] == 0.86
         time.sleep(1.5)  # the emulated jobs finish
         table = await call(client, "compare_runs", {"sweep_id": sweep["sweep_id"]})
-    assert table["sweep_state"] == "finished"  # seen by compare_runs, with or without a supervisor
+    assert table["sweep_state"] == "finished"  # seen by compare_runs, without a supervisor
 
 
 async def test_a_canceled_sweep_launches_nothing_more(capybara: Emulator, monkeypatch) -> None:
@@ -253,6 +254,22 @@ async def test_a_canceled_sweep_launches_nothing_more(capybara: Emulator, monkey
     assert [r.state for r in Ledger().sweep_runs(sweep["sweep_id"])] == ["launched", "canceled", "canceled"]
 
 
+async def test_a_sweep_whose_supervisor_died_goes_on_when_a_server_starts(capybara: Emulator, monkeypatch) -> None:
+    with monkeypatch.context() as patched:
+        patched.setattr(sweeps, "ensure_supervised", lambda core, sweep: None)  # the supervisor never came up
+        async with Client(build_server()) as client:
+            sweep = await call(client, "submit_sweep", {"base": HF_BASE, "grid": {"learning_rate": [1e-4, 2e-4]},
+                                                        "max_parallel": 1})
+    assert [job["state"] for job in sweep["jobs"]] == ["launched", "queued"]
+    sweeps.resume(Core())  # what a server does at start-up (HF_TRAIN_RESUME_SWEEPS, on by default)
+    assert (data_home() / "sweeps" / f"{sweep['sweep_id']}.pid").exists()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and Ledger().sweep(sweep["sweep_id"]).state == "running":
+        time.sleep(0.3)
+    assert Ledger().sweep(sweep["sweep_id"]).state == "finished"
+    assert [r.state for r in Ledger().sweep_runs(sweep["sweep_id"])] == ["launched", "launched"]
+
+
 def test_an_http_caller_without_local_jobs_cannot_reach_a_local_sweep() -> None:
     ledger = Ledger()
     ledger.create_sweep(SweepRecord("sweep-0123456789ab", "nightly", "2026-12-01T00:00:00Z", "local", json.dumps(
@@ -268,6 +285,21 @@ def test_an_http_caller_without_local_jobs_cannot_reach_a_local_sweep() -> None:
             attempt()
     assert ledger.sweep("sweep-0123456789ab").state == "running"
     assert not (data_home() / "sweeps" / "sweep-0123456789ab.pid").exists()  # no supervisor started for it
+
+
+def test_an_http_caller_gets_through_a_sweep_only_what_submit_training_allows(capybara: Emulator) -> None:
+    from hf_train_mcp.request import SweepRequest
+
+    http = Core(access=Access.http())
+    before = len(capybara.posted_jobs())
+    reward = "def reward(completions, **kwargs):\n    return [0.0 for _ in completions]\n"
+    for base, grid, flag in (
+            ({**HF_BASE, "dataset": "/etc/passwd"}, {"learning_rate": [1e-4]}, "allow-local-files"),
+            ({**HF_BASE, "backend": "local"}, {"learning_rate": [1e-4]}, "allow-local-jobs"),
+            ({**HF_BASE, "method": "grpo"}, {"reward_code": [reward]}, "allow-reward-code")):
+        with pytest.raises(TrainError, match=flag):
+            http.submit_sweep(SweepRequest(base=base, grid=grid))
+    assert len(capybara.posted_jobs()) == before
 
 
 def test_a_run_is_pruned_only_when_it_trails_the_median_at_the_same_step() -> None:
