@@ -371,3 +371,21 @@ async def test_a_two_run_local_sweep_completes_one_at_a_time_and_is_ranked(tiny_
     assert second_start >= first_end
     configs = [script_config((folder / "train.py").read_text()) for folder in folders]
     assert {c["project"] for c in configs} == {sweep["sweep_id"]}
+
+
+async def test_a_hub_hiccup_at_launch_leaves_the_run_queued_for_the_next_look(capybara: Emulator, monkeypatch) -> None:
+    monkeypatch.setattr(sweeps, "ensure_supervised", lambda core, sweep: None)
+    capybara.plan_next(JobPlan(scheduling_s=0.1, running_s=600))
+    async with Client(build_server()) as client:
+        sweep = await call(client, "submit_sweep", {"base": HF_BASE, "grid": {"learning_rate": [1e-5, 1e-4]},
+                                                    "max_parallel": 1})
+    sweep_id = sweep["sweep_id"]
+    Core().cancel_job(sweep["jobs"][0]["job_id"])  # a slot frees
+    capybara.fail_next("GET", r"/api/whoami-v2", 503, count=20)  # the Hub is down while the next run is planned
+    sweeps.supervise_once(Core(), sweep_id)
+    run = Ledger().sweep_runs(sweep_id)[1]
+    assert run.state == "queued" and run.job_id is None, run.note
+    with capybara.lock:
+        capybara.faults.clear()
+    sweeps.supervise_once(Core(), sweep_id)
+    assert Ledger().sweep_runs(sweep_id)[1].state == "launched"
