@@ -16,7 +16,6 @@ from hf_train_mcp.access import Access, is_local
 from hf_train_mcp.cards import card_config, hub_ref
 from hf_train_mcp.chat_template import CHATML
 from hf_train_mcp.data.rules import candidate_formats
-from hf_train_mcp.durations import format_duration
 from hf_train_mcp.errors import TrainError
 from hf_train_mcp.estimate.hardware import Catalog
 from hf_train_mcp.estimate.jobs import (
@@ -37,6 +36,7 @@ from hf_train_mcp.planning import (
     expects_gpu,
     DataFacts,
     RunPlan,
+    short_timeout,
     within_budget,
     worst_case_usd,
 )
@@ -214,10 +214,9 @@ def _timeout(req, estimate: JobEstimate | None, backend: str, flavor: str, price
              warnings: list[str]) -> int:
     if req.timeout is not None:
         timeout = req.timeout
-        if estimate and timeout < estimate.train_seconds + estimate.overhead_seconds:
-            warnings.append(f"timeout {format_duration(timeout)} is below the estimated "
-                            f"{format_duration(estimate.train_seconds + estimate.overhead_seconds)}; "
-                            f"{estimate.recommended_timeout} is recommended")
+        short = short_timeout(timeout, estimate)
+        if short:
+            warnings.append(short)
     elif estimate is not None:
         timeout = estimate.recommended_timeout_seconds
     else:

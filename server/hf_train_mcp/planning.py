@@ -212,6 +212,15 @@ def choose_flavor(hyper: Hyper, size: ModelSize, catalog: Catalog, data: DataFac
     return fitting[0]
 
 
+def short_timeout(timeout: int, estimate: "FlavorEstimate | None") -> str | None:
+    """The warning for a caller's timeout shorter than the estimated run, if it is."""
+    needed = estimate.train_seconds + estimate.overhead_seconds if estimate else 0
+    if not estimate or timeout >= needed:
+        return None
+    return (f"timeout {format_duration(timeout)} is below the estimated {format_duration(needed)}: the job will "
+            f"likely be killed; {estimate.recommended_timeout} is recommended")
+
+
 def operator_cap() -> float | None:
     """The operator's budget per submission (HF_TRAIN_MAX_COST_USD); an unreadable value refuses everything."""
     raw = os.environ.get("HF_TRAIN_MAX_COST_USD", "").strip()
@@ -360,10 +369,9 @@ def plan_run(
         timeout = req.timeout or probe_timeout(estimate)
     elif req.timeout is not None:
         timeout = req.timeout
-        if estimate and timeout < estimate.train_seconds + estimate.overhead_seconds:
-            warnings.append(f"timeout {format_duration(timeout)} is below the estimated "
-                            f"{format_duration(estimate.train_seconds + estimate.overhead_seconds)}: the job will "
-                            f"likely be killed; {estimate.recommended_timeout} is recommended")
+        short = short_timeout(timeout, estimate)
+        if short:
+            warnings.append(short)
         elif estimate and timeout < estimate.recommended_timeout_seconds:
             warnings.append(f"timeout {format_duration(timeout)} leaves little margin; "
                             f"{estimate.recommended_timeout} is recommended")
