@@ -83,10 +83,11 @@ def hub(emulator: Emulator, monkeypatch: pytest.MonkeyPatch) -> Iterator[Emulato
     with emulator.lock:
         emulator.faults.clear()
         emulator.plans.clear()
-        kept = (dict(emulator.files), dict(emulator.models), set(emulator.gated_models), dict(emulator.datasets))
+        kept = (dict(emulator.files), dict(emulator.models), set(emulator.gated_models), dict(emulator.datasets),
+                dict(emulator.jobs))
     yield emulator
-    with emulator.lock:
-        emulator.files, emulator.models, emulator.gated_models, emulator.datasets = kept
+    with emulator.lock:  # jobs too: a job's labels (its idempotency key) must not answer another test's lookup
+        emulator.files, emulator.models, emulator.gated_models, emulator.datasets, emulator.jobs = kept
 
 
 @pytest.fixture

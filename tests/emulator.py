@@ -305,8 +305,8 @@ class Emulator:
                 match = re.fullmatch(r"/api/models/(.+)", path)
                 if match:
                     repo = match.group(1)
-                    if repo not in emu.models:
-                        return self._error(404, "Repository not found")
+                    if repo not in emu.models:  # the Hub's code for it: huggingface_hub raises RepositoryNotFoundError
+                        return self._error(404, "Repository not found", {"X-Error-Code": "RepoNotFound"})
                     n = emu.models[repo]
                     return self._send(200, {"id": repo, "modelId": repo, "private": False,
                                             "gated": "manual" if repo in emu.gated_models else False,

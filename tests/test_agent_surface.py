@@ -186,3 +186,29 @@ async def test_argument_errors_say_what_to_send_without_pydantic_text(arguments:
     assert result.is_error and expected in text, text
     for leak in ("validation error", "pydantic", "For further information", "^[", "\\w", "type=", "input_value"):
         assert leak not in text, text
+
+
+async def test_a_listener_hears_of_a_job_older_than_the_newest_hundred(hub: Emulator) -> None:
+    from dataclasses import replace
+
+    from hf_train_mcp.ledger import Ledger
+
+    mcp = build_server(watch_interval_s=3600)
+    hub.plan_next(JobPlan(scheduling_s=0.5, running_s=30))
+    async with Client(mcp) as client:
+        job_id = (await client.call_tool("submit_training", BASE)).structured_content["job_id"]
+        ledger = Ledger()
+        mine = ledger.get(job_id)
+        for i in range(120):  # newer jobs, all finished: the listened one is far below the newest hundred
+            ledger.record(replace(mine, job_id=f"newer-{i}", created_at=f"2999-01-01T00:00:{i % 60:02d}Z",
+                                  idempotency_key=None, stage="COMPLETED", finished_at="2999-01-02T00:00:00Z"))
+        uri = f"hf-train://jobs/{job_id}"
+        async with client.listen(resource_subscriptions=[uri]) as events:
+            await mcp.watcher.poll_once()  # the baseline: SCHEDULING
+            time.sleep(0.6)
+            assert await mcp.watcher.poll_once() == [job_id]
+            with anyio.fail_after(5):
+                async for event in events:
+                    assert event == ResourceUpdated(uri=uri)
+                    break
+        await until(lambda: not mcp.watcher._watched(), limit=5)  # the stream closed: nothing is watched any more

@@ -243,3 +243,37 @@ def test_two_recoveries_of_one_job_record_it_once(isolated_home) -> None:
     assert ledger.record(job, journal=entry.job_id)
     assert ledger.record(job, journal=entry.job_id)  # the second finder: no UNIQUE error, nothing doubled
     assert [r.job_id for r in ledger.list()] == ["job-1"] and ledger.submissions() == []
+
+
+@pytest.fixture
+def short_client_timeout() -> Any:
+    """huggingface_hub's client times out after 1.5 s instead of 30 s (the shared client is rebuilt with it)."""
+    from huggingface_hub.utils import close_session
+
+    from hf_train_mcp import hub as hub_module
+
+    hub_module.install_timeouts()
+    original = hub_module.REQUEST_TIMEOUT_S
+    hub_module.REQUEST_TIMEOUT_S = 1.5
+    close_session()  # the next request builds the client, with the short timeout
+    yield
+    hub_module.REQUEST_TIMEOUT_S = original
+    close_session()
+
+
+async def test_a_post_slower_than_the_client_timeout_is_found_not_posted_twice(hub: Emulator, short_client_timeout,
+                                                                              monkeypatch) -> None:
+    from hf_train_mcp.backends import hf_jobs
+
+    monkeypatch.setattr(hf_jobs, "POST_SETTLE_S", 10.0)  # 60 s in production: a 34 s POST was seen
+    monkeypatch.setattr(hf_jobs, "SETTLE_POLL_S", 0.2)
+    before = len(hub.posted_jobs())
+    hub.fail_next("POST", r"/api/jobs/emu-user", None, hang=3)  # created 3 s in, after the client gave up
+    result = await call("submit_training", BASE)
+    assert not result.is_error, result.content[0].text
+    assert len(hub.posted_jobs()) == before + 1  # looked for its label until the Hub had it, never posted again
+    job_id = result.structured_content["job_id"]
+    label = hub.jobs[job_id].spec["labels"]["submission"]
+    assert [j.id for j in hub.jobs.values() if j.spec["labels"].get("submission") == label] == [job_id]
+    listed = (await call("list_jobs", {})).structured_content["jobs"]
+    assert [j["job_id"] for j in listed] == [job_id]

@@ -34,9 +34,11 @@ def statements(text: str) -> list[str]:
     return out
 
 
-def render(**overrides) -> str:
+def render(*, unchecked: dict | None = None, **overrides) -> str:
+    """unchecked: values set past the request's validation (the renderer must hold on its own)."""
     req = TrainingRequest(**{"model": "Qwen/Qwen2-0.5B", "dataset": "org/data", "hub_model_id": "me/out",
                              **overrides})
+    req = req.model_copy(update=unchecked or {})
     plan = plan_run(req, backend="hf", size=SIZE, catalog=fallback_catalog(), namespace="me", data=DataFacts())
     return plan.render().text
 
@@ -65,13 +67,21 @@ def test_toml_literal_never_breaks_the_comment_line() -> None:
 @pytest.mark.parametrize("value", HOSTILE)
 def test_hostile_values_add_no_statement_to_the_script(value: str) -> None:
     baseline = statements(render())
-    text = render(model=value, dataset=value, column_mapping={"prompt": value}, dataset_config=value)
+    text = render(unchecked={"model": value, "dataset": value}, column_mapping={"prompt": value},
+                  dataset_config=value)
     assert statements(text) == baseline
     config = next(n for n in ast.parse(text).body if isinstance(n, ast.Assign) and n.targets[0].id == "CONFIG")
     values = ast.literal_eval(config.value)
     assert values["model"] == value and values["dataset"] == value and values["column_mapping"] == {"prompt": value}
     header = text[: text.index("# ///\n") + 5]
     assert header.startswith("# /// script") and all(line.startswith("#") for line in header.splitlines())
+
+
+@pytest.mark.parametrize("value", [v for v in HOSTILE if "\\" not in v])  # a backslash spells a (Windows) path
+def test_hostile_model_and_dataset_names_are_refused_by_the_request(value: str) -> None:
+    for field in ("model", "dataset"):
+        with pytest.raises(ValueError):
+            TrainingRequest(**{"model": "Qwen/Qwen2-0.5B", "dataset": "org/data", field: value})
 
 
 def test_project_and_run_name_cannot_carry_newlines() -> None:

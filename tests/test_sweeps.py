@@ -389,3 +389,187 @@ async def test_a_hub_hiccup_at_launch_leaves_the_run_queued_for_the_next_look(ca
         capybara.faults.clear()
     sweeps.supervise_once(Core(), sweep_id)
     assert Ledger().sweep_runs(sweep_id)[1].state == "launched"
+
+
+# --- launches whose outcome is unknown, keys, concurrency, supervisors ------------------------------------------
+def sweep_posts(hub: Emulator, sweep_id: str) -> list[dict]:
+    return [spec for spec in hub.posted_jobs() if "HFTM_SCRIPT_B64" in spec["environment"]
+            and script_config(decoded_script(spec)).get("project") == sweep_id]
+
+
+async def test_a_run_whose_post_may_have_made_its_job_waits_for_the_hubs_word(capybara: Emulator,
+                                                                               monkeypatch) -> None:
+    from hf_train_mcp import ledger as ledger_module
+    from hf_train_mcp import service
+
+    monkeypatch.setattr(sweeps, "ensure_supervised", lambda core, sweep: None)
+    capybara.plan_next(JobPlan(scheduling_s=0.1, running_s=600))
+    capybara.fail_next("POST", r"/api/jobs/emu-user", 500, count=3, after=True)  # created; the answer is lost
+    capybara.fail_next("GET", r"/api/jobs/emu-user", 503, count=10_000)  # and the job list keeps failing
+    async with Client(build_server()) as client:
+        sweep = await call(client, "submit_sweep", {"base": HF_BASE, "grid": {"learning_rate": [1e-4]}})
+    sweep_id = sweep["sweep_id"]
+    assert sweep["jobs"][0]["state"] == "queued" and len(sweep_posts(capybara, sweep_id)) == 1
+    monkeypatch.setattr(ledger_module, "STALE_RESERVATION_S", 0)  # ten minutes later, the list still failing
+    monkeypatch.setattr(sweeps, "STALE_LAUNCH_S", 0)
+    assert sweeps.supervise_once(Core(), sweep_id)
+    assert len(sweep_posts(capybara, sweep_id)) == 1  # not posted again: the Hub never said there was no job
+    assert Ledger().sweep_runs(sweep_id)[0].state == "queued"
+    with capybara.lock:  # the Hub answers again: recovery finds the job and the run gets it
+        capybara.faults.clear()
+    monkeypatch.setattr(service, "RECOVER_AFTER_MIN", 0)
+    sweeps.supervise_once(Core(), sweep_id)
+    run = Ledger().sweep_runs(sweep_id)[0]
+    posted = [j.id for j in capybara.jobs.values() if script_config(decoded_script(j.spec)).get("project") == sweep_id]
+    assert run.state == "launched" and [run.job_id] == posted and len(sweep_posts(capybara, sweep_id)) == 1
+    Core().cancel_job(sweep_id)
+
+
+SWEEP_KILLER = """
+import os, signal, sys
+from hf_train_mcp import sweeps
+from hf_train_mcp.backends import hf_jobs
+from hf_train_mcp.ledger import Ledger
+from hf_train_mcp.service import Core
+post = hf_jobs.HfJobsBackend.submit
+
+def post_then_die(self, script, spec):
+    post(self, script, spec)
+    os.kill(os.getpid(), signal.SIGKILL)  # the supervisor dies after the POST, before the ledger write
+
+hf_jobs.HfJobsBackend.submit = post_then_die
+sweeps.launch(Core(), Ledger().sweep_runs(sys.argv[1])[1])
+"""
+
+
+async def test_canceling_a_sweep_cancels_the_job_of_a_launch_killed_mid_post(capybara: Emulator, monkeypatch) -> None:
+    import subprocess
+    import sys
+
+    monkeypatch.setattr(sweeps, "ensure_supervised", lambda core, sweep: None)
+    for _ in range(2):
+        capybara.plan_next(JobPlan(scheduling_s=0.1, running_s=600))
+    async with Client(build_server()) as client:
+        sweep = await call(client, "submit_sweep", {"base": HF_BASE, "grid": {"learning_rate": [1e-5, 1e-4]},
+                                                    "max_parallel": 1})
+    sweep_id = sweep["sweep_id"]
+    proc = subprocess.run([sys.executable, "-c", SWEEP_KILLER, sweep_id], env=dict(os.environ), timeout=180,
+                          capture_output=True, text=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    posted = sweep_posts(capybara, sweep_id)
+    assert len(posted) == 2 and Ledger().sweep_runs(sweep_id)[1].state == "launching"
+    orphan = next(j for j in capybara.jobs.values() if j.spec == posted[-1])
+    async with Client(build_server()) as client:
+        canceled = await call(client, "cancel_job", {"job_id": sweep_id})
+    assert "2 started run(s) canceled" in canceled["message"], canceled["message"]
+    assert orphan.stage(time.time()) == "CANCELED"
+    runs = Ledger().sweep_runs(sweep_id)
+    assert [(r.state, r.job_id) for r in runs] == [("launched", sweep["jobs"][0]["job_id"]), ("launched", orphan.id)]
+    assert len(sweep_posts(capybara, sweep_id)) == 2
+
+
+@pytest.mark.parametrize("key", ["sweep-0123456789ab-2", "probe-abc-1"])
+async def test_reserved_keys_are_refused_on_every_launching_tool(capybara: Emulator, key: str) -> None:
+    before = len(capybara.posted_jobs())
+    async with Client(build_server()) as client:
+        for tool, arguments in (("submit_training", HF_BASE), ("evaluate_model", {"model": "emu-user/out"}),
+                                ("export_model", {"model": "emu-user/out", "format": "merged"}),
+                                ("submit_sweep", {"base": HF_BASE, "grid": {"learning_rate": [1e-4]}})):
+            for dry_run in (False, True):
+                text = await refused(client, tool, {**arguments, "idempotency_key": key, "dry_run": dry_run})
+                assert f"may not start with {key.split('-')[0] + '-'!r}" in text, (tool, text)
+    assert len(capybara.posted_jobs()) == before
+
+
+async def test_a_run_whose_key_names_another_kind_of_job_fails_instead_of_waiting_forever(capybara: Emulator,
+                                                                                         monkeypatch) -> None:
+    from dataclasses import replace
+
+    from tests.test_local_backend import _record
+
+    monkeypatch.setattr(sweeps, "ensure_supervised", lambda core, sweep: None)
+    capybara.plan_next(JobPlan(scheduling_s=0.1, running_s=600))
+    async with Client(build_server()) as client:
+        sweep = await call(client, "submit_sweep", {"base": HF_BASE, "grid": {"learning_rate": [1e-5, 1e-4]},
+                                                    "max_parallel": 1})
+    sweep_id = sweep["sweep_id"]
+    # a ledger written before keys were checked: an evaluation holds run 1's key
+    Ledger().record(replace(_record("job-eval", key=sweeps.run_key(sweep_id, 1)), kind="evaluate", stage="COMPLETED"))
+    Core().cancel_job(sweep["jobs"][0]["job_id"])  # a slot frees
+    before = len(capybara.posted_jobs())
+    sweeps.supervise_once(Core(), sweep_id)
+    run = Ledger().sweep_runs(sweep_id)[1]
+    assert run.state == "failed" and "job-eval, a evaluate job" in run.note, (run.state, run.note)
+    assert sweeps.supervise_once(Core(), sweep_id) is False  # nothing left to watch: the sweep has ended
+    assert len(capybara.posted_jobs()) == before
+
+
+async def test_silent_running_jobs_are_read_at_once_by_compare_runs_and_the_supervisor(capybara: Emulator,
+                                                                                      monkeypatch) -> None:
+    import threading
+
+    from hf_train_mcp.backends import hf_jobs
+
+    monkeypatch.setattr(sweeps, "ensure_supervised", lambda core, sweep: None)
+    monkeypatch.setattr(hf_jobs, "LOG_DEADLINE_S", 0.5)  # each silent job's log read waits this long
+    for _ in range(4):
+        capybara.plan_next(JobPlan(scheduling_s=0, running_s=120, log_lines=[]))  # running, printing nothing
+    async with Client(build_server()) as client:
+        sweep = await call(client, "submit_sweep", {"base": HF_BASE, "max_parallel": 4,
+                                                    "grid": {"learning_rate": [1e-5, 1e-4, 2e-4, 3e-4]}})
+        reading, most, lock = [0], [0], threading.Lock()
+        real = hf_jobs.HfJobsBackend.logs
+
+        def counted(self, *args, **kwargs):
+            with lock:
+                reading[0] += 1
+                most[0] = max(most[0], reading[0])
+            try:
+                return real(self, *args, **kwargs)
+            finally:
+                with lock:
+                    reading[0] -= 1
+
+        monkeypatch.setattr(hf_jobs.HfJobsBackend, "logs", counted)
+        table = await call(client, "compare_runs", {"sweep_id": sweep["sweep_id"]})
+        assert [row["stage"] for row in table["runs"]] == ["RUNNING"] * 4
+        assert most[0] > 1, "compare_runs read the jobs one at a time"
+        most[0] = 0
+        assert sweeps.supervise_once(Core(), sweep["sweep_id"])
+        assert most[0] > 1, "the supervisor read the jobs one at a time"
+        await call(client, "cancel_job", {"job_id": sweep["sweep_id"]})
+
+
+def _supervisors_of(sweep_id: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            command = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
+        except OSError:
+            continue
+        if b"hf_train_mcp.sweeper" in command and sweep_id.encode() in command and process_alive(int(entry.name)):
+            pids.append(int(entry.name))
+    return pids
+
+
+def test_a_retried_sweep_start_keeps_one_supervisor_and_its_pid_file_names_it(monkeypatch) -> None:
+    from hf_train_mcp.ledger import now_iso
+
+    started: list[list[str]] = []
+    spawn = sweeps.spawn
+    monkeypatch.setattr(sweeps, "spawn", lambda argv, **kw: started.append(argv) or spawn(argv, **kw))
+
+    sweep_id = sweeps.KEY_PREFIX + os.urandom(6).hex()
+    sweep = SweepRecord(sweep_id, None, now_iso(), "hf", json.dumps({"base": {}}), 1, 0, "running", None, 0.0, None)
+    # a run being launched (by a live process, say) keeps the supervisor watching
+    Ledger().create_sweep(sweep, [SweepRunRecord(sweep_id, 0, "{}", "{}", "launching", claimed_at=now_iso())])
+    sweeps.ensure_supervised(Core(), sweep)
+    sweeps.ensure_supervised(Core(), sweep)  # the idempotent retry, while the first supervisor still starts
+    assert len(started) == 1
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (sweeps.supervisor_alive(sweep_id) and len(_supervisors_of(sweep_id)) == 1):
+        time.sleep(0.2)
+    time.sleep(1.0)  # a second one, had it been started, would have lost the lock and exited by now
+    running = _supervisors_of(sweep_id)
+    pid = int((data_home() / "sweeps" / f"{sweep_id}.pid").read_text())
+    assert running == [pid] and process_alive(pid)

@@ -5,6 +5,11 @@ HTTP the caller is whoever reaches the port: they may name local files only insi
 listed (`--allow-local-files`), and run jobs on this machine only with `--allow-local-jobs`.
 """
 
+import re
+import unicodedata
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 
@@ -14,12 +19,52 @@ from hf_train_mcp.errors import TrainError
 PATH_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet", ".arrow", ".txt", ".tsv", ".gguf", ".safetensors", ".bin")
 
 
-def is_local(ref: str) -> bool:
-    """A path on this machine rather than a Hub id: it starts like a path, has more than the one '/' of
-    'owner/name', ends like a data file, or exists here ('owner/name' that happens to exist here counts as local).
-    A missing path is still a path: it is reported as not found, never looked up on the Hub."""
+# Set while a remote caller's request runs: what names a local path is then decided by its spelling alone, so
+# that a name which happens to exist in the server's working directory answers as one that does not.
+_REMOTE_CALLER: ContextVar[bool] = ContextVar("remote_caller", default=False)
+
+
+def looks_local(ref: str) -> bool:
+    """Spelled as a path: it starts like one, has more than the one '/' of 'owner/name', or ends like a data file."""
     return (ref.startswith(("/", "./", "../", "~", ".\\")) or ref.count("/") > 1 or "\\" in ref
-            or ref.lower().endswith(PATH_SUFFIXES) or Path(ref).expanduser().exists())
+            or ref.lower().endswith(PATH_SUFFIXES))
+
+
+def is_local(ref: str) -> bool:
+    """A path on this machine rather than a Hub id: spelled as a path, or (for the local user only) existing here
+    ('owner/name' that happens to exist here counts as local). A missing path is still a path: it is reported
+    as not found, never looked up on the Hub."""
+    return looks_local(ref) or (not _REMOTE_CALLER.get() and Path(ref).expanduser().exists())
+
+
+# Characters no Hub id holds and no sane path needs, which let a caller's text pass for the server's own words in
+# a question or a log line: controls, format characters (bidi overrides, zero-width, tags), separators other than
+# a plain space, private-use and unassigned code points, and the blanks that render as spaces
+_BLANKS = frozenset("\u115f\u1160\u2800\u3164\uffa0")
+_REFUSED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+_HUB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*(/[A-Za-z0-9][A-Za-z0-9_.\-]*)?$")
+
+
+def _hidden(value: str) -> bool:
+    return any(ch in _BLANKS or unicodedata.category(ch) in _REFUSED_CATEGORIES
+               or (unicodedata.category(ch) == "Zs" and ch != " ") for ch in value)
+
+
+def check_reference(value: str) -> str:
+    """A Hub id ('owner/name': ASCII letters, digits, '-', '_', '.') or a path, nothing else: what a caller names
+    is shown back in questions and errors."""
+    if _hidden(value):
+        raise ValueError("the name holds a control, invisible or look-alike blank character: send a Hub id such as "
+                         "'owner/name' or a local path")
+    if not looks_local(value) and not _HUB_NAME.match(value):
+        raise ValueError(f"{value[:60]!r} is not a Hub id ('owner/name' in ASCII letters, digits, '-', '_' and '.'); "
+                         "a local path starts with '/', './' or '~'")
+    return value
+
+
+def shown_name(ref: str) -> str:
+    """A caller's model or dataset name as the server's own text quotes it: in quotes, cut short."""
+    return repr(ref if len(ref) <= 96 else ref[:93] + "...")
 
 
 @dataclass(frozen=True)
@@ -38,21 +83,46 @@ class Access:
     def remote(self) -> bool:
         return self.local_dirs is not None
 
+    @contextmanager
+    def serving(self) -> Iterator[None]:
+        """Run one call of this caller (in the thread that does the work)."""
+        reset = _REMOTE_CALLER.set(self.remote)
+        try:
+            yield
+        finally:
+            _REMOTE_CALLER.reset(reset)
+
+    def shown(self, path: object) -> str:
+        """A server path as an error may show it: the local user sees it, a remote caller never does."""
+        return "(a folder on the server)" if self.remote else str(path)
+
+    def check_derived(self, ref: str | None, kind: str, source: str) -> None:
+        """Refuse a local path that this server found (in the ledger, an adapter's config) rather than the caller
+        sent, when the caller could not have named it: the same rule as check_ref, without showing the path."""
+        if self.may_read(ref):
+            return
+        raise TrainError(f"{source} reads a local {kind} outside the folders callers over {self.over} may use, so "
+                         "this server will not run it for you; ask the operator, or work on a model pushed to the Hub")
+
     def allows_path(self, path: Path) -> bool:
         if self.local_dirs is None:
             return True
         resolved = path.expanduser().resolve()  # symlinks and '..' cannot lead outside
         return any(resolved.is_relative_to(folder) for folder in self.local_dirs)
 
+    def may_read(self, ref: str | None) -> bool:
+        """A Hub id, or a path this caller may read. '..' is refused before anything looks at the disk, so an
+        answer never tells which paths exist."""
+        if ref is None or not self.remote:
+            return True
+        return ".." not in PurePath(ref).parts and (not is_local(ref) or self.allows_path(Path(ref)))
+
     def check_ref(self, ref: str | None, kind: str) -> None:
         """Refuse a local model/dataset path outside the allowed folders (a Hub id always passes)."""
-        if ref is None or not self.remote:
-            return
-        # '..' is refused before anything looks at the disk, so an answer never tells which paths exist
-        if ".." not in PurePath(ref).parts and (not is_local(ref) or self.allows_path(Path(ref))):
+        if self.may_read(ref):
             return
         where = ("no local folder is allowed" if not self.local_dirs
-                 else "allowed folders: " + ", ".join(str(d) for d in self.local_dirs))
+                 else "only inside the folders the operator allowed")
         raise TrainError(f"{kind} {ref!r} is a path on the server, which callers over {self.over} may not read "
                          f"({where}; the operator adds one with --allow-local-files DIR). Send a Hub id instead.")
 

@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from hf_train_mcp.access import STDIO, Access
 from hf_train_mcp.compact_schema import compact_tool_schema, declare_once
-from hf_train_mcp.errors import TrainError
+from hf_train_mcp.errors import TrainError, unexpected
 from hf_train_mcp.readable import readable
 from hf_train_mcp.tools import TOOLS, Hooks, ToolSpec
 from hf_train_mcp.watch import JOB_URI, JobWatcher, register_subscriptions
@@ -70,12 +70,13 @@ def can_elicit(ctx: Context) -> bool:
 
 
 def confirmation_question(prepared: Any) -> str:
+    """The server's own figures first: what a caller sent (a model name, say) cannot pass for them."""
     common = prepared.common
     hours = f", ~{common['estimated_hours']:.1f} h estimated" if common.get("estimated_hours") else ""
     estimate = f" (estimated ${common['estimated_cost_usd']:.2f})" if common.get("estimated_cost_usd") else ""
-    return (f"Launch {prepared.summary} on {common['flavor']} for up to "
-            f"{common['timeout']}{hours}? It can bill at most ${prepared.worst_case_cost_usd:.2f}{estimate}; "
-            "Jobs bill per minute while it runs.")
+    return (f"It can bill at most ${prepared.worst_case_cost_usd:.2f}{estimate}: {common['flavor']} for up to "
+            f"{common['timeout']}{hours}, billed per minute while it runs. Launch {prepared.summary} on "
+            f"{common['flavor']}?")
 
 
 class CompactMCPServer(MCPServer):
@@ -171,13 +172,19 @@ def build_server(core: Any | None = None, access: Access = STDIO, *, watch_inter
     mcp.watcher = watcher  # type: ignore[attr-defined]  # tests drive polls by hand
     register_subscriptions(mcp, watcher)
 
-    async def call(work: Callable[[Any], T]) -> T:
+    def serve(work: Callable[[Any], T]) -> T:
+        with access.serving():
+            return work(get_core())
+
+    async def call(work: Callable[[Any], T], name: str) -> T:
         try:
-            return await anyio.to_thread.run_sync(lambda: work(get_core()))
+            return await anyio.to_thread.run_sync(lambda: serve(work))
         except TrainError as exc:
             raise ToolError(str(exc)) from None
         except ValidationError as exc:
             raise ToolError(f"invalid arguments: {readable(exc)}") from None
+        except Exception as exc:  # a bug, or an outside failure no code path foresaw: still a clear answer
+            raise ToolError(unexpected(name, exc, remote=access.remote)) from exc
 
     def reporter(ctx: Context | None) -> Callable[[str], None] | None:
         if ctx is None:
@@ -213,7 +220,7 @@ def build_server(core: Any | None = None, access: Access = STDIO, *, watch_inter
                         not confirmation.data.submit:
                     raise ToolError("not submitted: the user chose not to launch it; nothing was launched")
                 hooks = Hooks(progress=reporter(ctx) if spec.progress else None)
-                return await call(lambda core: spec.run(core, req, hooks))
+                return await call(lambda core: spec.run(core, req, hooks), spec.name)
 
             return body
 
@@ -225,7 +232,7 @@ def build_server(core: Any | None = None, access: Access = STDIO, *, watch_inter
     @mcp.resource(JOB_URI, name="job", title="Training job", mime_type="application/json",
                   description="A job's JobReport (as job_status returns it); subscribe for stage changes.")
     async def job(job_id: str) -> str:
-        report = await call(lambda core: core.job_status(job_id, 20))
+        report = await call(lambda core: core.job_status(job_id, 20), "job resource")
         watcher.seen(report.job_id, report.stage)
         return report.model_dump_json()
 
@@ -256,21 +263,32 @@ def _confirmation_resolver(spec: ToolSpec, get_core: Callable[[], Any]) -> Calla
     names = list(spec.request.model_fields)
 
     async def resolver(ctx: Context, **arguments: Any) -> Elicit[Confirm] | None:
-        threshold = confirm_threshold()
-        if threshold is None or not can_elicit(ctx):
-            return None  # clients that cannot ask are governed by the budget caps alone
         try:
             req = spec.request(**arguments)
         except ValidationError:
             return None  # the body reports it
-        core = get_core()
-        if req.dry_run or core.existing_submission(req) is not None:
-            return None
+        if getattr(req, "dry_run", False) or getattr(req, "measure", True) is False:
+            return None  # launches nothing
         try:
-            prepared = await anyio.to_thread.run_sync(lambda: core.preview(req, kind=spec.launches))
-        except TrainError:
-            return None  # the body runs the same checks and reports the error
-        if prepared.worst_case_cost_usd <= threshold:
+            threshold = confirm_threshold()
+        except TrainError as exc:  # the operator's setting is unreadable: nothing launches until it is fixed
+            raise ToolError(str(exc)) from None
+        if threshold is None or not can_elicit(ctx):
+            return None  # clients that cannot ask are governed by the budget caps alone
+        core = get_core()
+
+        def preview() -> Any:
+            with core.access.serving():
+                if getattr(req, "idempotency_key", None) and core.existing_submission(req) is not None:
+                    return None
+                return core.preview(req, kind=spec.launches)
+
+        try:
+            prepared = await anyio.to_thread.run_sync(preview)
+        except Exception as exc:  # a question that could not be asked is a refusal, never a pass
+            text = str(exc) if isinstance(exc, TrainError) else unexpected(spec.name, exc, remote=core.access.remote)
+            raise ToolError(f"{text} (the spend confirmation could not be prepared, so nothing was launched)") from None
+        if prepared is None or prepared.worst_case_cost_usd <= threshold:
             return None
         return Elicit(confirmation_question(prepared), Confirm)
 

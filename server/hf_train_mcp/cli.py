@@ -85,13 +85,18 @@ model on this machine end to end."""
 
 
 def _inner(annotation: Any) -> tuple[Any, bool]:
-    """(the type to parse, whether it is a list) of a field annotation, through Optional and Annotated."""
+    """(the type to parse, whether it is a list) of a field annotation, through Optional and Annotated. A type
+    with its own parser (a BeforeValidator, e.g. the timeout's '2h') takes the text as typed."""
     import types
     from typing import Annotated, Union, get_args, get_origin
+
+    from pydantic import BeforeValidator
 
     while True:
         origin = get_origin(annotation)
         if origin is Annotated:
+            if any(isinstance(meta, BeforeValidator) for meta in get_args(annotation)[1:]):
+                return str, False
             annotation = get_args(annotation)[0]
         elif origin in (Union, types.UnionType):
             annotation = next(a for a in get_args(annotation) if a is not type(None))
@@ -101,18 +106,30 @@ def _inner(annotation: Any) -> tuple[Any, bool]:
             return annotation, False
 
 
+def _nested_description(annotation: Any) -> str | None:
+    """The description a shared type declares inside Optional (e.g. the timeout's accepted forms)."""
+    from typing import get_args
+
+    for arg in get_args(annotation):
+        description = getattr(arg, "description", None) or _nested_description(arg)
+        if isinstance(description, str):
+            return description
+    return None
+
+
 def _help(info: Any, kind: Any) -> str:
     """The field's description, else what it takes; plus its limits and default."""
     from typing import Literal, get_args, get_origin
 
-    parts = [info.description] if info.description else []
+    description = info.description or _nested_description(info.annotation)
+    parts = [description] if description else []
     for meta in info.metadata:
         for attr, word in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<=")):
             if getattr(meta, attr, None) is not None:
                 parts.append(f"{word} {getattr(meta, attr)}")
     if get_origin(kind) is Literal:
         parts.append("one of " + ", ".join(map(str, get_args(kind))))
-    elif not info.description:
+    elif not description:
         parts.append({int: "a whole number", float: "a number", bool: "on/off", dict: "JSON object or k=v"}.get(
             kind, "text"))
     if not info.is_required() and info.default not in (None, False):

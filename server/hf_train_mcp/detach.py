@@ -11,11 +11,13 @@ import sys
 from pathlib import Path
 
 
-def spawn(argv: list[str], *, cwd: Path, log: Path, env: dict[str, str] | None = None) -> int:
-    """Start argv detached; its pid, which is also its process group (so killpg stops all it started)."""
+def spawn(argv: list[str], *, cwd: Path, log: Path, env: dict[str, str] | None = None,
+          keep_fds: tuple[int, ...] = ()) -> int:
+    """Start argv detached; its pid, which is also its process group (so killpg stops all it started).
+    keep_fds: descriptors it inherits under the same numbers (a lock it must hold from its first instant)."""
     out = subprocess.run([sys.executable, "-m", "hf_train_mcp.detach", str(log), *argv], cwd=cwd, env=env,
                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False,
-                         timeout=60)
+                         timeout=60, pass_fds=keep_fds)
     if out.returncode != 0 or not out.stdout.strip().isdigit():
         raise OSError(f"could not start {argv[0]}: {out.stderr.decode(errors='replace')[-500:]}")
     return int(out.stdout)

@@ -4,6 +4,7 @@ import math
 import re
 
 _UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+MAX_TIMEOUT_S = 7 * 86400  # the longest job this server starts, whoever chose the timeout
 _PART = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
 
 
@@ -23,7 +24,7 @@ def parse_duration(value: str | int | float) -> int:
             raise ValueError(f"cannot read timeout {value!r}: send e.g. '90m', '2h', '1h30m' or a number of seconds")
     if not math.isfinite(seconds) or seconds < 60:
         raise ValueError(f"timeout {value!r} is under a minute: send e.g. '30m' or more")
-    if seconds > 7 * 86400:
+    if seconds > MAX_TIMEOUT_S:
         raise ValueError(f"timeout {value!r} is over 7 days: split the run and resume from a checkpoint")
     return int(math.ceil(seconds))
 

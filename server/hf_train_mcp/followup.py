@@ -28,7 +28,7 @@ from hf_train_mcp.estimate.jobs import (
     export_on,
     export_options,
 )
-from hf_train_mcp.estimate.sizing import ModelSize
+from hf_train_mcp.estimate.sizing import DTYPE_BYTES, ModelSize
 from hf_train_mcp.hub import hub_endpoint
 from hf_train_mcp.ledger import JobRecord
 from hf_train_mcp.planning import (
@@ -43,7 +43,8 @@ from hf_train_mcp.planning import (
 from hf_train_mcp.request import EvaluateRequest, ExportRequest, TrainingRequest
 from hf_train_mcp.schemas import DatasetReport
 from hf_train_mcp import backends, methods
-from hf_train_mcp.methods.grpo import MAX_COMPLETION_DEFAULT, REFERENCE_COLUMNS, reward_functions
+from hf_train_mcp.methods.grpo import (MAX_COMPLETION_DEFAULT, REFERENCE_COLUMNS, reward_code_dependencies,
+                                        reward_functions)
 
 EVAL_ROWS = 200  # held-out rows scored when num_samples is not given: enough for a stable mean, cheap to run
 COMPARE_SAMPLES = 3  # prompts answered side by side by the base and the fine-tune
@@ -53,7 +54,15 @@ SAMPLE_TOKENS = 96
 LM_EVAL = "lm-eval>=0.4.8,<0.5"
 GGUF_DEPENDENCIES = ["gguf>=0.17", "sentencepiece>=0.2", "protobuf>=4", "numpy>=1.26"]
 CMAKE = "cmake>=3.28"  # llama-quantize is built in the job: the image has a compiler, not cmake
-LLAMA_CPP_REPO = "https://github.com/ggml-org/llama.cpp"
+# llama.cpp's sources at a pinned release: the tree llama-cpp-python's sdist vendors (PyPI never replaces a
+# published file; the script checks the sha256 too), not a clone of a moving HEAD
+LLAMA_CPP_REPO = {
+    "version": "llama-cpp-python 0.3.36",
+    "url": "https://files.pythonhosted.org/packages/ec/e9/e7de2b0463ea3ffbf0ede6cb21b58c1258a8f6521aae45ca773a59fe7cf3/"
+           "llama_cpp_python-0.3.36.tar.gz",
+    "sha256": "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e",
+    "root": "llama_cpp_python-0.3.36/vendor/llama.cpp",
+}
 PREFERENCE_FORMATS = ("preference", "implicit_preference")
 
 
@@ -71,11 +80,15 @@ class Subject:
 
     @property
     def sized_by(self) -> str:
-        """The model whose size decides memory and time (an adapter is small; its base is not)."""
-        return self.base_model if self.kind == "adapter" and self.base_model else self.ref
+        """The model whose size decides memory and time (an adapter is small; its base is not). A full fine-tune of
+        a training job is sized by its base too: the same parameters, in the dtype the export writes (the base's),
+        where the fine-tune's own config.json says fp32 (its master weights)."""
+        if self.base_model and (self.kind == "adapter" or self.training is not None):
+            return self.base_model
+        return self.ref
 
 
-def _from_folder(folder: Path, method: str | None) -> tuple[str, str | None, str | None]:
+def _from_folder(folder: Path, method: str | None, access: Access) -> tuple[str, str | None, str | None]:
     """(kind, base model, method) of a saved adapter or model."""
     adapter = folder / "adapter_config.json"
     if adapter.exists():
@@ -84,10 +97,20 @@ def _from_folder(folder: Path, method: str | None) -> tuple[str, str | None, str
         return "adapter", config.get("base_model_name_or_path"), method or methods.for_peft_task(task)
     if (folder / "config.json").exists():
         return "full", None, method
-    raise TrainError(f"{folder} holds neither an adapter (adapter_config.json) nor a model (config.json)")
+    raise TrainError(f"{access.shown(folder)} holds neither an adapter (adapter_config.json) nor a model "
+                     "(config.json)")
 
 
-def subject_from_job(record: JobRecord, stage: str, backend_name: str) -> Subject:
+def check_job_inputs(access: Access, record: JobRecord, training: TrainingRequest) -> None:
+    """A follow-up of a job reads what that job read: a caller who could not have named those paths itself may
+    not reach them through the job (its output folder is this server's own, and open to it)."""
+    source = f"job {record.job_id}"
+    for ref, what in ((training.model, "model"), (training.dataset, "dataset"),
+                      (getattr(training, "teacher_model", None), "teacher model")):
+        access.check_derived(ref, what, source)
+
+
+def subject_from_job(record: JobRecord, stage: str, backend_name: str, access: Access) -> Subject:
     if record.kind != "train":
         raise TrainError(f"job {record.job_id} is a {record.kind} job, not a training job: pass the job_id of a "
                          "finished submit_training job (list_jobs)")
@@ -96,6 +119,7 @@ def subject_from_job(record: JobRecord, stage: str, backend_name: str) -> Subjec
                 if stage in ("ERROR", "CANCELED", "DELETED") else " wait until job_status says COMPLETED")
         raise TrainError(f"job {record.job_id} is {stage}:{more}. Nothing was launched.")
     training = TrainingRequest.model_validate_json(record.request_json)
+    check_job_inputs(access, record, training)
     kind = "full" if training.peft == "full" else "adapter"
     if backends.traits(record.backend).runs_here:
         if not backends.traits(backend_name).runs_here:
@@ -103,7 +127,7 @@ def subject_from_job(record: JobRecord, stage: str, backend_name: str) -> Subjec
                              f"backend={record.backend!r}, or push its output folder to the Hub and pass that repo id")
         folder = Path(record.output_dir or "")
         if not folder.is_dir():
-            raise TrainError(f"the output of job {record.job_id} ({folder}) is gone from this machine")
+            raise TrainError(f"the output of job {record.job_id} ({access.shown(folder)}) is gone from this machine")
         return Subject(ref=str(folder), kind=kind, base_model=training.model, method=training.method, job=record,
                        training=training, card_folder=str(folder))
     if not record.hub_model_id:
@@ -123,9 +147,10 @@ def subject_from_ref(ref: str, *, access: Access, backend_name: str, adapter_con
         folder = Path(ref).expanduser().resolve()
         if not folder.is_dir():
             raise TrainError(f"model {ref!r} is neither a folder on this machine nor a job_id from list_jobs")
-        kind, base, method = _from_folder(folder, None)
+        kind, base, method = _from_folder(folder, None, access)
         if kind == "adapter" and base and is_local(base):
             base = str((folder / base).resolve()) if not os.path.isabs(base) else base
+            access.check_derived(base, "base model", f"the adapter {ref!r}")
         return Subject(ref=str(folder), kind=kind, base_model=base, method=method)
     config = adapter_config(ref)
     if config is None:
@@ -299,7 +324,8 @@ def plan_evaluation(req: EvaluateRequest, subject: Subject, data: EvalData | Non
         here else None,
         "push_to_hub": False, "hub_model_id": None,
     }
-    dependencies = [*BASE_DEPENDENCIES, *([LM_EVAL] if req.tasks else [])]
+    reward_code = getattr(training, "reward_code", None) if training else None  # re-run: it needs its imports
+    dependencies = [*BASE_DEPENDENCIES, *([LM_EVAL] if req.tasks else []), *reward_code_dependencies(reward_code)]
     return _plan(req, backend=backend, flavor=flavor, estimate=estimate, price=price, timeout=timeout, config=config,
                  dependencies=dependencies, namespace=namespace, template="evaluate", warnings=warnings,
                  trackio_space=trackio_space, reward_code=getattr(training, "reward_code", None) if training else None)
@@ -309,12 +335,29 @@ def export_target(req: ExportRequest, subject: Subject, backend: str) -> str | N
     """The repo an export pushes to: hub_model_id, else beside the source (`<repo>-merged`, `<repo>-GGUF`)."""
     if backends.traits(backend).runs_here:
         return None
-    if req.hub_model_id:
-        return req.hub_model_id
     source = subject.job.hub_model_id if subject.job else (None if is_local(subject.ref) else subject.ref)
+    if req.hub_model_id:
+        if req.hub_model_id.lower() in {(source or "").lower(), subject.ref.lower()}:  # on top of what it reads
+            # (Hub ids are case-insensitive)
+            raise TrainError(f"hub_model_id {req.hub_model_id!r} is the repo being exported: the export would be "
+                             f"mixed into it; send another, e.g. {_beside(req.hub_model_id, req.format)!r}. Nothing "
+                             "was launched.")
+        return req.hub_model_id
     if not source:
         raise TrainError("hub_model_id is required: where should the exported model be pushed ('owner/name')?")
-    return f"{source}-GGUF" if req.format == "gguf" else f"{source}-merged"
+    return _beside(source, req.format)
+
+
+def _beside(repo: str, format: str) -> str:
+    return f"{repo}-GGUF" if format == "gguf" else f"{repo}-merged"
+
+
+def export_dtype(subject: Subject, size: ModelSize) -> str:
+    """What the export loads and writes, as export_on sizes it: the base model's dtype (config.json; bf16 for most).
+    A full fine-tune of ours is sized by its base (Subject.sized_by) but saved fp32 masters: never "auto" for it."""
+    if size.dtype in DTYPE_BYTES:
+        return size.dtype
+    return "bfloat16" if subject.kind == "full" and subject.training is not None else "auto"
 
 
 def plan_export(req: ExportRequest, subject: Subject, *, backend: str, size: ModelSize, catalog: Catalog,
@@ -322,6 +365,10 @@ def plan_export(req: ExportRequest, subject: Subject, *, backend: str, size: Mod
     if subject.method and methods.get(subject.method).classifier:
         raise TrainError("a reward model is a sequence classifier: GGUF and merged causal-LM exports do not apply; "
                          "use its repo as it is")
+    if size.model_type and not size.config_vocab:
+        raise TrainError(f"{subject.sized_by} is a {size.model_type!r} model without a vocabulary (no vocab_size in "
+                         "its config.json): export_model writes causal language models (merged or GGUF). Nothing "
+                         "was launched.")
     quantization = (req.quantization or "q4_k_m") if req.format == "gguf" else None
     if req.format == "merged" and subject.kind == "full":
         warnings.append("this model is a full fine-tune, already standalone: the export re-saves it as safetensors "
@@ -344,7 +391,7 @@ def plan_export(req: ExportRequest, subject: Subject, *, backend: str, size: Mod
     config = {
         **_common_config(subject, backend),
         "format": req.format, "quantization": quantization, "file_stem": stem,
-        "dtype": "auto", "total_steps": 3 if quantization not in (None, "f16", "q8_0") else 2,
+        "dtype": export_dtype(subject, size), "total_steps": 3 if quantization not in (None, "f16", "q8_0") else 2,
         "llama_cpp_repo": LLAMA_CPP_REPO, "card_source": subject.card_folder or source,
         "push_to_hub": target is not None, "hub_model_id": target, "private": req.private,
     }

@@ -237,3 +237,12 @@ def adapter_config(repo: str, token: str | None) -> dict | None:
             return json.load(f)
 
     return bounded(f"reading {repo}", read, token)
+
+
+def existing_repo(repo: str, token: str | None) -> str | None:
+    """What a model repo holds before something is pushed there: "adapter", "model" (anything else), or None
+    when there is no such repo."""
+    exists = bounded(f"looking up {repo}", lambda: hub_api(token).repo_exists(repo, repo_type="model"), token)
+    if not exists:
+        return None
+    return "adapter" if adapter_config(repo, token) is not None else "model"

@@ -5,6 +5,7 @@ timeout, so two servers (two agents) writing at once queue instead of failing or
 """
 
 import json
+import os
 import sqlite3
 import threading
 from dataclasses import dataclass, fields, replace
@@ -12,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from hf_train_mcp.errors import TrainError
 from hf_train_mcp.paths import data_home
 
 _SCHEMA = """
@@ -87,6 +89,65 @@ SETTLED_STAGES = frozenset({"COMPLETED", "CANCELED", "ERROR"})  # DELETED can st
 PENDING = "pending:"  # job_id prefix of an idempotency-key reservation
 SUBMITTING = "submitting:"  # job_id prefix of a submission being posted (see Ledger.journal)
 STALE_RESERVATION_S = 600
+# The reservation of a key whose submission journal is still open is never taken over as stale: its POST may
+# have created a job, and only the Hub can say it did not (crash recovery releases it then).
+_JOURNALED = ("SELECT 1 FROM jobs WHERE job_id >= ? AND job_id < ? AND claim = ?",
+              (SUBMITTING, SUBMITTING[:-1] + chr(ord(SUBMITTING[-1]) + 1)))
+_CORRUPT = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
+
+
+class LedgerUnreadable(TrainError):
+    """The ledger file is damaged: every tool says so (and what to do) instead of failing bare."""
+
+
+class KeyConflict(TrainError):
+    """The idempotency key already names a job of another kind: retrying cannot succeed."""
+
+
+class SubmissionInProgress(TrainError):
+    """Another call holds the idempotency key and is submitting its job: call again shortly."""
+
+
+def _unreadable(exc: sqlite3.DatabaseError) -> LedgerUnreadable:
+    # the server's path is not shown: HTTP callers must not learn it, and the operator knows HF_TRAIN_HOME
+    return LedgerUnreadable(
+        f"the job ledger (ledger.sqlite3 in HF_TRAIN_HOME) is unreadable ({exc}): move it aside (rename "
+        "ledger.sqlite3, with its -wal and -shm files, to keep it for inspection) and call again, which starts a new "
+        "ledger. Jobs already launched keep running; a retry of a Hugging Face job or sweep with the same "
+        "idempotency_key finds its jobs on the Hub again (local jobs are not found).")
+
+
+class _Connection(sqlite3.Connection):
+    """A connection whose corrupt-file errors (by SQLite's error code) become LedgerUnreadable."""
+
+    def execute(self, *args: Any) -> sqlite3.Cursor:
+        return _worded(super().execute, args)
+
+    def executemany(self, *args: Any) -> sqlite3.Cursor:
+        return _worded(super().executemany, args)
+
+
+def _worded(run: Any, args: tuple) -> sqlite3.Cursor:
+    try:
+        return run(*args)
+    except sqlite3.DatabaseError as exc:
+        if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in _CORRUPT:
+            raise _unreadable(exc) from None
+        raise
+
+
+def _private(path: Path, *, home: Path | None) -> None:
+    """The ledger holds reward code, paths and requests: readable by its owner only (best effort: a file
+    system without modes keeps its own)."""
+    try:
+        if home is not None:
+            os.chmod(home, 0o700)
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))  # created private, never world-readable first
+        for suffix in ("", "-wal", "-shm"):  # SQLite gives its side files the main file's mode
+            if Path(f"{path}{suffix}").exists():
+                os.chmod(f"{path}{suffix}", 0o600)
+    except OSError:
+        pass
 
 
 def now_iso() -> str:
@@ -206,10 +267,13 @@ _INSERT = f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * le
 
 class Ledger:
     def __init__(self, path: Path | None = None):
-        self.path = path or data_home() / "ledger.sqlite3"
+        home = None if path else data_home()
+        self.path = path or home / "ledger.sqlite3"
+        _private(self.path, home=home)
         self._local = threading.local()
         db = self._connect()
-        db.executescript(_SCHEMA)
+        for statement in filter(str.strip, _SCHEMA.split(";")):  # one by one: execute reports a corrupt file
+            db.execute(statement)
         present = {row[1] for row in db.execute("PRAGMA table_info(jobs)")}
         for column, kind in _ADDED_COLUMNS.items():
             if column not in present:
@@ -221,7 +285,7 @@ class Ledger:
     def _connect(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
         if db is None:
-            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            db = sqlite3.connect(self.path, timeout=30, isolation_level=None, factory=_Connection)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA busy_timeout=30000")
             self._local.db = db
@@ -290,7 +354,8 @@ class Ledger:
 
         Returns None when the key is now ours, else the record holding it (a job, or a pending reservation).
         A reservation older than STALE_RESERVATION_S (its server died mid-submit) is taken over by a
-        compare-and-swap on its claim, so of two servers that both saw it stale exactly one wins.
+        compare-and-swap on its claim, so of two servers that both saw it stale exactly one wins; never while
+        its submission's journal entry remains (the POST may have created a job).
         """
         for _ in range(3):  # a holder that vanishes between our INSERT and our look (released) frees the key
             try:
@@ -307,9 +372,11 @@ class Ledger:
             age = datetime.now(UTC) - datetime.fromisoformat(holder.created_at.replace("Z", "+00:00"))
             if age.total_seconds() < STALE_RESERVATION_S:
                 return holder
-            if self._rowcount("UPDATE jobs SET claim = ?, created_at = ? WHERE job_id = ? AND claim IS ?",
-                              (claim, now_iso(), holder.job_id, holder.claim)):
+            if self._rowcount(f"UPDATE jobs SET claim = ?, created_at = ? WHERE job_id = ? AND claim IS ? "
+                              f"AND NOT EXISTS ({_JOURNALED[0]})",
+                              (claim, now_iso(), holder.job_id, holder.claim, *_JOURNALED[1], holder.claim)):
                 return None
+            return holder  # its submission may have created a job: held until recovery settles it
         return self.by_idempotency_key(key)
 
     def renew(self, key: str, claim: str) -> bool:

@@ -9,11 +9,11 @@ def data_home() -> Path:
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "hf-train-mcp"
     )
     path = Path(home)
-    path.mkdir(parents=True, exist_ok=True)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)  # job folders hold data paths, scripts and logs: the owner's
     return path
 
 
 def jobs_dir() -> Path:
     path = data_home() / "jobs"
-    path.mkdir(parents=True, exist_ok=True)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
     return path

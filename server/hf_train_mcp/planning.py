@@ -13,7 +13,7 @@ from hf_train_mcp.methods.grpo import MAX_COMPLETION_DEFAULT, NUM_GENERATIONS_DE
 from hf_train_mcp.backends.base import JobSpec
 from hf_train_mcp.cards import training_card
 from hf_train_mcp.chat_template import CHATML
-from hf_train_mcp.durations import format_duration, header_duration
+from hf_train_mcp.durations import MAX_TIMEOUT_S, format_duration, header_duration
 from hf_train_mcp.errors import TrainError
 from hf_train_mcp.estimate import constants as EC
 from hf_train_mcp.estimate.cost import FlavorEstimate, Workload, estimate_on, how_to_fit, push_seconds, rows_per_step
@@ -118,7 +118,7 @@ def expects_gpu(flavor: str) -> bool:
 
 
 def _dependencies(req: TrainingRequest, spec: methods.MethodSpec) -> list[str]:
-    deps = [*BASE_DEPENDENCIES, *spec.dependencies]
+    deps = [*BASE_DEPENDENCIES, *spec.dependencies, *spec.request_dependencies(req)]
     if req.peft == "qlora":
         deps.append("bitsandbytes>=0.45")
     if req.use_liger_kernel:
@@ -254,6 +254,16 @@ def largest_timeout(budget: float, usd_per_hour: float) -> int:
     return fits
 
 
+def check_timeout_bound(timeout: int, estimate: FlavorEstimate | None) -> None:
+    """The server's own timeout obeys the bound a caller's does (a caller's over it is refused when parsed)."""
+    if timeout <= MAX_TIMEOUT_S:
+        return
+    needed = f" (the run is estimated at {format_duration(estimate.train_seconds)})" if estimate else ""
+    raise TrainError(f"this run would need a timeout of {format_duration(timeout)}{needed}, over the "
+                     f"{MAX_TIMEOUT_S // 86400}-day limit of one job: lower max_steps or epochs, pick a faster "
+                     "(multi-GPU) flavor, or train in parts of under 7 days with resume_from. Nothing was submitted.")
+
+
 def within_budget(req: Request, flavor: str, price: float | None, timeout: int,
                    estimate: FlavorEstimate | None, warnings: list[str]) -> int:
     """The timeout, checked so that its worst case fits the caller's max_cost_usd and the operator's cap.
@@ -261,14 +271,17 @@ def within_budget(req: Request, flavor: str, price: float | None, timeout: int,
     Without a caller timeout, a recommended timeout over budget is shortened to the budget when the estimated
     run still fits in it; otherwise the submission is refused with the largest timeout that fits.
     """
+    check_timeout_bound(timeout, estimate)
     limits = [(v, name) for v, name in ((req.max_cost_usd, "max_cost_usd"),
                                         (operator_cap(), "this server's cap HF_TRAIN_MAX_COST_USD")) if v is not None]
+    if price is None:  # a paid flavor the hardware list does not price: no cap or question could judge it
+        against = " against " + ", ".join(f"{name} (${v:.2f})" for v, name in limits) if limits else ""
+        raise TrainError(f"the price of {flavor} is unknown (the Jobs hardware list does not list it), so its worst "
+                         f"case cannot be checked{against}; pick a flavor that list_hardware prices. Nothing was "
+                         "submitted.")
     if not limits or price == 0:
         return timeout
     budget, name = min(limits)
-    if price is None:
-        raise TrainError(f"the price of {flavor} is unknown, so its worst case cannot be checked against {name} "
-                         f"(${budget:.2f}); pick a flavor from estimate_cost's list. Nothing was submitted.")
     worst = worst_case_usd(timeout, price)
     if _fits(worst, budget):
         return timeout
@@ -313,6 +326,10 @@ def plan_run(
     method, billions = req.method, size.billions
     hyper = Hyper.of(req, teacher_params=teacher.params if teacher else None)
     spec = hyper.spec
+    try:
+        spec.check_sizes(req, size, teacher)  # e.g. a distillation teacher of another vocabulary size
+    except ValueError as exc:
+        raise TrainError(str(exc)) from None
     where = backends.traits(backend)
     lr_full, lr_lora = spec.learning_rate
     learning_rate = req.learning_rate or (lr_full if req.peft == "full" else lr_lora)
@@ -353,8 +370,11 @@ def plan_run(
                 warnings.append(f"time measured on {flavor} ({measured['seconds_per_step']} s per step): "
                                 f"~{format_duration(estimate.train_seconds)} of training")
             if flavor.startswith("t4"):
+                gemma = "gemma" in (size.model_type or req.model.lower())  # sqrt(hidden)-scaled embeddings
                 warnings.append("T4 has no bf16: the script trains in fp16 mixed precision (can overflow); "
-                                "l4x1 has bf16 for a similar price")
+                                "l4x1 has bf16 for a similar price" + (
+                                    ". Gemma models overflow fp16 (their activations pass its 65,504 maximum: "
+                                    "NaN losses): send flavor='l4x1'" if gemma else ""))
             if estimate.hours > 4:
                 warnings.append(f"estimated {estimate.hours:.1f} h: checkpoints are pushed to the Hub every "
                                 f"{req.save_steps or D.SAVE_STEPS} steps; resume_from can continue after a timeout")

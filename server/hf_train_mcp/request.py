@@ -5,9 +5,10 @@ import json
 from itertools import product
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 from hf_train_mcp import methods
+from hf_train_mcp.access import check_reference
 from hf_train_mcp.readable import readable
 
 from hf_train_mcp.schemas import (
@@ -84,7 +85,8 @@ class ValidateRequest(Request):
     split: SplitName = "train"
     config: Annotated[str, Field(max_length=128, description="Hub dataset config")] | None = None
     column_mapping: ColumnMapping | None = None
-    model: Annotated[str, Field(min_length=1, max_length=512, description="tokenizer for token stats")] | None = None
+    model: Annotated[str, Field(min_length=1, max_length=512, description="tokenizer for token stats"),
+                     AfterValidator(check_reference)] | None = None
     max_length: Annotated[int, Field(ge=32, le=131_072)] | None = None
 
 
@@ -115,7 +117,8 @@ class _TrainingRequest(RunShape):
     lora_target_modules: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")]] | None = None
     save_steps: Annotated[int, Field(ge=1)] | None = None
     save_total_limit: Annotated[int, Field(ge=1, le=100)] | None = None
-    resume_from: Annotated[str, Field(max_length=256, description="job id or Hub repo with last-checkpoint/")] | None = None
+    resume_from: Annotated[str, Field(max_length=256, description="job id or Hub repo with last-checkpoint/"),
+                           AfterValidator(check_reference)] | None = None
     output_bucket: Annotated[HubRepoId, Field(description="bucket mounted as output_dir")] | None = None
     dry_run: DryRun = False
     preflight: Annotated[bool, Field(description="time a few steps first; stop if OOM/too slow")] = False
@@ -137,8 +140,8 @@ TrainingRequest = with_method_options(_TrainingRequest, sizing_only=False)
 class FollowupShape(Request):
     """What an evaluation or an export takes besides its own options: the model, and where and how long it runs."""
 
-    model: Annotated[str, Field(min_length=1, max_length=512,
-                                description="training job_id, Hub id, or folder")]
+    model: Annotated[str, Field(min_length=1, max_length=512, description="training job_id, Hub id, or folder"),
+                     AfterValidator(check_reference)]
     backend: BackendName | None = None
     flavor: Flavor | None = None
     timeout: Timeout | None = None

@@ -5,6 +5,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, Field
 
 from hf_train_mcp import methods
+from hf_train_mcp.access import check_reference
 from hf_train_mcp.durations import parse_duration
 
 Method = Literal[methods.NAMES]  # type: ignore[valid-type]  # the registry's methods (methods/)
@@ -48,8 +49,10 @@ def _check_mapping(value: dict[str, str]) -> dict[str, str]:
             raise ValueError(f"column_mapping entry {target!r}: {source!r} is not 'target_column': 'source_column'")
     return value
 
-ModelRef = Annotated[str, Field(min_length=1, max_length=512, description="Hub model id or local path")]
-DatasetRef = Annotated[str, Field(min_length=1, max_length=512, description="Hub dataset id or local file/folder")]
+ModelRef = Annotated[str, Field(min_length=1, max_length=512, description="Hub model id or local path"),
+                     AfterValidator(check_reference)]
+DatasetRef = Annotated[str, Field(min_length=1, max_length=512, description="Hub dataset id or local file/folder"),
+                       AfterValidator(check_reference)]
 HubRepoId = Annotated[str, Field(pattern=_HUB_ID, description="'owner/name'"), AfterValidator(_check_hub_id)]
 Flavor = Annotated[str, AfterValidator(_check_flavor), Field(description="Jobs hardware, e.g. 'a10g-large'")]
 Timeout = Annotated[

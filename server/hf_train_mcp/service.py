@@ -14,26 +14,27 @@ from typing import Any
 
 from hf_train_mcp import defaults as D
 from hf_train_mcp import backends, methods, sweeps
-from hf_train_mcp.access import STDIO, Access, is_local
+from hf_train_mcp.access import STDIO, Access, is_local, shown_name
 from hf_train_mcp.backends.base import TERMINAL_STAGES, Backend, JobGone, JobState, LogRead, SubmissionUnknown
-from hf_train_mcp.backends.hf_jobs import HfJobsBackend
+from hf_train_mcp.backends.hf_jobs import HfJobsBackend, submission_labels
 from hf_train_mcp.backends.local import LocalBackend, process_alive, has_cuda
 from hf_train_mcp.chat_template import has_chat_template
 from hf_train_mcp.data import rules
 from hf_train_mcp.data.validate import validate_dataset
-from hf_train_mcp.durations import format_duration
+from hf_train_mcp.durations import MAX_TIMEOUT_S, format_duration
 from hf_train_mcp.errors import TrainError
 from hf_train_mcp.estimate import constants as EC
 from hf_train_mcp.estimate.hardware import get_catalog
 from hf_train_mcp.estimate.sizing import ModelSize, model_size
 from hf_train_mcp.followup import EvalData, Subject, job_data, method_for_format, plan_evaluation, plan_export
-from hf_train_mcp.followup import subject_from_job, subject_from_ref
+from hf_train_mcp.followup import check_job_inputs, subject_from_job, subject_from_ref
 from hf_train_mcp.hub import HubUnreachable, adapter_config, hub_endpoint, hub_token, needs_token, resolve_identity
-from hf_train_mcp.hub import scrub
+from hf_train_mcp.hub import existing_repo, scrub
 from hf_train_mcp.ledger import PENDING, SETTLED_STAGES, SUBMITTING, JobRecord, Ledger, now_iso
+from hf_train_mcp.ledger import KeyConflict, SubmissionInProgress
 from hf_train_mcp.logparse import ParsedLog, parse_log, probe_metrics
 from hf_train_mcp.estimate.cost import FlavorEstimate, Workload, how_to_fit
-from hf_train_mcp.measure import apply_measurement, attempt_key, config_key, is_probe_key, probe_key, usable
+from hf_train_mcp.measure import apply_measurement, attempt_key, config_key, probe_key, usable
 from hf_train_mcp.measure import prefix as measure_prefix
 from hf_train_mcp.planning import PROBE_STEPS, DataFacts, Hyper, estimate_flavors, plan_run
 from hf_train_mcp.request import EstimateRequest, EvaluateRequest, ExportRequest, RunShape, TrainingRequest
@@ -59,6 +60,10 @@ log = logging.getLogger(__name__)
 Progress = Callable[[str], None]  # a phase of a long call, for MCP progress notifications
 PREVIEW_TTL_S = 300.0
 PREVIEWS_KEPT = 16
+
+
+class _Previewed(Exception):
+    """Raised by a preview's confirm hook: the plan is caught, nothing is launched."""
 
 
 @dataclass
@@ -87,9 +92,12 @@ class Prepared:
     @property
     def summary(self) -> str:
         """What the job does, for a confirmation question."""
-        what = {"evaluate": "an evaluation", "export": f"a {self.plan.config.get('format')} export"}.get(
+        what = {"evaluate": "an evaluation", "export": f"a {self.plan.config.get('format')} export",
+                "probe": f"a {self.plan.method.upper()} measurement job"}.get(
             self.kind, f"a {self.plan.method.upper()} job")
-        return f"{what} of {self.model}"
+        return f"{what} of {shown_name(self.model)}"
+
+
 STATUS_LOG_LINES = 300  # read more than we show: the last HFTM_LOG line may sit above warnings
 SCHEDULING_ALERT_MIN = 15
 
@@ -181,6 +189,7 @@ class Core:
                 return req.resume_from, None
             raise TrainError(f"resume_from={req.resume_from!r} is neither a job id from list_jobs nor a Hub repo "
                              "'owner/name'")
+        check_job_inputs(self.access, previous, TrainingRequest.model_validate_json(previous.request_json))
         if backends.traits(previous.backend).runs_here:
             if not backends.traits(backend_name).runs_here:
                 raise TrainError(f"job {req.resume_from} ran on this machine: its checkpoints are not on the Hub; "
@@ -222,13 +231,7 @@ class Core:
         """kind='probe': the measurement job of estimate_cost(measure=True) (the preflight alone, nothing pushed).
         confirm: called with the plan before anything is launched; it raises to stop the submission.
         sweep_run: a run of a sweep, keyed by it."""
-        if kind != "probe" and is_probe_key(req.idempotency_key):
-            raise TrainError("idempotency_key may not start with 'probe-' (measurement jobs use those keys); "
-                             "choose another key")
-        if not sweep_run and (req.idempotency_key or "").startswith(sweeps.KEY_PREFIX):
-            raise TrainError(f"idempotency_key may not start with {sweeps.KEY_PREFIX!r} (the runs of sweeps use "
-                             "those keys); choose another key")
-        return self._submit(req, kind, progress, confirm)
+        return self._submit(req, kind, progress, confirm, sweep_run=sweep_run)
 
     # --- sweeps -----------------------------------------------------------------------------------------
     def submit_sweep(self, req: SweepRequest, *, progress: Progress | None = None,
@@ -268,8 +271,11 @@ class Core:
         return self._submit(req, "export", progress, confirm)
 
     def _submit(self, req: Any, kind: str, progress: Progress | None,
-                confirm: "Callable[[Prepared], None] | None") -> Submission:
-        """Plan, confirm and launch one job; an idempotency key already used returns its job instead."""
+                confirm: "Callable[[Prepared], None] | None", *, sweep_run: bool = False) -> Submission:
+        """Plan, confirm and launch one job; an idempotency key already used returns its job instead. Keys
+        shaped like the server's own (measurements', sweep runs') are refused on every tool: one taken by
+        another kind of job would wedge the measurement or sweep run it belongs to."""
+        sweeps.refuse_reserved_key(req.idempotency_key, probe=kind == "probe", sweep_run=sweep_run)
         backend_name = req.backend or default_backend()
         self._check_access(req, backend_name)
 
@@ -285,13 +291,13 @@ class Core:
             existing = self.ledger.reserve(req.idempotency_key, claim)
             if existing is not None:
                 if existing.job_id.startswith(PENDING):
-                    raise TrainError(f"a submission with idempotency_key {req.idempotency_key!r} is in progress; "
-                                     "call again in a few seconds to get its job")
+                    raise SubmissionInProgress(f"a submission with idempotency_key {req.idempotency_key!r} is in "
+                                               "progress; call again in a few seconds to get its job")
                 if backends.traits(existing.backend).runs_here:
                     self.access.check_local_jobs()
                 if existing.kind != kind:
-                    raise TrainError(f"idempotency_key {req.idempotency_key!r} already names job {existing.job_id}, "
-                                     f"a {existing.kind} job: use another key for this {kind} job")
+                    raise KeyConflict(f"idempotency_key {req.idempotency_key!r} already names job {existing.job_id}, "
+                                      f"a {existing.kind} job: use another key for this {kind} job")
                 return self._submission(existing, extra_warnings=[
                     f"idempotency_key matched job {existing.job_id}: returned it instead of submitting again"])
             try:
@@ -341,6 +347,8 @@ class Core:
     def preview(self, req: Any, *, kind: str = "train", progress: Progress | None = None) -> "Prepared":
         """Everything a submission decides before it launches (validated data, plan, script), kept for a few
         minutes so that a confirmation asked in between does not plan the same request twice."""
+        if kind == "probe":
+            return self._measurement_preview(req, progress)
         if kind == "sweep":  # each run is checked as it is planned
             backend_name = self._sweep_backend(req)
         else:
@@ -351,6 +359,25 @@ class Core:
         while len(self._previews) > PREVIEWS_KEPT:
             self._previews.pop(next(iter(self._previews)))
         return prepared
+
+    def _measurement_preview(self, req: EstimateRequest, progress: Progress | None) -> "Prepared | None":
+        """The measurement job estimate_cost(measure=True) would launch, planned and kept like any preview; None
+        when it would launch none (a measurement of these settings ran or is running)."""
+        if not req.measure:
+            return None
+        caught: list[Prepared] = []
+
+        def stop(prepared: Prepared) -> None:
+            caught.append(prepared)
+            raise _Previewed
+
+        try:
+            self.estimate_cost(req, progress=progress, confirm=stop)
+        except _Previewed:
+            prepared = caught[0]
+            self._previews[self._preview_key(prepared.req, "probe")] = (time.monotonic(), prepared)
+            return prepared
+        return None
 
     @staticmethod
     def _preview_key(req: Any, kind: str) -> str:
@@ -454,7 +481,7 @@ class Core:
         if record is not None:
             if backends.traits(record.backend).runs_here:
                 self.access.check_local_jobs()
-            return subject_from_job(record, self.job_stage(record.job_id), backend_name)
+            return subject_from_job(record, self.job_stage(record.job_id), backend_name, self.access)
         return subject_from_ref(ref.strip(), access=self.access, backend_name=backend_name,
                                 adapter_config=lambda repo: adapter_config(repo, token))
 
@@ -533,10 +560,33 @@ class Core:
                            warnings=warnings)
         if backends.traits(backend_name).runs_here and req.hub_model_id:
             warnings.append(f"backend={backend_name!r} keeps the export in the job folder; hub_model_id is not pushed")
+        if plan.config["hub_model_id"]:
+            self._check_export_target(plan.config["hub_model_id"], token or hub_token(), plan.warnings,
+                                      dry_run=req.dry_run)
         return self._package(
             req, backend_name, kind, namespace, plan, hub_model_id=plan.config["hub_model_id"], model=subject.ref,
             dataset=None, reads=[("model", subject.ref), ("model", subject.base_model)],
             parent_job_id=subject.job.job_id if subject.job else None)
+
+    @staticmethod
+    def _check_export_target(repo: str, token: str | None, warnings: list[str], *, dry_run: bool) -> None:
+        """An export into an adapter's repo would leave both in one repo (loaders then read the adapter); into any
+        other existing repo it is committed on top of what is there, which the caller should know first. A target
+        that could not be checked is not pushed to (a dry run only says so)."""
+        try:
+            held = existing_repo(repo, token)
+        except TrainError as exc:
+            if not dry_run:
+                raise TrainError(f"could not check whether {repo} exists before pushing the export there ({exc}); "
+                                 "nothing was launched: call again in a minute") from None
+            warnings.append(f"could not check whether {repo} exists yet ({exc}); a real export checks it first")
+            return
+        if held == "adapter":
+            raise TrainError(f"{repo} already holds a LoRA adapter: an export there would mix the two (loaders "
+                             "would read the adapter); send another hub_model_id. Nothing was launched.")
+        if held == "model":
+            warnings.append(f"{repo} already exists: the export is committed on top of its files (its history keeps "
+                            "the old ones)")
 
     def _launch(self, prepared: "Prepared", claim: str | None, progress: Progress | None = None) -> Submission:
         req, backend_name, kind, namespace = prepared.req, prepared.backend_name, prepared.kind, prepared.namespace
@@ -569,7 +619,10 @@ class Core:
         )
         journal = None
         if not here:  # a server killed mid-POST leaves this; _recover_submissions finds the job
-            spec = replace(spec, labels={**spec.labels, "submission": submission})
+            adopted = self._keyed_on_hub(backend, planned, req.idempotency_key, claim)
+            if adopted is not None:
+                return adopted
+            spec = replace(spec, labels=submission_labels(spec.labels, submission, req.idempotency_key))
             self.ledger.journal(planned)
             journal = planned.job_id
         try:
@@ -596,6 +649,37 @@ class Core:
                                                "over by another server while this slow submission ran"])
         return self._submission(record)
 
+    def _keyed_on_hub(self, backend: Backend, planned: JobRecord, key: str | None,
+                      claim: str | None) -> Submission | None:
+        """The job the Hub holds for this idempotency key (its label), adopted: the ledger is not the only memory
+        of which keys launched, since it can be lost or moved aside. A Hub that cannot be read is no reason to
+        refuse: the ledger's reservation of the key still guards it."""
+        if not key:
+            return None
+        try:
+            ref = backend.find_keyed(key, planned.namespace)
+        except TrainError as exc:
+            log.info("could not look for an earlier job with idempotency_key %r: %s", key, exc)
+            return None
+        if ref is None:
+            return None
+        found_kind = (ref.labels or {}).get("kind", planned.kind)
+        if found_kind != planned.kind:
+            raise KeyConflict(f"idempotency_key {key!r} already names job {ref.job_id}, a {found_kind} job: use "
+                              f"another key for this {planned.kind} job")
+        note = f"idempotency_key matched job {ref.job_id}: returned it instead of submitting again"
+        known = self.ledger.get(ref.job_id)
+        if known is not None:  # recorded without its key (a reservation taken over): the key stays free
+            if claim is not None:
+                self.ledger.release(key, claim)
+            return self._submission(known, extra_warnings=[note])
+        record = replace(planned, job_id=ref.job_id, namespace=ref.namespace, stage=ref.stage, job_url=ref.url,
+                         idempotency_key=key, created_at=ref.created_at or planned.created_at, claim=None)
+        self.ledger.record(record, claim)
+        log.warning("adopted job %s: the Hub has it under idempotency_key %r, the ledger did not", ref.job_id, key)
+        return self._submission(record, extra_warnings=[note + " (found on the Hub by its label; the ledger had "
+                                                        "lost it)"])
+
     def _recover_submissions(self, *, now: bool = False) -> None:
         """Record the jobs of submissions whose server died between the POST and the ledger write: the job is
         found on the Hub by its one-off `submission` label. One that never reached the Hub is dropped.
@@ -611,22 +695,42 @@ class Core:
             if time.monotonic() - self._recovery_tried.get(entry.job_id, -RECOVERY_RETRY_S) < RECOVERY_RETRY_S:
                 continue  # looked it up a moment ago: do not make every call pay for a Hub that is down
             self._recovery_tried[entry.job_id] = time.monotonic()
-            key = json.loads(entry.request_json).get("idempotency_key")
+            self._recover(entry, abandon=age >= ABANDON_AFTER_MIN, cancel_canceled=True)
+
+    def recover_submission(self, key: str) -> JobRecord | None:
+        """The job an idempotency key names, looking its unfinished submissions up on the Hub at once, whoever
+        posts them (a sweep's cancel must find the job of a run whose launcher was killed mid-POST)."""
+        for entry in self.ledger.submissions():
+            if json.loads(entry.request_json).get("idempotency_key") == key:
+                self._recover(entry, abandon=False, cancel_canceled=False)
+        found = self.ledger.by_idempotency_key(key)
+        return None if found is None or found.job_id.startswith((PENDING, SUBMITTING)) else found
+
+    def _recover(self, entry: JobRecord, *, abandon: bool, cancel_canceled: bool) -> None:
+        """Look one journal entry's job up by its label: record it, or (abandon) drop the entry and free its key
+        once the Hub has said for long enough that there is no such job. A sweep run's job is given to its run,
+        and (cancel_canceled) canceled when its sweep was canceled meanwhile."""
+        key = json.loads(entry.request_json).get("idempotency_key")
+        try:
+            ref = HfJobsBackend(hub_token()).find(entry.job_id.removeprefix(SUBMITTING), entry.namespace)
+        except TrainError as exc:
+            log.info("could not look up submission %s: %s", entry.job_id, exc)
+            return
+        if ref is None:
+            if abandon:
+                self.ledger.forget(entry.job_id)
+                if key:
+                    self.ledger.release(key, entry.claim)
+            return
+        self.ledger.record(replace(entry, job_id=ref.job_id, namespace=ref.namespace, stage=ref.stage,
+                                   job_url=ref.url, created_at=ref.created_at or entry.created_at,
+                                   idempotency_key=key, claim=None), entry.claim, journal=entry.job_id)
+        log.warning("recorded job %s, submitted by a server that stopped before recording it", ref.job_id)
+        if key and sweeps.adopted(self, key, ref.job_id) and cancel_canceled:
             try:
-                ref = HfJobsBackend(hub_token()).find(entry.job_id.removeprefix(SUBMITTING), entry.namespace)
-            except TrainError as exc:
-                log.info("could not look up submission %s: %s", entry.job_id, exc)
-                continue
-            if ref is None:
-                if age >= ABANDON_AFTER_MIN:
-                    self.ledger.forget(entry.job_id)
-                    if key:
-                        self.ledger.release(key, entry.claim)
-                continue
-            self.ledger.record(replace(entry, job_id=ref.job_id, namespace=ref.namespace, stage=ref.stage,
-                                       job_url=ref.url, created_at=ref.created_at or entry.created_at,
-                                       idempotency_key=key, claim=None), entry.claim, journal=entry.job_id)
-            log.warning("recorded job %s, submitted by a server that stopped before recording it", ref.job_id)
+                self.cancel_job(ref.job_id)
+            except TrainError as exc:  # the next look at the sweep (compare_runs, cancel_job) cancels it
+                log.warning("could not cancel job %s of a canceled sweep: %s", ref.job_id, exc)
 
     @staticmethod
     def _local_job_reads_private(repos: list[tuple[str, str]], warnings: list[str]) -> bool:
@@ -875,7 +979,9 @@ class Core:
         return HardwareList(source=catalog.source, flavors=sorted(rows, key=lambda r: r.usd_per_hour))
 
 
-    def estimate_cost(self, req: EstimateRequest, *, progress: Progress | None = None) -> CostEstimate:
+    def estimate_cost(self, req: EstimateRequest, *, progress: Progress | None = None,
+                      confirm: "Callable[[Prepared], None] | None" = None) -> CostEstimate:
+        """confirm: called with the measurement job's plan before measure=True launches it; it raises to stop."""
         model, flavor, dataset = req.model, req.flavor, req.dataset
         step = progress or (lambda message: None)
         num_examples, tokens_per_example, measure = req.num_examples, req.tokens_per_example, req.measure
@@ -922,7 +1028,7 @@ class Core:
         measurement = None
         if dataset:
             work = hyper.workload(size, catalog.flavors[chosen.flavor].gpus, data)
-            chosen, measurement = self._measured(req, work, chosen, catalog, measure, warnings)
+            chosen, measurement = self._measured(req, work, chosen, catalog, measure, warnings, confirm)
         fitting = [e for e in ranked if e.fits]
         fastest = min(fitting, key=lambda e: e.hours) if fitting else None
         gpus = catalog.flavors[chosen.flavor].gpus if chosen.flavor in catalog.flavors else 1
@@ -935,6 +1041,10 @@ class Core:
         if chosen.hours > 4:
             warnings.append(f"over 4 h ({chosen.hours:.1f} h): make sure checkpoints are pushed (the default) and "
                             "consider a multi-GPU flavor")
+        if chosen.recommended_timeout_seconds > MAX_TIMEOUT_S:
+            warnings.append(f"the recommended timeout {chosen.recommended_timeout} is over the 7-day limit of one "
+                            "job, so submit_training refuses this run: lower max_steps or epochs, pick a faster "
+                            "flavor, or train in parts with resume_from")
         if (size.active or size.experts) and not chosen.measured:
             warnings.append("mixture-of-experts timing rests on few measured runs (expect up to ~2x either way); the "
                             "timeout has a wider margin, and measure=True measures the real pace")
@@ -983,7 +1093,8 @@ class Core:
         return None
 
     def _measured(self, req: EstimateRequest, work: Workload, chosen: FlavorEstimate, catalog, measure: bool,
-                  warnings: list[str]) -> tuple[FlavorEstimate, Measurement | None]:
+                  warnings: list[str], confirm: "Callable[[Prepared], None] | None" = None
+                  ) -> tuple[FlavorEstimate, Measurement | None]:
         """The modelled estimate, replaced by a finished measurement of the same step; with measure=True a
         measurement job is launched unless one is running or has measured (a failed one is tried again)."""
         backend_name = req.backend or default_backend()
@@ -1015,7 +1126,7 @@ class Core:
                    if v is not None and k not in ("model", "backend", "flavor")},
             )
             try:
-                sub = self.submit_training(request, kind="probe")
+                sub = self.submit_training(request, kind="probe", confirm=confirm)
             except SubmissionUnknown:
                 raise
             except TrainError as exc:

@@ -8,24 +8,31 @@ stdio server with it) has ended. Each run is an ordinary keyed submission (`<swe
 often a launch is retried, by whichever process, a run is one job.
 """
 
+import contextvars
 import fcntl
+import hashlib
 import json
 import math
 import os
 import statistics
 import sys
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hf_train_mcp import backends, methods
 from hf_train_mcp.backends.base import SubmissionUnknown
+from hf_train_mcp.access import shown_name
 from hf_train_mcp.detach import spawn
 from hf_train_mcp.errors import TrainError
 from hf_train_mcp.hub import HubUnreachable, hub_token, scrub
-from hf_train_mcp.ledger import SETTLED_STAGES, SweepRecord, SweepRunRecord, now_iso
+from hf_train_mcp.ledger import PENDING, SETTLED_STAGES, SUBMITTING, KeyConflict, SubmissionInProgress, SweepRecord
+from hf_train_mcp.ledger import SweepRunRecord, now_iso
+from hf_train_mcp.measure import PROBE_KEY_PREFIX, is_probe_key
 from hf_train_mcp.paths import data_home
 from hf_train_mcp.planning import operator_cap, worst_case_usd
 from hf_train_mcp.request import CompareRequest, SweepRequest, TrainingRequest
@@ -35,6 +42,8 @@ if TYPE_CHECKING:
     from hf_train_mcp.service import Core, Prepared
 
 KEY_PREFIX = "sweep-"  # sweep ids, and the idempotency keys of their runs, start with it
+LOCK_FD_ENV = "HF_TRAIN_SWEEP_LOCK_FD"  # the supervisor's lock, taken and handed over by the process starting it
+READERS = 8  # jobs read at once: a silent running job's log read waits seconds, the Hub rate-limits a flood
 PRUNE_MARGIN = 0.10  # a run is pruned when its loss is this much above the others' median at the same step
 PRUNE_AFTER = 0.2  # ... and only after this fraction of its steps (early losses are noise)
 PRUNE_FLOOR = 0.1  # the margin is at least 10% of this (a loss or reward near 0 makes any gap relative-huge)
@@ -55,6 +64,34 @@ def poll_seconds() -> float:
 
 def run_key(sweep_id: str, index: int) -> str:
     return f"{sweep_id}-{index}"
+
+
+def refuse_reserved_key(key: str | None, *, probe: bool = False, sweep_run: bool = False) -> None:
+    """Keys shaped like the ones this server gives its measurement jobs and sweep runs belong to those: a job
+    of another kind holding one would make that measurement or run fail for good."""
+    if key and is_probe_key(key) and not probe:
+        raise TrainError(f"idempotency_key may not start with {PROBE_KEY_PREFIX!r} (measurement jobs use those "
+                         "keys); choose another key. Nothing was launched.")
+    if key and key.startswith(KEY_PREFIX) and not sweep_run:
+        raise TrainError(f"idempotency_key may not start with {KEY_PREFIX!r} (sweeps and their runs use those "
+                         "keys); choose another key. Nothing was launched.")
+
+
+def read_all(read: Callable[[Any], Any], items: list) -> list:
+    """read(item) for every item, READERS at a time (each may wait seconds on a silent log), in order; a
+    TrainError is returned in its item's place. Each read runs in a copy of the caller's context (what a
+    remote caller may reach is a context variable)."""
+    def one(item: Any) -> Any:
+        try:
+            return read(item)
+        except TrainError as exc:
+            return exc
+
+    if len(items) <= 1:
+        return [one(item) for item in items]
+    with ThreadPoolExecutor(min(READERS, len(items)), thread_name_prefix="job-read") as pool:
+        futures = [pool.submit(contextvars.copy_context().run, one, item) for item in items]
+        return [future.result() for future in futures]
 
 
 def _cents_up(amount: float) -> float:
@@ -95,7 +132,7 @@ class SweepPlan:
     @property
     def summary(self) -> str:
         first = self.runs[0][2]
-        return f"a sweep of {len(self.runs)} {first.plan.method.upper()} runs of {first.model}"
+        return f"a sweep of {len(self.runs)} {first.plan.method.upper()} runs of {shown_name(first.model)}"
 
 
 def run_request(req: SweepRequest, params: dict[str, Any], sweep_id: str, index: int) -> TrainingRequest:
@@ -111,10 +148,19 @@ def run_request(req: SweepRequest, params: dict[str, Any], sweep_id: str, index:
     return TrainingRequest(**base, **params, **own)
 
 
+def sweep_id_for(key: str | None) -> str:
+    """A keyed sweep's id follows from its key: a retry after the ledger was lost names the same runs
+    (`<sweep_id>-<i>`), whose jobs the Hub finds by their key labels instead of launching them again."""
+    if key is None:
+        return KEY_PREFIX + uuid.uuid4().hex[:12]
+    return KEY_PREFIX + hashlib.sha256(f"sweep:{key}".encode()).hexdigest()[:12]
+
+
 def plan_sweep(core: "Core", req: SweepRequest, backend_name: str, progress) -> SweepPlan:
     """Plan every run (data, memory fit, flavor, timeout, per-run budget) and check the sum of their worst
     cases against max_cost_usd and the operator's cap; raise before anything is launched."""
-    sweep_id = KEY_PREFIX + uuid.uuid4().hex[:12]
+    refuse_reserved_key(req.idempotency_key)
+    sweep_id = sweep_id_for(req.idempotency_key)
     combos = req.combinations()
     runs = []
     for index, params in enumerate(combos):
@@ -210,16 +256,50 @@ def launch(core: "Core", run: SweepRunRecord) -> None:
     try:
         submission = core.submit_training(request, sweep_run=True)
     except TrainError as exc:
-        transient = isinstance(exc, HubUnreachable | SubmissionUnknown) or \
-            core.ledger.by_idempotency_key(request.idempotency_key) is not None  # posted or being posted elsewhere
+        # a key already naming a job of another kind never frees itself: failed, or it is retried forever
+        transient = not isinstance(exc, KeyConflict) and (
+            isinstance(exc, HubUnreachable | SubmissionUnknown | SubmissionInProgress)
+            or core.ledger.by_idempotency_key(request.idempotency_key) is not None)  # posted or being posted
         core.ledger.update_sweep_run(run.sweep_id, run.idx, only_if_state="launching",
                                      **({"state": "queued"} if transient else
                                         {"state": "failed", "note": scrub(str(exc), hub_token())[:500]}))
         return
-    core.ledger.update_sweep_run(run.sweep_id, run.idx, only_if_state="launching", state="launched",
-                                 job_id=submission.job_id)
+    if not core.ledger.update_sweep_run(run.sweep_id, run.idx, only_if_state="launching", state="launched",
+                                        job_id=submission.job_id):
+        adopted(core, request.idempotency_key, submission.job_id)  # a cancel marked it meanwhile: it keeps its job
     if core.ledger.sweep(run.sweep_id).state == "canceled":  # canceled while this run was being posted
         core.cancel_job(submission.job_id)
+
+
+def adopted(core: "Core", key: str, job_id: str) -> bool:
+    """The job of `key` was found after its launch was given up on (crash recovery, a cancel): when the key
+    is a sweep run's that has no job yet, the run gets it as launched. Whether the run's sweep is canceled
+    (its caller then cancels the job)."""
+    sweep_id, _, index = key.rpartition("-")
+    sweep = core.ledger.sweep(sweep_id) if sweep_id.startswith(KEY_PREFIX) and index.isdigit() else None
+    if sweep is None:
+        return False
+    run = next((r for r in core.ledger.sweep_runs(sweep_id) if r.idx == int(index)), None)
+    if run is None or run.job_id or run.state not in ("queued", "launching", "canceled"):
+        return False
+    core.ledger.update_sweep_run(sweep_id, run.idx, only_if_state=run.state, state="launched", job_id=job_id)
+    return sweep.state == "canceled"
+
+
+def _run_job(core: "Core", run: SweepRunRecord, *, recover: bool) -> str | None:
+    """The job of a run being launched, once the ledger holds it under the run's key; recover: look its
+    submission up on the Hub now (its launcher may have been killed between the POST and the ledger write)."""
+    key = run_key(run.sweep_id, run.idx)
+    record = core.ledger.by_idempotency_key(key)
+    if record is None:
+        return None  # nothing was posted: no reservation, so no journal either
+    if record.job_id.startswith((PENDING, SUBMITTING)):
+        record = core.recover_submission(key) if recover else None
+    if record is None:
+        return None
+    core.ledger.update_sweep_run(run.sweep_id, run.idx, only_if_state=run.state, state="launched",
+                                 job_id=record.job_id)
+    return record.job_id
 
 
 def _lock(sweep_id: str) -> Path:
@@ -240,14 +320,22 @@ def supervisor_alive(sweep_id: str) -> bool:
 
 
 def ensure_supervised(core: "Core", sweep: SweepRecord) -> None:
-    """Start the sweep's supervisor unless it has ended or one is alive (one that starts anyway exits at once:
-    it holds the sweep's lock)."""
-    if sweep.state != "running" or supervisor_alive(sweep.sweep_id):
+    """Start the sweep's supervisor unless it has ended or one holds the sweep's lock. The lock is taken here
+    and handed to the supervisor started (an inherited descriptor), so it is held from before it starts: a
+    retry while it is still importing cannot start a second one, and the pid file names the one that runs."""
+    if sweep.state != "running":
         return
-    lock = _lock(sweep.sweep_id)
-    pid = spawn([sys.executable, "-m", "hf_train_mcp.sweeper", sweep.sweep_id], cwd=lock.parent,
-                log=lock.with_suffix(".log"))
-    lock.with_suffix(".pid").write_text(str(pid))
+    path = _lock(sweep.sweep_id)
+    with open(path, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return  # a supervisor has it, or another call is starting one this moment
+        pid = spawn([sys.executable, "-m", "hf_train_mcp.sweeper", sweep.sweep_id], cwd=path.parent,
+                    log=path.with_suffix(".log"), env={**os.environ, LOCK_FD_ENV: str(lock.fileno())},
+                    keep_fds=(lock.fileno(),))
+        path.with_suffix(".pid").write_text(str(pid))
+    # closing our descriptor leaves the lock held: an flock belongs to the open file, which the supervisor shares
 
 
 def resume(core: "Core") -> None:
@@ -263,16 +351,15 @@ def supervise_once(core: "Core", sweep_id: str) -> bool:
     if sweep is None or sweep.state != "running":
         return False
     runs = core.ledger.sweep_runs(sweep_id)
+    for i, run in enumerate(runs):  # a launch whose job crash recovery has recorded since: launched
+        if run.state == "launching" and not run.job_id and (job_id := _run_job(core, run, recover=False)):
+            runs[i] = replace(run, state="launched", job_id=job_id)
     name, lower = watched(json.loads(sweep.request_json)["base"].get("method") or "sft")
     active = [run for run in runs if run.state == "launching" and not _stale(run)]
-    looked = unreachable = 0
-    for run in runs:
-        if run.state != "launched" or not run.job_id:
-            continue
-        looked += 1
-        try:
-            report = core.job_status(run.job_id, tail=0)
-        except TrainError:
+    looked = [run for run in runs if run.state == "launched" and run.job_id]
+    unreachable = 0
+    for run, report in zip(looked, read_all(lambda run: core.job_status(run.job_id, tail=0), looked)):
+        if isinstance(report, TrainError):
             active.append(run)  # unreachable for now: it still holds its slot
             unreachable += 1
             continue
@@ -284,7 +371,7 @@ def supervise_once(core: "Core", sweep_id: str) -> bool:
         if step and value is not None and (not history or history[-1][0] < step):
             run.history_json = json.dumps([*history, [step, total, value]])
             core.ledger.update_sweep_run(sweep_id, run.idx, history_json=run.history_json)
-    if looked and unreachable == looked:
+    if looked and unreachable == len(looked):
         raise HubUnreachable(f"no job of sweep {sweep_id} could be read: the backend did not answer")
     if sweep.prune:
         reference = {run.idx: run.history for run in runs if run.state not in ("pruned", "failed")}
@@ -318,18 +405,26 @@ def prune(core: "Core", run: SweepRunRecord, metric: str, value: float, median: 
 
 
 def cancel_sweep(core: "Core", sweep_id: str) -> str:
-    """Stop a sweep: no queued run starts, every running run is canceled (one being posted right now is
-    canceled by its launcher, which looks at the sweep's state once it has the job)."""
+    """Stop a sweep: no queued run starts, every started run is canceled, and so is a run being launched,
+    whose job is looked up by its key (on the Hub too: its launcher may have been killed mid-POST). One whose
+    job is not found yet is canceled by its launcher once posted, or by crash recovery once found."""
     core.ledger.set_sweep_state(sweep_id, "canceled", only_if_state="running")
-    dropped = canceled = 0
+    dropped = canceled = pending = 0
     for run in core.ledger.sweep_runs(sweep_id):
-        if run.state == "queued" and core.ledger.update_sweep_run(sweep_id, run.idx, only_if_state="queued",
-                                                                  state="canceled", note="the sweep was canceled"):
-            dropped += 1
-        elif run.state == "launched" and run.job_id and core.job_stage(run.job_id) not in SETTLED_STAGES:
+        if run.state in ("queued", "launching") and not run.job_id:
+            job_id = _run_job(core, run, recover=True)
+            if job_id is None:
+                if core.ledger.update_sweep_run(sweep_id, run.idx, only_if_state=run.state, state="canceled",
+                                                note="the sweep was canceled"):
+                    dropped += run.state == "queued"
+                    pending += run.state == "launching"
+                continue
+            run = replace(run, state="launched", job_id=job_id)
+        if run.state == "launched" and run.job_id and core.job_stage(run.job_id) not in SETTLED_STAGES:
             core.cancel_job(run.job_id)
             canceled += 1
-    return f"sweep canceled: {canceled} started run(s) canceled, {dropped} queued run(s) dropped"
+    later = f"; {pending} run(s) being submitted are canceled once their job appears" if pending else ""
+    return f"sweep canceled: {canceled} started run(s) canceled, {dropped} queued run(s) dropped{later}"
 
 
 # --- pruning -------------------------------------------------------------------------------------------------
@@ -428,7 +523,7 @@ def compare(core: "Core", req: CompareRequest) -> Comparison:
         core.check_sweep_access(sweep)
         ensure_supervised(core, sweep)
         runs = core.ledger.sweep_runs(sweep.sweep_id)
-        entries = [(run.job_id, run.params, run.state) for run in runs]
+        entries = [(run.job_id, shown_params(run.params, core.access.remote), run.state) for run in runs]
         method = json.loads(sweep.request_json)["base"].get("method") or "sft"
     else:
         records = []
@@ -438,17 +533,13 @@ def compare(core: "Core", req: CompareRequest) -> Comparison:
                 raise TrainError(f"job {job_id!r} is not in this server's ledger: compare_runs compares jobs it "
                                  "launched (list_jobs lists them)")
             records.append(record)
-        entries = [(record.job_id, params, None) for record, params in zip(records, differing(records))]
+        entries = [(record.job_id, shown_params(params, core.access.remote), None)
+                   for record, params in zip(records, differing(records))]
         method = records[0].method or "sft"
-    rows = []
-    for job_id, params, state in entries:
-        if job_id is None:
-            rows.append(RunRow(job_id=None, stage=None, params=params, metrics={}, state=state))
-            continue
-        report = core.job_status(job_id, tail=0)
-        rows.append(RunRow(job_id=job_id, stage=report.stage, params=params, state=state,
-                           metrics={**report.last_metrics, **evaluated(core, job_id)},
-                           progress_percent=report.progress.percent))
+    rows = read_all(lambda entry: _row(core, *entry), entries)  # at once: each silent job's log read waits
+    failed = next((row for row in rows if isinstance(row, TrainError)), None)
+    if failed is not None:
+        raise failed
     if sweep is not None and sweep.state == "running" and all(
             row.state not in ("queued", "launching") and (row.stage is None or row.stage in SETTLED_STAGES)
             for row in rows):
@@ -479,12 +570,43 @@ def compare(core: "Core", req: CompareRequest) -> Comparison:
                    if winner and finished else "call again when the runs have trained further"))
 
 
+def _row(core: "Core", job_id: str | None, params: dict[str, Any], state: str | None) -> RunRow:
+    if job_id is None:
+        return RunRow(job_id=None, stage=None, params=params, metrics={}, state=state)
+    report = core.job_status(job_id, tail=0)
+    return RunRow(job_id=job_id, stage=report.stage, params=params, state=state,
+                  metrics={**report.last_metrics, **evaluated(core, job_id)},
+                  progress_percent=report.progress.percent)
+
+
 def evaluated(core: "Core", job_id: str) -> dict[str, float]:
     """The metrics of the job's latest completed evaluation, as evaluation/<name>."""
     for child in reversed(core.ledger.children([job_id], "evaluate")):
         if child.stage == "COMPLETED":
             return {EVALUATION + name: value for name, value in core.job_status(child.job_id, tail=0).last_metrics.items()}
     return {}
+
+
+def _literal(annotation: Any) -> bool:
+    """Whether a field takes only the server's own words (a Literal, or a list of them)."""
+    from typing import Literal, get_args, get_origin
+
+    return get_origin(annotation) is Literal or any(_literal(arg) for arg in get_args(annotation))
+
+
+def shown_params(params: dict[str, Any], remote: bool) -> dict[str, Any]:
+    """What compare_runs shows of a run's settings: never code; to a remote caller only hyperparameters (numbers,
+    switches and fixed choices), not names of models, data or repos that another user's run may hold."""
+    fields = TrainingRequest.model_fields
+    shown = {}
+    for name, value in params.items():
+        if name == "reward_code":
+            continue
+        plain = value is None or isinstance(value, bool | int | float)
+        if remote and not plain and not (name in fields and _literal(fields[name].annotation)):
+            continue
+        shown[name] = value
+    return shown
 
 
 def differing(records: list) -> list[dict[str, Any]]:

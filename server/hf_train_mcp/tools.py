@@ -57,7 +57,7 @@ class ToolSpec:
     destructive: bool = False
     idempotent: bool = True
     progress: bool = False  # takes long enough (Hub reads, tokenizers, submission) to report progress
-    launches: str | None = None  # the kind of paid job it starts: a big worst case is confirmed with the user
+    launches: str | None = None  # the kind of paid job it can start: a big worst case is confirmed with the user
     aliases: tuple[str, ...] = field(default=())
 
 
@@ -73,8 +73,9 @@ TOOLS: tuple[ToolSpec, ...] = (
         "estimate_cost", "estimate", "Estimate time, cost and memory",
         "Hours, dollars, memory fit and a safe timeout on Jobs hardware (without flavor: the cheapest that fits). "
         "measure=True times a few real steps as a job: call again once it ended.",
-        EstimateRequest, CostEstimate, lambda core, req, hooks: core.estimate_cost(req, progress=hooks.progress),
-        read_only=False, progress=True,  # measure=True launches a (short, paid) job
+        EstimateRequest, CostEstimate,
+        lambda core, req, hooks: core.estimate_cost(req, progress=hooks.progress, confirm=hooks.confirm),
+        read_only=False, progress=True, launches="probe",  # measure=True launches a (short, paid) job
     ),
     ToolSpec(
         "submit_training", "submit", "Submit a training job",

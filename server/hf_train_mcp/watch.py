@@ -5,10 +5,12 @@ Both protocol generations are served. Legacy clients send resources/subscribe (M
 hook for it, so the handlers are registered on its low-level server, as the SDK's own migration guide does) and
 get notifications/resources/updated on their connection; 2026-07-28 clients open subscriptions/listen and get a
 ResourceUpdated event from the bus. One poller per server (in its lifespan) reads the stages of the jobs someone
-may be watching; a settled job is dropped from the watch, since its stage no longer changes.
+watches: those legacy clients subscribed to and those open listen streams asked for (the listen handler is
+wrapped to see each stream's filter, which the bus does not show).
 """
 
 import logging
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -54,6 +56,7 @@ class JobWatcher:
         self.interval_s = interval_s
         self.bus = ListenerCountingBus()
         self._legacy: dict[Any, set[str]] = {}  # connection -> subscribed job ids
+        self._listened: Counter[str] = Counter()  # job id -> open listen streams that asked for it
         self._stages: dict[str, str] = {}  # last stage seen per job id
 
     def seen(self, job_id: str, stage: str) -> None:
@@ -70,13 +73,22 @@ class JobWatcher:
     def unsubscribe(self, connection: Any, uri: str) -> None:
         self._legacy.get(connection, set()).discard(uri.removeprefix(URI_PREFIX))
 
+    def listening(self, uris: list[str]) -> Callable[[], None]:
+        """A listen stream opened for these resources: their jobs are watched until the returned call."""
+        jobs = [uri.removeprefix(URI_PREFIX) for uri in uris if uri.startswith(URI_PREFIX)]
+        self._listened.update(jobs)
+
+        def done() -> None:
+            self._listened.subtract(jobs)
+            self._listened += Counter()  # drops the jobs no stream asks for any more
+
+        return done
+
     def _watched(self) -> set[str]:
-        """Jobs whose stage may interest someone: those legacy clients subscribed to, and, while listen streams
-        are open, every job of the ledger that has not ended (a listen filter is not visible to the server)."""
+        """Jobs whose stage someone asked to hear about: those legacy clients subscribed to and those the open
+        listen streams named, however old (a stream only delivers the URIs it asked for)."""
         jobs = set().union(*self._legacy.values()) if self._legacy else set()
-        if self.bus.listeners:
-            jobs |= {r.job_id for r in self.get_core().ledger.list(limit=100) if r.stage not in SETTLED}
-        return jobs
+        return jobs | set(self._listened)
 
     def _read(self, jobs: set[str]) -> dict[str, str]:
         core, stages = self.get_core(), {}
@@ -142,3 +154,13 @@ def register_subscriptions(mcp: Any, watcher: JobWatcher) -> None:
     low = mcp._lowlevel_server  # noqa: SLF001
     low.add_request_handler("resources/subscribe", SubscribeRequestParams, on_subscribe)
     low.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams, on_unsubscribe)
+    listen = low.get_request_handler("subscriptions/listen")
+    if listen is not None:  # the SDK's handler serves the stream; this sees which resources it asked for
+        async def on_listen(ctx: Any, params: Any) -> Any:
+            done = watcher.listening([str(uri) for uri in params.notifications.resource_subscriptions or ()])
+            try:
+                return await listen.handler(ctx, params)
+            finally:
+                done()
+
+        low.add_request_handler("subscriptions/listen", listen.params_type, on_listen)

@@ -31,6 +31,7 @@ class JobRef:
     created_at: str | None
     namespace: str | None = None
     job_dir: str | None = None
+    labels: dict[str, str] | None = None  # as the backend holds them (a job found by its labels)
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """Hugging Face Jobs through huggingface_hub: the script travels inline (base64 in the job env)."""
 
 import base64
+import hashlib
 import shlex
 import threading
 import time
@@ -8,7 +9,7 @@ import uuid
 
 from hf_train_mcp.backends.base import JobGone, JobRef, JobSpec, JobState, LogRead, SubmissionUnknown
 from hf_train_mcp.errors import TrainError
-from hf_train_mcp.hub import bounded, hub_api, hub_error, scrub, transient
+from hf_train_mcp.hub import bounded, hub_api, hub_error, scrub, status_of, transient
 from hf_train_mcp.render import Script
 
 UV_IMAGE = "ghcr.io/astral-sh/uv:python3.12-bookworm"
@@ -20,10 +21,35 @@ MAX_INLINE_CHARS = 128 * 1024 - len(SCRIPT_ENV) - 1024
 LOG_DEADLINE_S = 3.0
 SUBMIT_ATTEMPTS = 3
 RETRY_BACKOFF_S = 0.5
+# A POST cut by the client's timeout got no answer at all: the Hub may still be creating its job (a 34 s POST
+# was seen), so the job list is watched this long for its label before the job is posted again.
+POST_SETTLE_S = 60.0
+SETTLE_POLL_S = 3.0
+IDEMPOTENCY_LABEL = "idempotency"  # the hash of the idempotency key a job was submitted with
+
+
+def key_label(key: str) -> str:
+    """The label value naming an idempotency key: a hash, since labels are public to whoever sees the job."""
+    return hashlib.sha256(key.encode()).hexdigest()[:20]
+
+
+def submission_labels(labels: dict[str, str], submission: str, key: str | None) -> dict[str, str]:
+    """A job's labels with its one-off `submission` label (crash recovery finds it by that) and, when keyed,
+    its key's hash: the Hub then remembers which keys launched even if the ledger is lost."""
+    out = {**labels, "submission": submission}
+    if key:
+        out.setdefault(IDEMPOTENCY_LABEL, key_label(key))
+    return out
 
 
 def _ref(job) -> JobRef:
-    return JobRef(job.id, job.url, str(job.status.stage), _iso(job.created_at), namespace=job.owner.name)
+    return JobRef(job.id, job.url, str(job.status.stage), _iso(job.created_at), namespace=job.owner.name,
+                  labels=dict(job.labels or {}))
+
+
+def _unsent(exc: BaseException) -> bool:
+    """The connection was refused: the request never reached the Hub, so it cannot have created a job."""
+    return bool({cls.__name__ for cls in type(exc).__mro__} & {"ConnectError", "ConnectionRefusedError"})
 
 
 def _iso(value) -> str | None:
@@ -105,13 +131,7 @@ class HfJobsBackend:
             except Exception as exc:
                 if not transient(exc):
                     raise hub_error("submitting the job to Hugging Face Jobs", exc, self._token) from None
-                try:
-                    found = self.find(labels["submission"], spec.namespace)
-                except TrainError:
-                    raise SubmissionUnknown(
-                        f"submitting failed ({scrub(str(exc).splitlines()[0], self._token)}) and the job list cannot "
-                        f"be read to tell whether it was created: check list_jobs (label "
-                        f"submission={labels['submission']}) before submitting again") from None
+                found = self._posted(labels["submission"], spec.namespace, exc)
                 if found is not None:
                     return found
                 if attempt == SUBMIT_ATTEMPTS - 1:
@@ -119,12 +139,39 @@ class HfJobsBackend:
                 time.sleep(RETRY_BACKOFF_S * 2**attempt)
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
+    def _posted(self, submission: str, namespace: str | None, exc: BaseException) -> JobRef | None:
+        """After a failed POST: the job it created, if any. A POST that got no answer may still be creating
+        its job, so the list is watched for POST_SETTLE_S; an answered failure (a 5xx) is looked up once.
+        Raises SubmissionUnknown when the list cannot be read (posting again could launch twice)."""
+        settle = 0.0 if status_of(exc) is not None or _unsent(exc) else POST_SETTLE_S
+        deadline = time.monotonic() + settle
+        while True:
+            try:
+                found = self.find(submission, namespace)
+            except TrainError:
+                why = scrub(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, self._token)
+                raise SubmissionUnknown(
+                    f"submitting failed ({why}) and the job list cannot be read to tell whether it was created: "
+                    f"check list_jobs (label submission={submission}) before submitting again") from None
+            if found is not None or time.monotonic() >= deadline:
+                return found
+            time.sleep(min(SETTLE_POLL_S, max(0.0, deadline - time.monotonic())))
+
     def find(self, submission: str, namespace: str | None) -> JobRef | None:
         """The job posted with this `submission` label, if the Hub has it (retries, crash recovery)."""
+        found = self.labeled({"submission": submission}, namespace)
+        return found[0] if found else None
+
+    def find_keyed(self, key: str, namespace: str | None) -> JobRef | None:
+        """The oldest job submitted with this idempotency key, by its label: what a lost ledger forgot."""
+        found = self.labeled({IDEMPOTENCY_LABEL: key_label(key)}, namespace)
+        return min(found, key=lambda ref: ref.created_at or "") if found else None
+
+    def labeled(self, labels: dict[str, str], namespace: str | None) -> list[JobRef]:
         api = hub_api(self._token)
-        found = bounded("looking up a submission", lambda: list(api.list_jobs(labels={"submission": submission},
-                                                                              namespace=namespace)), self._token)
-        return _ref(found[0]) if found else None
+        found = bounded("looking up a submission", lambda: list(api.list_jobs(labels=labels, namespace=namespace)),
+                        self._token)
+        return [_ref(job) for job in found]
 
     def inspect(self, job_id: str, namespace: str | None) -> JobState:
         from huggingface_hub.errors import JobNotFoundError

@@ -2,6 +2,7 @@
 
 import logging
 import math
+import os
 from typing import Any
 
 from hf_train_mcp.data.rules import is_conversation
@@ -31,6 +32,10 @@ def _row_text(tokenizer: Any, row: dict, fmt: str) -> str:
     return _as_text(tokenizer, row.get("prompt")) + _as_text(tokenizer, row.get("completion"))
 
 
+TOKENIZER_FILES = ["tokenizer*", "*.model", "vocab*", "merges.txt", "special_tokens_map.json", "added_tokens.json",
+                   "*.tiktoken", "chat_template*", "config.json"]
+
+
 def load_tokenizer(model: str, token: str | None, *, local: bool) -> Any:
     """The model's tokenizer, failing within seconds when the Hub is slow or unreachable (a Hub model is
     looked up with one quick metadata read first: tokenizer downloads retry for tens of seconds)."""
@@ -42,7 +47,10 @@ def load_tokenizer(model: str, token: str | None, *, local: bool) -> Any:
     def load() -> Any:
         from transformers import AutoTokenizer
 
-        return AutoTokenizer.from_pretrained(model, token=token or None)
+        source = model
+        if not local and os.path.exists(model):  # a Hub id that is also a folder here: the Hub's, not the folder
+            source = hub_api(token).snapshot_download(model, allow_patterns=TOKENIZER_FILES)
+        return AutoTokenizer.from_pretrained(source, token=token or None)
 
     return bounded(f"loading the tokenizer of {model}", load, token, deadline_s=TOKENIZER_DEADLINE_S)
 

@@ -1,6 +1,7 @@
 """The Jobs hardware catalog: live from the Hub (cached per process), else the built-in table."""
 
 import logging
+import math
 import re
 import threading
 import time
@@ -68,9 +69,15 @@ def live_catalog(token: str | None) -> Catalog:
 
     built_in = fallback_catalog().flavors
     flavors: dict[str, FlavorInfo] = {}
+    unpriced: list[str] = []
     for hw in bounded("reading the Jobs hardware list", lambda: hub_api(token).list_jobs_hardware(), token,
                       deadline_s=HARDWARE_DEADLINE_S):
-        per_hour = hw.unit_cost_usd * {"minute": 60, "hour": 1, "second": 3600}.get(hw.unit_label, 60)
+        per_hour = _hourly(hw)
+        if per_hour is None:  # a missing or zero price would turn every budget cap off: built-in, else not offered
+            unpriced.append(hw.name)
+            if hw.name not in built_in:
+                continue
+            per_hour = built_in[hw.name].usd_per_hour
         acc = hw.accelerator
         ram, cpus = _amount(getattr(hw, "ram", None)), _amount(getattr(hw, "cpu", None))
         host = {"ram_gb": ram, "vcpus": int(cpus) if cpus else None,
@@ -86,7 +93,21 @@ def live_catalog(token: str | None) -> Catalog:
         flavors[hw.name] = FlavorInfo(hw.name, gpu, count, per_hour, **host)
     if not flavors:
         raise ValueError("empty hardware list")
-    return Catalog(flavors, "live")
+    note = None
+    if unpriced:
+        note = (f"the live hardware list gives no price for {', '.join(sorted(unpriced))}: built-in prices are used "
+                "where known, and flavors without one are not offered")
+    return Catalog(flavors, "live", note)
+
+
+def _hourly(hw: object) -> float | None:
+    """$/hour of a live hardware entry; None when the price is missing, zero, negative or not a number."""
+    cost, unit = getattr(hw, "unit_cost_usd", None), getattr(hw, "unit_label", None)
+    per_unit = {"minute": 60, "hour": 1, "second": 3600}.get(unit or "minute")
+    if not isinstance(cost, int | float) or isinstance(cost, bool) or per_unit is None:
+        return None
+    per_hour = float(cost) * per_unit
+    return per_hour if math.isfinite(per_hour) and per_hour > 0 else None
 
 
 def get_catalog(token: str | None = None, *, offline: bool = False) -> Catalog:

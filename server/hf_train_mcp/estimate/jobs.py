@@ -90,20 +90,25 @@ def evaluation_on(size: ModelSize, work: EvalWork, flavor: FlavorInfo) -> JobEst
                        cost_usd=_cost(seconds + overhead, flavor.usd_per_hour), reasons=reasons)
 
 
+def export_weights_gb(size: ModelSize) -> float:
+    """The model as the export loads and writes it: in its base's dtype (size.dtype; bf16 for most)."""
+    return size.params * size.weight_bytes / 1e9
+
+
 def export_memory_gb(size: ModelSize) -> float:
-    """Machine memory a merge needs: the bf16 model, loader and serializer peaks, Python and torch."""
-    return size.params * 2 / 1e9 * C.EXPORT_RAM_SAFETY + C.EXPORT_RAM_FLOOR_GB
+    """Machine memory a merge needs: the model as loaded, loader and serializer peaks, Python and torch."""
+    return export_weights_gb(size) * C.EXPORT_RAM_SAFETY + C.EXPORT_RAM_FLOOR_GB
 
 
 def export_output_gb(size: ModelSize, work: ExportWork) -> float:
     if work.format == "gguf":
         return size.params * C.GGUF_BYTES_PER_PARAM[work.quantization or "q4_k_m"] / 1e9
-    return size.params * 2 / 1e9
+    return export_weights_gb(size)
 
 
 def export_disk_gb(size: ModelSize, work: ExportWork) -> float:
     """The downloaded base, the merged model and, for GGUF, the f16 file and the quantized one."""
-    weights_gb = size.params * 2 / 1e9
+    weights_gb = export_weights_gb(size)
     gguf = weights_gb + export_output_gb(size, work) if work.format == "gguf" else 0.0
     return weights_gb * 2 + gguf + 2
 
@@ -111,7 +116,7 @@ def export_disk_gb(size: ModelSize, work: ExportWork) -> float:
 def export_on(size: ModelSize, work: ExportWork, flavor: FlavorInfo) -> JobEstimate:
     """An export on any flavor (a CPU machine does it as well as a GPU one): merge, save, convert, quantize,
     upload. Whether it fits depends on the machine's memory, not the GPU's."""
-    weights_gb = size.params * 2 / 1e9
+    weights_gb = export_weights_gb(size)
     vcpus = flavor.vcpus or 2
     seconds = weights_gb / C.MERGE_GBPS + weights_gb / C.SAVE_GBPS
     if work.format == "gguf":

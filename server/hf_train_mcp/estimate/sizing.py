@@ -8,9 +8,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hf_train_mcp import methods
+from hf_train_mcp.access import is_local
 from hf_train_mcp.estimate import constants as C
 
 log = logging.getLogger(__name__)
+DTYPE_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
+# the same quantity under the names other architectures give it (GPT-2, T5/BART, ...)
+_HIDDEN = ("hidden_size", "n_embd", "d_model", "dim", "embed_dim")
+_LAYERS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "encoder_layers")
+_INTERMEDIATE = ("intermediate_size", "n_inner", "d_ff", "ffn_dim", "hidden_dim", "encoder_ffn_dim")
 
 
 @dataclass(frozen=True)
@@ -24,10 +30,18 @@ class ModelSize:
     note: str | None = None  # why Hub metadata was not used, when the size is a guess
     active: int | None = None  # mixture of experts: parameters one token passes through
     experts: int = 0  # mixture of experts: routed experts per layer (0: dense)
+    config_vocab: int | None = None  # the vocab_size config.json declares (None: guessed, or no vocabulary)
+    dtype: str | None = None  # the dtype config.json says the weights are saved in ("bfloat16", "float32", ...)
+    model_type: str | None = None  # config.json's model_type ("qwen2", "gemma2", "vit", ...)
 
     @property
     def billions(self) -> float:
         return self.params / 1e9
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes per parameter of the saved weights (2 unless config.json says otherwise)."""
+        return DTYPE_BYTES.get(self.dtype or "", 2)
 
     @property
     def compute_params(self) -> int:
@@ -45,13 +59,32 @@ def _experts(cfg: dict) -> tuple[int, int, int] | None:
     return int(experts), int(per_token), int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size"))
 
 
+def _text_config(cfg: dict) -> dict:
+    """The language model's part of a multimodal config (its text_config), else the config itself."""
+    text = cfg.get("text_config")
+    return text if isinstance(text, dict) and text else cfg
+
+
+def _first(cfg: dict, names: tuple[str, ...]) -> int | None:
+    return next((int(cfg[n]) for n in names if isinstance(cfg.get(n), int | float) and cfg[n]), None)
+
+
+def _shape(cfg: dict) -> tuple[int, int, int]:
+    """(hidden size, layers, MLP width) under whichever names the architecture uses; ValueError without them."""
+    h, layers = _first(cfg, _HIDDEN), _first(cfg, _LAYERS)
+    if not h or not layers:
+        raise ValueError(f"config.json (model_type {cfg.get('model_type')!r}) names no hidden size or layer count, "
+                         "so the model's size cannot be computed from it")
+    return h, layers, _first(cfg, _INTERMEDIATE) or 4 * h
+
+
 def param_counts(cfg: dict) -> tuple[int, int | None]:
     """(total, active per token or None when dense) from a transformers config: embeddings, attention with GQA,
     gated MLP, and routed plus shared experts for a mixture of experts."""
-    cfg = cfg.get("text_config", cfg)
-    h, layers, vocab = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
-    inter = cfg.get("intermediate_size", 4 * h)
-    heads = cfg.get("num_attention_heads", max(1, h // 64))
+    cfg = _text_config(cfg)
+    h, layers, inter = _shape(cfg)
+    vocab = cfg.get("vocab_size") or 0  # none in a vision or audio encoder (ViT): no embedding matrix to count
+    heads = cfg.get("num_attention_heads") or cfg.get("n_head") or max(1, h // 64)
     kv_dim = cfg.get("head_dim", h // heads) * cfg.get("num_key_value_heads", heads)
     q_dim = cfg.get("head_dim", h // heads) * heads
     attention = 2 * h * q_dim + 2 * h * kv_dim
@@ -72,21 +105,26 @@ def params_from_config(cfg: dict) -> int:
 
 
 def _from_config(cfg: dict, params: int | None, source: str) -> ModelSize:
-    text = cfg.get("text_config", cfg)
-    h = text["hidden_size"]
+    text = _text_config(cfg)
+    h, layers, inter = _shape(text)
     total, active = param_counts(cfg)
     if params and active:  # the Hub's exact total, with the config's share of it active per token
         active = int(params * active / total)
     moe = _experts(text)
+    vocab = text.get("vocab_size") or None
+    dtype = cfg.get("dtype") or cfg.get("torch_dtype") or text.get("dtype") or text.get("torch_dtype")
     return ModelSize(
         params=params or total,
-        layers=text["num_hidden_layers"],
+        layers=layers,
         hidden=h,
-        vocab=text["vocab_size"],
-        intermediate=text.get("intermediate_size", 4 * h),
+        vocab=vocab or 0,
+        intermediate=inter,
         source=source,
         active=active,
         experts=moe[0] if moe else 0,
+        config_vocab=vocab,
+        dtype=str(dtype).removeprefix("torch.") if dtype else None,
+        model_type=cfg.get("model_type"),
     )
 
 
@@ -124,11 +162,15 @@ def params_from_name(name: str) -> int | None:
 def model_size(model: str, token: str | None = None, *, offline: bool = False) -> ModelSize:
     """Parameters and shape of `model`: local config.json, else Hub metadata, else its name."""
     path = Path(model).expanduser()
-    if (path / "config.json").is_file():
-        return _from_config(json.loads((path / "config.json").read_text()), None, "local config.json")
+    local = is_local(model)  # a remote caller's Hub id is never read from the server's working folder
+    if local and (path / "config.json").is_file():
+        try:
+            return _from_config(json.loads((path / "config.json").read_text()), None, "local config.json")
+        except ValueError as exc:
+            raise ValueError(f"cannot tell the size of {model!r}: {exc}") from None
     hub_params: int | None = None
     note = None
-    if not offline and not path.exists():
+    if not offline and not local:
         try:
             from huggingface_hub import hf_hub_download
 

@@ -62,9 +62,13 @@ class MethodSpec:
     template: str = ""  # templates/<template>.py.j2; the method's name by default
     config: Callable[[Any], dict[str, Any]] = no_config  # the CONFIG keys only this method's template reads
     check: Callable[[Any], None] = no_check  # request checks beyond the options' own (raise ValueError)
+    # checks that need the models' sizes (req, ModelSize, teacher ModelSize or None): planning calls it before
+    # anything is launched (raise ValueError)
+    check_sizes: Callable[[Any, Any, Any], None] = lambda req, size, teacher: None
     card_settings: Callable[[dict[str, Any]], dict[str, Any]] = lambda config: {}
     data_notes: Callable[[set[str]], list[tuple[str, str, str | None]]] = lambda columns: []  # (severity, text, col)
     dependencies: tuple[str, ...] = ()
+    request_dependencies: Callable[[Any], list[str]] = lambda req: []  # PyPI names the request's own code imports
 
     @property
     def template_name(self) -> str:

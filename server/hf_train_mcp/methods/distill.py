@@ -22,6 +22,22 @@ def check(req) -> None:
         raise ValueError("beta for distillation interpolates forward (0) and reverse (1) KL: send 0..1")
 
 
+def same_vocabulary(req, student, teacher) -> None:
+    """TRL's DistillationTrainer compares config.get_text_config().vocab_size of the two models and raises when
+    they differ, even with one tokenizer (Qwen2.5 0.5B-3B pad their embeddings to 151,936 rows, 7B-72B to
+    152,064): only after both models downloaded on the paid GPU. Refused here when both config.json are read."""
+    if teacher is None or not student.config_vocab or not teacher.config_vocab:
+        return
+    if student.config_vocab != teacher.config_vocab:
+        raise ValueError(
+            f"teacher_model {req.teacher_model!r} has vocab_size {teacher.config_vocab:,} and the student "
+            f"{req.model!r} {student.config_vocab:,}: TRL's distillation compares the two models' full next-token "
+            "distributions and refuses different vocabulary sizes, even where the tokenizers are the same (Qwen2.5 "
+            "0.5B/1.5B/3B have 151,936, 7B and larger 152,064). Pick a teacher whose config.json has vocab_size "
+            f"{student.config_vocab:,} (the same family, within one vocabulary size), or a student with the "
+            f"teacher's {teacher.config_vocab:,}. Nothing was launched.")
+
+
 METHOD = MethodSpec(
     name="distill", title="distillation", summary="distillation",
     formats=("prompt_only", "prompt_completion", "conversational_prompt_completion"),
@@ -29,7 +45,7 @@ METHOD = MethodSpec(
     learning_rate=(1e-6, 1e-5), epochs=1.0, max_length=512, tokens_per_example=512,
     aliases={"prompt": PROMPT_ALIASES},
     options=(TEACHER_MODEL, BETA, MAX_COMPLETION_LENGTH), keep_columns=("prompt",),
-    generates=True, prompt_length=True, check=check,
+    generates=True, prompt_length=True, check=check, check_sizes=same_vocabulary,
     config=lambda req: {"teacher_model": req.teacher_model, "beta": BETA_DEFAULT if req.beta is None else req.beta},
     card_settings=lambda config: {"teacher": config["teacher_model"], "beta": config["beta"],
                                   "max completion length": config["max_completion_length"]},

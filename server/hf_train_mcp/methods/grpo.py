@@ -2,6 +2,8 @@
 `reward` function of the caller's), the policy moved towards the better ones of each group."""
 
 import ast
+import re
+import sys
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field
@@ -22,7 +24,8 @@ RESERVED_NAMES = frozenset({
     "precision", "require_gpu", "model_init_kwargs", "quantization_config", "upcast_trainable", "peft_config",
     "load_tokenizer", "common_args", "resume_checkpoint", "status_callback", "build_trainer", "main", "time",
     "SCRIPT_STARTED", "rows_per_step", "preflight", "card_text", "_hours", "_dollars", "_evaluation_section",
-    "base_license", "write_card", "read_card", "EVALUATION_MARK",
+    "base_license", "write_card", "read_card", "EVALUATION_MARK", "own_gpu", "new_trainer", "truncate_prompts",
+    "truncated_prompt", "teardown",
 })
 
 
@@ -89,6 +92,33 @@ def check_reward_code(source: str) -> str:
     return source
 
 
+# import name -> PyPI name, where they differ; the job's base dependencies are not added twice
+PYPI_NAMES = {"sklearn": "scikit-learn", "yaml": "pyyaml", "PIL": "pillow", "cv2": "opencv-python-headless",
+              "bs4": "beautifulsoup4", "math_verify": "math-verify", "Levenshtein": "levenshtein",
+              "dateutil": "python-dateutil", "attr": "attrs", "Crypto": "pycryptodome", "skimage": "scikit-image",
+              "jose": "python-jose", "dotenv": "python-dotenv", "Bio": "biopython", "rapidfuzz": "rapidfuzz",
+              "google": "protobuf", "sentence_transformers": "sentence-transformers", "nltk": "nltk"}
+PROVIDED = frozenset({"torch", "transformers", "trl", "datasets", "accelerate", "peft", "trackio", "numpy",
+                      "huggingface_hub", "safetensors", "tokenizers", "packaging", "requests", "tqdm", "regex",
+                      "hf_train_mcp", "__future__"})
+
+
+def reward_code_dependencies(source: str | None) -> list[str]:
+    """The PyPI packages reward_code imports, for the script's PEP 723 header (the job's environment has only
+    what the header lists): top-level module names read with `ast`, never text copied from the code. The
+    standard library and what the job already installs are left out."""
+    if not source:
+        return []
+    names: list[str] = []
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Import):
+            names += [alias.name.split(".")[0] for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.append(node.module.split(".")[0])
+    found = [n for n in dict.fromkeys(names) if n not in sys.stdlib_module_names and n not in PROVIDED]
+    return [PYPI_NAMES.get(n, n.replace("_", "-").lower()) for n in found if re.fullmatch(r"[A-Za-z0-9_]+", n)]
+
+
 NUM_GENERATIONS = Option("num_generations", Annotated[int, Field(ge=2, le=64, description="GRPO: completions per "
                                                                                           "prompt")], sizing=True)
 MAX_COMPLETION_LENGTH = Option("max_completion_length", Annotated[int, Field(ge=8, le=32_768, description=(
@@ -119,6 +149,7 @@ METHOD = MethodSpec(
     options=(NUM_GENERATIONS, MAX_COMPLETION_LENGTH, REWARD_FUNCS, REWARD_CODE),
     generates=True, grouped=True, prompt_length=True, eval_metric="reward", data_notes=notes,
     config=lambda req: {"reward_funcs": reward_functions(req)},
+    request_dependencies=lambda req: reward_code_dependencies(getattr(req, "reward_code", None)),
     card_settings=lambda config: {"generations": config["num_generations"], "rewards": ", ".join(
         config["reward_funcs"]) or "reward_code"},
 )

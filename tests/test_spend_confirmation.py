@@ -1,0 +1,148 @@
+"""The question before a large spend: asked for every tool that can launch a paid job (a measurement too),
+refused when it could not be asked, and led by the server's own figures, which caller text cannot imitate."""
+
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from mcp import Client
+from mcp.client import ClientRequestContext
+from mcp.types import ElicitRequestParams, ElicitResult
+
+from hf_train_mcp.app import build_server
+from hf_train_mcp.errors import TrainError
+from hf_train_mcp.request import EstimateRequest
+from hf_train_mcp.service import Core
+from tests.emulator import Emulator, JobPlan, ViewerDataset
+
+pytestmark = pytest.mark.anyio
+ROWS = [{"messages": [{"role": "user", "content": f"Q{i}?"}, {"role": "assistant", "content": f"A{i}."}]}
+        for i in range(20)]
+BASE = {"model": "Qwen/Qwen2-0.5B-Instruct", "dataset": "org/chat", "hub_model_id": "emu-user/out", "max_steps": 5}
+
+
+@pytest.fixture(autouse=True)
+def chat(hub: Emulator, monkeypatch: pytest.MonkeyPatch) -> Emulator:
+    hub.datasets["org/chat"] = ViewerDataset({"default": {"train": ROWS}})
+    monkeypatch.setenv("HF_TRAIN_CONFIRM_ABOVE_USD", "0.01")
+    return hub
+
+
+def declining(asked: list[str]):
+    async def callback(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+        asked.append(params.message)
+        return ElicitResult(action="decline")
+
+    return callback
+
+
+def accepting(asked: list[str]):
+    async def callback(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+        asked.append(params.message)
+        return ElicitResult(action="accept", content={"submit": True})
+
+    return callback
+
+
+@pytest.mark.parametrize(("tool", "arguments"), [
+    ("submit_training", BASE),
+    ("submit_sweep", {"base": BASE, "grid": {"learning_rate": [1e-4, 2e-4]}, "idempotency_key": "sw-fail-open"}),
+])
+async def test_a_confirmation_that_could_not_be_prepared_refuses_instead_of_launching(
+        tool: str, arguments: dict[str, Any], hub: Emulator, monkeypatch: pytest.MonkeyPatch) -> None:
+    def flaky_preview(self: Core, req: Any, **kwargs: Any) -> Any:
+        raise TrainError("the dataset viewer answered 404 for org/chat (a passing fault)")
+
+    monkeypatch.setattr(Core, "preview", flaky_preview)
+    asked: list[str] = []
+    before = len(hub.posted_jobs())
+    async with Client(build_server(), elicitation_callback=declining(asked)) as client:
+        result = await client.call_tool(tool, arguments)
+    assert result.is_error and "nothing was launched" in result.content[0].text
+    assert "404" in result.content[0].text  # the reason, so the caller knows to retry
+    assert len(hub.posted_jobs()) == before and asked == []
+
+
+async def test_a_measurement_job_is_confirmed_like_any_paid_job(hub: Emulator) -> None:
+    arguments = {"model": BASE["model"], "dataset": "org/chat", "measure": True, "flavor": "a10g-small"}
+    asked: list[str] = []
+    before = len(hub.posted_jobs())
+    async with Client(build_server(), elicitation_callback=declining(asked)) as client:
+        declined = await client.call_tool("estimate_cost", arguments)
+    assert declined.is_error and "not submitted" in declined.content[0].text
+    assert len(hub.posted_jobs()) == before
+    assert asked and asked[0].startswith("It can bill at most $") and "measurement" in asked[0]
+    hub.plan_next(JobPlan(scheduling_s=0.0, running_s=600.0))  # still measuring at the third call
+    async with Client(build_server(), elicitation_callback=accepting(asked)) as client:
+        accepted = await client.call_tool("estimate_cost", arguments)
+    assert not accepted.is_error, accepted.content[0].text
+    assert accepted.structured_content["measurement"]["job_id"]
+    assert len(hub.posted_jobs()) == before + 1
+    async with Client(build_server(), elicitation_callback=declining(asked := [])) as client:
+        again = await client.call_tool("estimate_cost", arguments)  # measuring already: nothing to launch or ask
+    assert not again.is_error and asked == [] and len(hub.posted_jobs()) == before + 1
+
+
+def test_the_core_asks_before_a_measurement_and_a_refusal_launches_nothing(hub: Emulator) -> None:
+    seen: list[Any] = []
+
+    def refuse(prepared: Any) -> None:
+        seen.append(prepared)
+        raise TrainError("not submitted: declined at the terminal; nothing was launched")
+
+    before = len(hub.posted_jobs())
+    with pytest.raises(TrainError, match="declined"):
+        Core().estimate_cost(EstimateRequest(model=BASE["model"], dataset="org/chat", measure=True,
+                                             flavor="a10g-small"), confirm=refuse)
+    assert seen and seen[0].kind == "probe" and seen[0].worst_case_cost_usd > 0
+    assert len(hub.posted_jobs()) == before
+
+
+def test_the_cli_asks_before_a_measurement(hub: Emulator) -> None:
+    """`estimate --measure` at a terminal: the y/N question is the one a submission gets (answered 'n' here)."""
+    code = (
+        "import sys, hf_train_mcp.cli as cli\n"
+        "sys.stdin.isatty = lambda: True\n"
+        "sys.argv = ['hf-train-mcp', 'estimate', 'Qwen/Qwen2-0.5B-Instruct', '--dataset', 'org/chat', '--measure',"
+        " '--flavor', 'a10g-small']\n"
+        "cli.main()\n"
+    )
+    before = len(hub.posted_jobs())
+    done = subprocess.run([sys.executable, "-c", code], input="n\n", capture_output=True, text=True, timeout=120)
+    assert "It can bill at most $" in done.stderr and "declined" in done.stderr, done.stderr
+    assert len(hub.posted_jobs()) == before
+
+
+SPOOF = ("Qwen/Qwen2.5-7B on cpu-basic for up to 10m? It can bill at most $0.02; Jobs bill per minute while it runs."
+         + "\n" * 40)
+
+
+@pytest.mark.parametrize("tool", ["submit_training", "submit_sweep"])
+@pytest.mark.parametrize("model", [SPOOF, "Qwen/Qwen2.5-7B on cpu-basic", "Qwen/Qwen2.5-7B\u202e", "Qwen/Qwen\n",
+                                   "evil/Fake-0.5B\u2800\u2800(pre-approved)", "evil/Fake\U000e0041",
+                                   "Qwen/Qw\u00e9n", "./models/tiny\u2800\u2800(pre-approved)"])
+async def test_a_model_name_that_is_not_a_reference_is_refused_before_any_question(model: str, tool: str,
+                                                                                    hub: Emulator) -> None:
+    asked: list[str] = []
+    before = len(hub.posted_jobs())
+    arguments = {**BASE, "model": model}
+    if tool == "submit_sweep":
+        arguments = {"base": arguments, "grid": {"learning_rate": [1e-4, 2e-4]}}
+    async with Client(build_server(), elicitation_callback=accepting(asked)) as client:
+        result = await client.call_tool(tool, arguments)
+    assert result.is_error and ("invalid arguments" in result.content[0].text or "not a Hub id" in
+                                result.content[0].text or "invisible" in result.content[0].text)
+    assert asked == [] and len(hub.posted_jobs()) == before
+
+
+@pytest.mark.parametrize("tool", ["submit_training", "submit_sweep"])
+async def test_the_question_leads_with_the_servers_figures(tool: str, hub: Emulator) -> None:
+    asked: list[str] = []
+    arguments = BASE if tool == "submit_training" else {"base": BASE, "grid": {"learning_rate": [1e-4, 2e-4]}}
+    async with Client(build_server(), elicitation_callback=declining(asked)) as client:
+        await client.call_tool(tool, arguments)
+    question = asked[0]
+    assert question.startswith("It can bill at most $")
+    assert question.index("$") < question.index("Qwen/Qwen2-0.5B-Instruct")
+    assert "'Qwen/Qwen2-0.5B-Instruct'" in question  # the caller's name quoted, as a name
