@@ -7,14 +7,14 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from hf_train_mcp import defaults as D
 from hf_train_mcp import backends, methods, sweeps
-from hf_train_mcp.access import STDIO, Access, is_local, shown_name
+from hf_train_mcp.access import STDIO, Access, is_local
 from hf_train_mcp.backends.base import TERMINAL_STAGES, Backend, JobGone, JobState, LogRead, SubmissionUnknown
 from hf_train_mcp.backends.hf_jobs import HfJobsBackend, submission_labels
 from hf_train_mcp.backends.local import LocalBackend, process_alive, has_cuda
@@ -36,6 +36,7 @@ from hf_train_mcp.logparse import ParsedLog, parse_log, probe_metrics
 from hf_train_mcp.estimate.cost import FlavorEstimate, Workload, how_to_fit
 from hf_train_mcp.measure import apply_measurement, attempt_key, config_key, probe_key, usable
 from hf_train_mcp.measure import prefix as measure_prefix
+from hf_train_mcp.prepared import Prepared, Progress
 from hf_train_mcp.planning import PROBE_STEPS, DataFacts, Hyper, estimate_flavors, plan_run
 from hf_train_mcp.request import EstimateRequest, EvaluateRequest, ExportRequest, RunShape, TrainingRequest
 from hf_train_mcp.request import CompareRequest, SweepRequest, ValidateRequest
@@ -57,45 +58,12 @@ from hf_train_mcp.schemas import (
 )
 
 log = logging.getLogger(__name__)
-Progress = Callable[[str], None]  # a phase of a long call, for MCP progress notifications
 PREVIEW_TTL_S = 300.0
 PREVIEWS_KEPT = 16
 
 
 class _Previewed(Exception):
     """Raised by a preview's confirm hook: the plan is caught, nothing is launched."""
-
-
-@dataclass
-class Prepared:
-    """A submission planned and rendered, not yet launched (a training, measurement, evaluation or export)."""
-
-    req: Any  # the tool's request: TrainingRequest, EvaluateRequest or ExportRequest
-    backend_name: str
-    kind: str
-    namespace: str | None
-    plan: Any
-    script: Any
-    spec: Any
-    model_url: str | None
-    trackio_url: str | None
-    common: dict
-    model: str  # what the ledger lists: the model trained, evaluated or exported
-    dataset: str | None
-    reads: list[tuple[str, str]]  # (repo type, id) the job reads from the Hub: a local job's token depends on them
-    parent_job_id: str | None = None  # the training job an evaluation or export works on
-
-    @property
-    def worst_case_cost_usd(self) -> float:
-        return self.plan.worst_case_cost_usd or 0.0
-
-    @property
-    def summary(self) -> str:
-        """What the job does, for a confirmation question."""
-        what = {"evaluate": "an evaluation", "export": f"a {self.plan.config.get('format')} export",
-                "probe": f"a {self.plan.method.upper()} measurement job"}.get(
-            self.kind, f"a {self.plan.method.upper()} job")
-        return f"{what} of {shown_name(self.model)}"
 
 
 STATUS_LOG_LINES = 300  # read more than we show: the last HFTM_LOG line may sit above warnings
@@ -344,7 +312,7 @@ class Core:
                              "fail when it formats the first row: send chat_template='chatml', or use the model's "
                              "instruct/chat version. Nothing was submitted.")
 
-    def preview(self, req: Any, *, kind: str = "train", progress: Progress | None = None) -> "Prepared":
+    def preview(self, req: Any, *, kind: str = "train", progress: Progress | None = None) -> Prepared:
         """Everything a submission decides before it launches (validated data, plan, script), kept for a few
         minutes so that a confirmation asked in between does not plan the same request twice."""
         if kind == "probe":
@@ -360,7 +328,7 @@ class Core:
             self._previews.pop(next(iter(self._previews)))
         return prepared
 
-    def _measurement_preview(self, req: EstimateRequest, progress: Progress | None) -> "Prepared | None":
+    def _measurement_preview(self, req: EstimateRequest, progress: Progress | None) -> Prepared | None:
         """The measurement job estimate_cost(measure=True) would launch, planned and kept like any preview; None
         when it would launch none (a measurement of these settings ran or is running)."""
         if not req.measure:
@@ -384,7 +352,7 @@ class Core:
         return f"{kind}:{type(req).__name__}:{req.model_dump_json()}"
 
     def _prepare(self, req: Any, backend_name: str, *, kind: str = "train",
-                 progress: Progress | None = None) -> "Prepared":
+                 progress: Progress | None = None) -> Prepared:
         cached = self._previews.pop(self._preview_key(req, kind), None)
         if cached is not None and time.monotonic() - cached[0] < PREVIEW_TTL_S:
             return cached[1]
@@ -406,7 +374,7 @@ class Core:
         return req.hub_model_id.split("/")[0] if getattr(req, "hub_model_id", None) else None
 
     def _prepare_training(self, req: TrainingRequest, backend_name: str, *, kind: str,
-                          progress: Progress) -> "Prepared":
+                          progress: Progress) -> Prepared:
         step = progress
         here = backends.traits(backend_name).runs_here
         if not here:
@@ -452,7 +420,7 @@ class Core:
     def _package(self, req: Any, backend_name: str, kind: str, namespace: str | None, plan: Any, *,
                  hub_model_id: str | None, model: str, dataset: str | None, reads: list[tuple[str, str | None]],
                  parent_job_id: str | None = None, model_url: str | None = None,
-                 trackio_url: str | None = None) -> "Prepared":
+                 trackio_url: str | None = None) -> Prepared:
         """The rendered script, the job spec and what the Submission will say, for any kind of job."""
         script = plan.render()
         spec = plan.job_spec(kind)
@@ -534,7 +502,7 @@ class Core:
         return None, DataFacts()
 
     def _prepare_evaluation(self, req: EvaluateRequest, backend_name: str, *, kind: str,
-                            progress: Progress) -> "Prepared":
+                            progress: Progress) -> Prepared:
         token, namespace, subject, size, catalog = self._followup_start(req, backend_name, progress)
         warnings: list[str] = []
         progress("reading the held-out data")
@@ -552,7 +520,7 @@ class Core:
                                                           f"{hub_endpoint()}/{subject.ref}"),
             trackio_url=job.trackio_url if job and backend_name == job.backend else None)
 
-    def _prepare_export(self, req: ExportRequest, backend_name: str, *, kind: str, progress: Progress) -> "Prepared":
+    def _prepare_export(self, req: ExportRequest, backend_name: str, *, kind: str, progress: Progress) -> Prepared:
         token, namespace, subject, size, catalog = self._followup_start(req, backend_name, progress)
         warnings: list[str] = []
         progress("planning and rendering the script")
@@ -588,7 +556,7 @@ class Core:
             warnings.append(f"{repo} already exists: the export is committed on top of its files (its history keeps "
                             "the old ones)")
 
-    def _launch(self, prepared: "Prepared", claim: str | None, progress: Progress | None = None) -> Submission:
+    def _launch(self, prepared: Prepared, claim: str | None, progress: Progress | None = None) -> Submission:
         req, backend_name, kind, namespace = prepared.req, prepared.backend_name, prepared.kind, prepared.namespace
         plan, script, spec, common = prepared.plan, prepared.script, prepared.spec, prepared.common
         model_url, trackio_url = prepared.model_url, prepared.trackio_url

@@ -22,24 +22,24 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hf_train_mcp import backends, methods
 from hf_train_mcp.backends.base import SubmissionUnknown
 from hf_train_mcp.access import shown_name
 from hf_train_mcp.detach import spawn
 from hf_train_mcp.errors import TrainError
+from hf_train_mcp.host import Host
 from hf_train_mcp.hub import HubUnreachable, hub_token, scrub
 from hf_train_mcp.ledger import PENDING, SETTLED_STAGES, SUBMITTING, KeyConflict, SubmissionInProgress, SweepRecord
 from hf_train_mcp.ledger import SweepRunRecord, now_iso
 from hf_train_mcp.measure import PROBE_KEY_PREFIX, is_probe_key
 from hf_train_mcp.paths import data_home
+from hf_train_mcp.prepared import Prepared
 from hf_train_mcp.planning import operator_cap, worst_case_usd
 from hf_train_mcp.request import CompareRequest, SweepRequest, TrainingRequest
 from hf_train_mcp.schemas import Comparison, RunRow, SweepResult, SweepRun
 
-if TYPE_CHECKING:
-    from hf_train_mcp.service import Core, Prepared
 
 KEY_PREFIX = "sweep-"  # sweep ids, and the idempotency keys of their runs, start with it
 LOCK_FD_ENV = "HF_TRAIN_SWEEP_LOCK_FD"  # the supervisor's lock, taken and handed over by the process starting it
@@ -106,7 +106,7 @@ class SweepPlan:
     req: SweepRequest
     sweep_id: str
     backend_name: str
-    runs: list[tuple[dict[str, Any], TrainingRequest, "Prepared"]]  # params, pinned request, its plan
+    runs: list[tuple[dict[str, Any], TrainingRequest, Prepared]]  # params, pinned request, its plan
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -156,7 +156,7 @@ def sweep_id_for(key: str | None) -> str:
     return KEY_PREFIX + hashlib.sha256(f"sweep:{key}".encode()).hexdigest()[:12]
 
 
-def plan_sweep(core: "Core", req: SweepRequest, backend_name: str, progress) -> SweepPlan:
+def plan_sweep(core: Host, req: SweepRequest, backend_name: str, progress) -> SweepPlan:
     """Plan every run (data, memory fit, flavor, timeout, per-run budget) and check the sum of their worst
     cases against max_cost_usd and the operator's cap; raise before anything is launched."""
     refuse_reserved_key(req.idempotency_key)
@@ -178,7 +178,7 @@ def plan_sweep(core: "Core", req: SweepRequest, backend_name: str, progress) -> 
     return plan
 
 
-def pin(prepared: "Prepared", backend_name: str) -> TrainingRequest:
+def pin(prepared: Prepared, backend_name: str) -> TrainingRequest:
     """The run as approved (paths resolved, the validated mapping adopted): its backend, flavor and timeout
     fixed, and its worst case as its own max_cost_usd, so a run started later by the supervisor cannot run
     elsewhere or cost more than the sweep was approved for."""
@@ -208,7 +208,7 @@ def check_sweep_budget(req: SweepRequest, plan: SweepPlan) -> None:
 
 
 # --- launching -----------------------------------------------------------------------------------------------
-def store_and_start(core: "Core", plan: SweepPlan, progress) -> tuple[SweepRecord, list[str]]:
+def store_and_start(core: Host, plan: SweepPlan, progress) -> tuple[SweepRecord, list[str]]:
     """Store the sweep (or find the one its key already names), start its first max_parallel runs, then its
     supervisor (a server that dies in between leaves a running sweep, which the next server start resumes)."""
     req = plan.req
@@ -244,7 +244,7 @@ def _stale(run: SweepRunRecord) -> bool:
     return (datetime.now(UTC) - claimed).total_seconds() > STALE_LAUNCH_S
 
 
-def launch(core: "Core", run: SweepRunRecord) -> None:
+def launch(core: Host, run: SweepRunRecord) -> None:
     """Claim a queued run, submit it (its key makes a retry return the job already posted), record its job."""
     sweep = core.ledger.sweep(run.sweep_id)
     if sweep is None or sweep.state != "running":
@@ -271,7 +271,7 @@ def launch(core: "Core", run: SweepRunRecord) -> None:
         core.cancel_job(submission.job_id)
 
 
-def adopted(core: "Core", key: str, job_id: str) -> bool:
+def adopted(core: Host, key: str, job_id: str) -> bool:
     """The job of `key` was found after its launch was given up on (crash recovery, a cancel): when the key
     is a sweep run's that has no job yet, the run gets it as launched. Whether the run's sweep is canceled
     (its caller then cancels the job)."""
@@ -286,7 +286,7 @@ def adopted(core: "Core", key: str, job_id: str) -> bool:
     return sweep.state == "canceled"
 
 
-def _run_job(core: "Core", run: SweepRunRecord, *, recover: bool) -> str | None:
+def _run_job(core: Host, run: SweepRunRecord, *, recover: bool) -> str | None:
     """The job of a run being launched, once the ledger holds it under the run's key; recover: look its
     submission up on the Hub now (its launcher may have been killed between the POST and the ledger write)."""
     key = run_key(run.sweep_id, run.idx)
@@ -319,7 +319,7 @@ def supervisor_alive(sweep_id: str) -> bool:
         return False
 
 
-def ensure_supervised(core: "Core", sweep: SweepRecord) -> None:
+def ensure_supervised(core: Host, sweep: SweepRecord) -> None:
     """Start the sweep's supervisor unless it has ended or one holds the sweep's lock. The lock is taken here
     and handed to the supervisor started (an inherited descriptor), so it is held from before it starts: a
     retry while it is still importing cannot start a second one, and the pid file names the one that runs."""
@@ -338,13 +338,13 @@ def ensure_supervised(core: "Core", sweep: SweepRecord) -> None:
     # closing our descriptor leaves the lock held: an flock belongs to the open file, which the supervisor shares
 
 
-def resume(core: "Core") -> None:
+def resume(core: Host) -> None:
     """Supervise again every sweep still running (a supervisor dies with its machine or container)."""
     for sweep in core.ledger.sweeps(state="running"):
         ensure_supervised(core, sweep)
 
 
-def supervise_once(core: "Core", sweep_id: str) -> bool:
+def supervise_once(core: Host, sweep_id: str) -> bool:
     """One look at a sweep: note each active run's progress, prune, start queued runs into free slots. Whether
     the sweep still needs watching."""
     sweep = core.ledger.sweep(sweep_id)
@@ -389,7 +389,7 @@ def supervise_once(core: "Core", sweep_id: str) -> bool:
     return True
 
 
-def prune(core: "Core", run: SweepRunRecord, metric: str, value: float, median: float) -> bool:
+def prune(core: Host, run: SweepRunRecord, metric: str, value: float, median: float) -> bool:
     """Cancel a trailing run (first: a run marked pruned must have stopped billing), then record the saving."""
     try:
         core.cancel_job(run.job_id)
@@ -404,7 +404,7 @@ def prune(core: "Core", run: SweepRunRecord, metric: str, value: float, median: 
     return True
 
 
-def cancel_sweep(core: "Core", sweep_id: str) -> str:
+def cancel_sweep(core: Host, sweep_id: str) -> str:
     """Stop a sweep: no queued run starts, every started run is canceled, and so is a run being launched,
     whose job is looked up by its key (on the Hub too: its launcher may have been killed mid-POST). One whose
     job is not found yet is canceled by its launcher once posted, or by crash recovery once found."""
@@ -473,7 +473,7 @@ def trailing(histories: dict[int, list[list[float]]], active: set[int], *, lower
 
 
 # --- results -------------------------------------------------------------------------------------------------
-def sweep_result(core: "Core", sweep: SweepRecord, warnings: list[str]) -> SweepResult:
+def sweep_result(core: Host, sweep: SweepRecord, warnings: list[str]) -> SweepResult:
     jobs = []
     for run in core.ledger.sweep_runs(sweep.sweep_id):
         job = core.ledger.get(run.job_id) if run.job_id else None
@@ -513,7 +513,7 @@ DEFAULT_METRICS = (EVALUATION + "eval_loss", EVALUATION + "preference_accuracy",
                    "eval_loss")
 
 
-def compare(core: "Core", req: CompareRequest) -> Comparison:
+def compare(core: Host, req: CompareRequest) -> Comparison:
     warnings: list[str] = []
     sweep = None
     if req.sweep_id:
@@ -570,7 +570,7 @@ def compare(core: "Core", req: CompareRequest) -> Comparison:
                    if winner and finished else "call again when the runs have trained further"))
 
 
-def _row(core: "Core", job_id: str | None, params: dict[str, Any], state: str | None) -> RunRow:
+def _row(core: Host, job_id: str | None, params: dict[str, Any], state: str | None) -> RunRow:
     if job_id is None:
         return RunRow(job_id=None, stage=None, params=params, metrics={}, state=state)
     report = core.job_status(job_id, tail=0)
@@ -579,7 +579,7 @@ def _row(core: "Core", job_id: str | None, params: dict[str, Any], state: str | 
                   progress_percent=report.progress.percent)
 
 
-def evaluated(core: "Core", job_id: str) -> dict[str, float]:
+def evaluated(core: Host, job_id: str) -> dict[str, float]:
     """The metrics of the job's latest completed evaluation, as evaluation/<name>."""
     for child in reversed(core.ledger.children([job_id], "evaluate")):
         if child.stage == "COMPLETED":

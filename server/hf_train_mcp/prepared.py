@@ -1,0 +1,41 @@
+"""A submission planned and rendered but not launched: what a confirmation shows and what a launch sends."""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from hf_train_mcp.access import shown_name
+
+Progress = Callable[[str], None]  # a phase of a long call, for MCP progress notifications
+
+
+@dataclass
+class Prepared:
+    """A submission planned and rendered, not yet launched (a training, measurement, evaluation or export)."""
+
+    req: Any  # the tool's request: TrainingRequest, EvaluateRequest or ExportRequest
+    backend_name: str
+    kind: str
+    namespace: str | None
+    plan: Any
+    script: Any
+    spec: Any
+    model_url: str | None
+    trackio_url: str | None
+    common: dict
+    model: str  # what the ledger lists: the model trained, evaluated or exported
+    dataset: str | None
+    reads: list[tuple[str, str]]  # (repo type, id) the job reads from the Hub: a local job's token depends on them
+    parent_job_id: str | None = None  # the training job an evaluation or export works on
+
+    @property
+    def worst_case_cost_usd(self) -> float:
+        return self.plan.worst_case_cost_usd or 0.0
+
+    @property
+    def summary(self) -> str:
+        """What the job does, for a confirmation question."""
+        what = {"evaluate": "an evaluation", "export": f"a {self.plan.config.get('format')} export",
+                "probe": f"a {self.plan.method.upper()} measurement job"}.get(
+            self.kind, f"a {self.plan.method.upper()} job")
+        return f"{what} of {shown_name(self.model)}"
