@@ -121,8 +121,8 @@ def subject_from_job(record: JobRecord, stage: str, backend_name: str, access: A
     training = TrainingRequest.model_validate_json(record.request_json)
     check_job_inputs(access, record, training)
     kind = "full" if training.peft == "full" else "adapter"
-    if backends.traits(record.backend).runs_here:
-        if not backends.traits(backend_name).runs_here:
+    if not backends.traits(record.backend).pushes_to_hub:
+        if not backends.traits(backend_name).reads_local_paths:
             raise TrainError(f"job {record.job_id} ran on this machine, so its model is not on the Hub: use "
                              f"backend={record.backend!r}, or push its output folder to the Hub and pass that repo id")
         folder = Path(record.output_dir or "")
@@ -141,7 +141,7 @@ def subject_from_ref(ref: str, *, access: Access, backend_name: str, adapter_con
     adapter_config(repo) -> dict | None reads a Hub repo's adapter_config.json."""
     access.check_ref(ref, "model")
     if is_local(ref):
-        if not backends.traits(backend_name).runs_here:
+        if not backends.traits(backend_name).reads_local_paths:
             raise TrainError(f"model {ref!r} is a local path, which a Hugging Face job cannot read: push it to the "
                              "Hub first, or use backend='local'")
         folder = Path(ref).expanduser().resolve()
@@ -210,7 +210,7 @@ def _place(req, kind: str, options: list[JobEstimate], on_flavor, catalog: Catal
            warnings: list[str]) -> tuple[str, JobEstimate | None, float]:
     """(flavor, estimate, $/hour): the caller's flavor, else the cheapest that fits."""
     where = backends.traits(backend)
-    if where.runs_here:
+    if not where.catalog_from_hub:  # one hardware of its own
         if req.flavor:
             warnings.append(f"flavor {req.flavor!r} is ignored by backend={backend!r}")
         from hf_train_mcp.backends.local import has_cuda
@@ -297,13 +297,13 @@ def plan_evaluation(req: EvaluateRequest, subject: Subject, data: EvalData | Non
     flavor, estimate, price = _place(req, "evaluation", evaluation_options(size, work, catalog),
                                      lambda info: evaluation_on(size, work, info), catalog, backend, warnings)
     timeout = _timeout(req, estimate, backend, flavor, price, warnings)
-    here = backends.traits(backend).runs_here
+    pushes = backends.traits(backend).pushes_to_hub
     trackio_space = None
-    if not here:
+    if pushes:
         trackio_space = (training.trackio_space_id if training else None) or (
             f"{namespace}/trackio" if namespace else None)
     card_repo = None
-    if not here and not is_local(subject.ref) and namespace and subject.ref.split("/")[0] == namespace:
+    if pushes and not is_local(subject.ref) and namespace and subject.ref.split("/")[0] == namespace:
         card_repo = subject.ref  # the evaluated model is the caller's: its card gets the results
     config = {
         **_common_config(subject, backend),
@@ -316,12 +316,12 @@ def plan_evaluation(req: EvaluateRequest, subject: Subject, data: EvalData | Non
         "max_completion_length": completion,
         "reward_funcs": reward_functions(training) if training else ["accuracy", "think_format"],
         "tasks": list(req.tasks or []),
-        "card_folder": subject.card_folder if here else None, "card_repo": card_repo,
+        "card_folder": subject.card_folder if not pushes else None, "card_repo": card_repo,
         "project": (training.project if training else None) or "hf-train-mcp",
         "run_name": f"eval-{subject.job.job_id if subject.job else uuid.uuid4().hex[:6]}",
         "trackio_space_id": trackio_space,
         "trackio_dir": str(Path(subject.job.job_dir) / "trackio") if subject.job and subject.job.job_dir and
-        here else None,
+        not pushes else None,
         "push_to_hub": False, "hub_model_id": None,
     }
     reward_code = getattr(training, "reward_code", None) if training else None  # re-run: it needs its imports
@@ -333,7 +333,7 @@ def plan_evaluation(req: EvaluateRequest, subject: Subject, data: EvalData | Non
 
 def export_target(req: ExportRequest, subject: Subject, backend: str) -> str | None:
     """The repo an export pushes to: hub_model_id, else beside the source (`<repo>-merged`, `<repo>-GGUF`)."""
-    if backends.traits(backend).runs_here:
+    if not backends.traits(backend).pushes_to_hub:
         return None
     source = subject.job.hub_model_id if subject.job else (None if is_local(subject.ref) else subject.ref)
     if req.hub_model_id:
@@ -376,7 +376,7 @@ def plan_export(req: ExportRequest, subject: Subject, *, backend: str, size: Mod
     work = ExportWork(format=req.format, quantization=quantization, merge=subject.kind == "adapter")
     flavor, estimate, price = _place(req, "export", export_options(size, work, catalog),
                                      lambda info: export_on(size, work, info), catalog, backend, warnings)
-    if size.params > 30e9 and not backends.traits(backend).runs_here:
+    if size.params > 30e9 and backends.traits(backend).pushes_to_hub:
         warnings.append(f"a {size.billions:.0f}B export holds the whole model in memory and writes "
                         f"~{size.params * 6 / 1e9:.0f} GB to disk")
     timeout = _timeout(req, estimate, backend, flavor, price, warnings)

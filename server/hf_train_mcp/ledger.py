@@ -417,7 +417,9 @@ class Ledger:
             (prefix, upper))
         return [JobRecord(*r) for r in rows.fetchall()]
 
-    def list(self, *, stage: str | None = None, backend: str | None = None, limit: int = 20) -> list[JobRecord]:
+    def list(self, *, stage: str | None = None, backend: str | None = None, backends: tuple[str, ...] | None = None,
+             limit: int = 20) -> list[JobRecord]:
+        """The newest jobs; `backends`: only those of these backends (the ones a caller may reach)."""
         clauses, args = ["job_id NOT LIKE ?", "job_id NOT LIKE ?"], [PENDING + "%", SUBMITTING + "%"]
         if stage:
             clauses.append("stage = ?")
@@ -425,6 +427,9 @@ class Ledger:
         if backend:
             clauses.append("backend = ?")
             args.append(backend)
+        if backends is not None:
+            clauses.append(f"backend IN ({', '.join('?' * len(backends))})" if backends else "0")
+            args.extend(backends)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         rows = self._connect().execute(
             f"{_SELECT} {where} ORDER BY created_at DESC, rowid DESC LIMIT ?", (*args, limit)

@@ -89,7 +89,7 @@ class RunPlan:
             "config": self.config,
             "dependencies": self.dependencies,
             "flavor": self.flavor,
-            "jobs_table": not backends.traits(self.backend).runs_here,  # the header's [tool.hf-jobs] table
+            "jobs_table": backends.traits(self.backend).catalog_from_hub,  # the header's [tool.hf-jobs] table
             "timeout": header_duration(self.timeout_seconds),
             "method_title": methods.get(self.method).title,
             "reward_code": self.reward_code,
@@ -114,7 +114,7 @@ class RunPlan:
 
 def expects_gpu(flavor: str) -> bool:
     """Whether the job's hardware has a GPU (its script stops at once when torch sees none)."""
-    return not flavor.startswith("cpu-") and flavor != backends.traits(backends.on_this_machine()).flavor(cuda=False)
+    return not flavor.startswith("cpu-") and flavor not in backends.gpuless_flavors()
 
 
 def _dependencies(req: TrainingRequest, spec: methods.MethodSpec) -> list[str]:
@@ -334,12 +334,12 @@ def plan_run(
     lr_full, lr_lora = spec.learning_rate
     learning_rate = req.learning_rate or (lr_full if req.peft == "full" else lr_lora)
     generations = hyper.generations
-    push = not where.runs_here and not probe_only
+    push = where.pushes_to_hub and not probe_only
     if push and not req.hub_model_id:
         raise TrainError(f"hub_model_id is required for backend={backend!r} (e.g. 'your-name/qwen-sft'): without a "
                          "push the trained model is lost when the job ends")
 
-    if where.runs_here:
+    if not where.catalog_from_hub:  # this machine's own hardware
         if req.peft == "qlora" and not local_cuda:
             raise TrainError("peft='qlora' needs a CUDA GPU (bitsandbytes 4-bit) and this machine has none: "
                              "send peft='lora', or backend='hf' with a GPU flavor")
@@ -400,10 +400,10 @@ def plan_run(
     else:
         timeout = where.default_timeout_s
 
-    price = 0.0 if where.runs_here else (catalog.flavors[flavor].usd_per_hour if flavor in catalog.flavors else None)
+    price = 0.0 if not where.bills else (catalog.flavors[flavor].usd_per_hour if flavor in catalog.flavors else None)
     timeout = within_budget(req, flavor, price, timeout, estimate, warnings)
 
-    if where.runs_here and req.hub_model_id:
+    if not where.pushes_to_hub and req.hub_model_id:
         warnings.append("the local backend keeps the model in the job folder; hub_model_id is not pushed")
     trackio_space = None
     if push:

@@ -4,13 +4,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, Field
 
-from hf_train_mcp import methods
+from hf_train_mcp import backends, methods
 from hf_train_mcp.access import check_reference
 from hf_train_mcp.durations import parse_duration
 
 Method = Literal[methods.NAMES]  # type: ignore[valid-type]  # the registry's methods (methods/)
 Peft = Literal["lora", "qlora", "full"]
-BackendName = Literal["hf", "local"]
+BackendName = Literal[backends.NAMES]  # the registry's: a new backend is named in no list here
 Stage = Literal["SCHEDULING", "RUNNING", "COMPLETED", "CANCELED", "ERROR", "DELETED"]
 
 # Kept in sync with huggingface_hub.JobHardware by a test; a literal here keeps `tools/list` import-light.

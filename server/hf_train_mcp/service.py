@@ -16,8 +16,8 @@ from hf_train_mcp import defaults as D
 from hf_train_mcp import backends, methods, sweeps
 from hf_train_mcp.access import STDIO, Access, is_local
 from hf_train_mcp.backends.base import TERMINAL_STAGES, Backend, JobGone, JobState, LogRead, SubmissionUnknown
-from hf_train_mcp.backends.hf_jobs import HfJobsBackend, submission_labels
-from hf_train_mcp.backends.local import LocalBackend, process_alive, has_cuda
+from hf_train_mcp.backends.base import submission_labels
+from hf_train_mcp.backends.local import process_alive, has_cuda
 from hf_train_mcp.chat_template import has_chat_template
 from hf_train_mcp.data import rules
 from hf_train_mcp.data.validate import validate_dataset
@@ -93,7 +93,7 @@ def default_backend() -> str:
     chosen = os.environ.get("HF_TRAIN_BACKEND")
     if chosen in backends.NAMES:
         return chosen
-    return backends.on_the_hub() if hub_token() else backends.on_this_machine()
+    return backends.default(token=hub_token())
 
 
 def refusal(report: DatasetReport, dataset: str, problem: str) -> str:
@@ -109,7 +109,6 @@ def refusal(report: DatasetReport, dataset: str, problem: str) -> str:
 class Core:
     def __init__(self, ledger: Ledger | None = None, access: Access = STDIO):
         self._ledger = ledger
-        self._local = LocalBackend()
         self.access = access
         self._recovery_tried: dict[str, float] = {}
         self._recovery_scanned = -RECOVERY_SCAN_S
@@ -123,10 +122,7 @@ class Core:
         return self._ledger
 
     def backend(self, name: str) -> Backend:
-        if backends.traits(name).runs_here:  # a job on this machine: HTTP callers need the operator's leave
-            self.access.check_local_jobs()
-            return self._local
-        return HfJobsBackend(hub_token())
+        return backends.open(name, access=self.access, token=hub_token())
 
     # --- validate_dataset -------------------------------------------------------------------------------
     def validate_dataset(self, req: ValidateRequest, *, progress: Progress | None = None) -> DatasetReport:
@@ -158,8 +154,8 @@ class Core:
             raise TrainError(f"resume_from={req.resume_from!r} is neither a job id from list_jobs nor a Hub repo "
                              "'owner/name'")
         check_job_inputs(self.access, previous, TrainingRequest.model_validate_json(previous.request_json))
-        if backends.traits(previous.backend).runs_here:
-            if not backends.traits(backend_name).runs_here:
+        if not backends.traits(previous.backend).pushes_to_hub:
+            if not backends.traits(backend_name).reads_local_paths:
                 raise TrainError(f"job {req.resume_from} ran on this machine: its checkpoints are not on the Hub; "
                                  f"resume it with backend={previous.backend!r}")
             return None, previous.output_dir
@@ -170,7 +166,7 @@ class Core:
         raise TrainError(f"job {req.resume_from} pushed no model repo to resume from; pass a Hub repo id")
 
     def _check_access(self, req: Any, backend_name: str) -> None:
-        if backends.traits(backend_name).runs_here:
+        if backends.traits(backend_name).needs_local_jobs_permission:
             self.access.check_local_jobs()
         if getattr(req, "reward_code", None):
             self.access.check_reward_code()
@@ -220,7 +216,7 @@ class Core:
 
     def check_sweep_access(self, sweep: Any) -> None:
         """A sweep on this machine is as out of reach as its jobs for a caller who may not run local jobs."""
-        if backends.traits(sweep.backend).runs_here:
+        if backends.traits(sweep.backend).needs_local_jobs_permission:
             self.access.check_local_jobs()
 
     @staticmethod
@@ -261,7 +257,7 @@ class Core:
                 if existing.job_id.startswith(PENDING):
                     raise SubmissionInProgress(f"a submission with idempotency_key {req.idempotency_key!r} is in "
                                                "progress; call again in a few seconds to get its job")
-                if backends.traits(existing.backend).runs_here:
+                if backends.traits(existing.backend).needs_local_jobs_permission:
                     self.access.check_local_jobs()
                 if existing.kind != kind:
                     raise KeyConflict(f"idempotency_key {req.idempotency_key!r} already names job {existing.job_id}, "
@@ -367,7 +363,7 @@ class Core:
     @staticmethod
     def _namespace(req: Any, backend_name: str, token: str | None) -> str | None:
         """Whose account an HF job runs under (a dry run without a token guesses it from hub_model_id)."""
-        if backends.traits(backend_name).runs_here:
+        if not backends.traits(backend_name).has_namespace:
             return None
         if token or not req.dry_run:
             return resolve_identity(token).name
@@ -376,15 +372,16 @@ class Core:
     def _prepare_training(self, req: TrainingRequest, backend_name: str, *, kind: str,
                           progress: Progress) -> Prepared:
         step = progress
-        here = backends.traits(backend_name).runs_here
-        if not here:
+        where = backends.traits(backend_name)
+        here = not where.catalog_from_hub  # sized and planned offline: nothing is asked of the Hub
+        if not where.reads_local_paths:
             for ref, what in ((req.model, "model"), (req.dataset, "dataset"), (req.teacher_model, "teacher_model")):
                 if ref and is_local(ref):
                     raise TrainError(f"{what} {ref!r} is a local path, which a Hugging Face job cannot read: push it "
                                      "to the Hub first, or use backend='local'")
         token = None if here else hub_token()
         namespace = self._namespace(req, backend_name, token)
-        if here:  # the job runs in its own folder: relative paths must not change meaning
+        if where.reads_local_paths:  # the job runs in its own folder: relative paths must not change meaning
             req = req.model_copy(update={ref: str(Path(getattr(req, ref)).expanduser().resolve())
                                          for ref in ("model", "dataset", "teacher_model")
                                          if getattr(req, ref) and is_local(getattr(req, ref))})
@@ -406,12 +403,12 @@ class Core:
                          local_cuda=has_cuda(), resume_repo=resume_repo, resume_dir=resume_dir, probe_only=kind == "probe",
                          teacher=teacher)
         plan = plan_run(req, **plan_args)
-        if kind == "train" and not here and plan.estimate is not None:
+        if kind == "train" and where.bills and plan.estimate is not None:
             measured = self._finished_measurement(config_key(plan.config, flavor=plan.flavor, backend=backend_name))
             if measured:  # a measurement of this run's steps on this flavor: its time, not the model's
                 plan = plan_run(req.model_copy(update={"flavor": plan.flavor}), **plan_args, measured=measured)
         plan.warnings[:0] = warnings
-        pushes = not here and kind == "train"
+        pushes = where.pushes_to_hub and kind == "train"
         reads = [("model", req.model), ("dataset", req.dataset), ("model", req.teacher_model),
                  *([("model", resume_repo)] if resume_repo else [])]
         return self._package(req, backend_name, kind, namespace, plan, hub_model_id=req.hub_model_id if pushes else None,
@@ -447,7 +444,7 @@ class Core:
     def _subject(self, ref: str, backend_name: str, token: str | None) -> Subject:
         record = self.ledger_job(ref)
         if record is not None:
-            if backends.traits(record.backend).runs_here:
+            if backends.traits(record.backend).needs_local_jobs_permission:
                 self.access.check_local_jobs()
             return subject_from_job(record, self.job_stage(record.job_id), backend_name, self.access)
         return subject_from_ref(ref.strip(), access=self.access, backend_name=backend_name,
@@ -456,7 +453,7 @@ class Core:
     def _followup_start(self, req: Any, backend_name: str, progress: Progress
                         ) -> tuple[str | None, str | None, Subject, ModelSize, Any]:
         """(token, namespace, subject, its size, catalog): what an evaluation and an export both resolve first."""
-        here = backends.traits(backend_name).runs_here
+        here = not backends.traits(backend_name).catalog_from_hub  # sized offline: nothing is asked of the Hub
         token = None if here else hub_token()
         namespace = self._namespace(req, backend_name, token)
         progress(f"finding {req.model}")
@@ -470,7 +467,7 @@ class Core:
     def _eval_data(self, req: EvaluateRequest, subject: Subject, backend_name: str, token: str | None,
                    warnings: list[str]) -> tuple[EvalData | None, DataFacts]:
         if req.dataset:
-            if not backends.traits(backend_name).runs_here and is_local(req.dataset):
+            if not backends.traits(backend_name).reads_local_paths and is_local(req.dataset):
                 raise TrainError(f"dataset {req.dataset!r} is a local path, which a Hugging Face job cannot read: "
                                  "push it to the Hub first, or use backend='local'")
             dataset = str(Path(req.dataset).expanduser().resolve()) if is_local(req.dataset) else req.dataset
@@ -526,7 +523,7 @@ class Core:
         progress("planning and rendering the script")
         plan = plan_export(req, subject, backend=backend_name, size=size, catalog=catalog, namespace=namespace,
                            warnings=warnings)
-        if backends.traits(backend_name).runs_here and req.hub_model_id:
+        if not backends.traits(backend_name).pushes_to_hub and req.hub_model_id:
             warnings.append(f"backend={backend_name!r} keeps the export in the job folder; hub_model_id is not pushed")
         if plan.config["hub_model_id"]:
             self._check_export_target(plan.config["hub_model_id"], token or hub_token(), plan.warnings,
@@ -566,8 +563,7 @@ class Core:
                               script=script.text, command=backend.command(spec), **common)
         if progress:
             progress(f"submitting to {backend.place}")
-        here = backend.runs_here
-        if here:
+        if backend.reads_local_paths:  # a job on this machine reads the Hub with the server's token, if it must
             spec = replace(spec, read_token=self._local_job_reads_private(prepared.reads, plan.warnings))
         if claim is not None and not self.ledger.renew(req.idempotency_key, claim):
             raise TrainError(f"another server took over idempotency_key {req.idempotency_key!r} while this one was "
@@ -586,7 +582,7 @@ class Core:
             output_dir=plan.config["output_dir"], kind=kind, parent_job_id=prepared.parent_job_id,
         )
         journal = None
-        if not here:  # a server killed mid-POST leaves this; _recover_submissions finds the job
+        if backend.labels_submissions:  # a server killed mid-POST leaves this; _recover_submissions finds the job
             adopted = self._keyed_on_hub(backend, planned, req.idempotency_key, claim)
             if adopted is not None:
                 return adopted
@@ -601,9 +597,9 @@ class Core:
             if journal:
                 self.ledger.forget(journal)
             raise
-        if here and kind in ("train", "export"):
+        if not backend.pushes_to_hub and kind in ("train", "export"):  # the output stays in the job's folder
             model_url = f"{ref.url}/{backend.output_dir}"
-        if here and kind == "train":
+        if not backend.pushes_to_hub and kind == "train":
             trackio_url = f"{ref.url}/trackio"
         record = replace(
             planned, job_id=ref.job_id, namespace=ref.namespace, stage=ref.stage, job_url=ref.url,
@@ -680,7 +676,8 @@ class Core:
         and (cancel_canceled) canceled when its sweep was canceled meanwhile."""
         key = json.loads(entry.request_json).get("idempotency_key")
         try:
-            ref = HfJobsBackend(hub_token()).find(entry.job_id.removeprefix(SUBMITTING), entry.namespace)
+            found = backends.open(entry.backend, access=self.access, token=hub_token())
+            ref = found.find(entry.job_id.removeprefix(SUBMITTING), entry.namespace)
         except TrainError as exc:
             log.info("could not look up submission %s: %s", entry.job_id, exc)
             return
@@ -730,7 +727,7 @@ class Core:
         if self.access.remote:  # a remote caller reaches the jobs this server launched, not all of the token's
             raise TrainError(f"no job {job_id!r} was launched through this server: pass a job_id from list_jobs")
         owner = backends.owner_of(job_id)
-        if backends.traits(owner).runs_here:
+        if not backends.traits(owner).has_namespace:
             return owner, job_id, None, None
         if "/" in job_id:
             namespace, bare = job_id.rsplit("/", 1)
@@ -907,8 +904,8 @@ class Core:
         jobs = []
         unreachable = set()  # backends that did not answer: the rest of the list comes from the ledger
         # Local jobs are this machine's; a caller who may not run them here may not read them either.
-        only = None if self.access.local_jobs else backends.on_the_hub()
-        for record in self.ledger.list(limit=limit * 3 if stage else limit, backend=only):
+        only = backends.permitted(local_jobs=self.access.local_jobs)
+        for record in self.ledger.list(limit=limit * 3 if stage else limit, backends=only):
             current, stale = record.stage, False
             if current not in TERMINAL_STAGES:
                 try:
@@ -1088,7 +1085,7 @@ class Core:
                                 + (f" ({report.error})" if report.error else " without measuring") + "; measuring again")
             request = TrainingRequest(
                 model=req.model, dataset=req.dataset, backend=backend_name,
-                flavor=None if where.runs_here else chosen.flavor,
+                flavor=chosen.flavor if where.catalog_from_hub else None,
                 idempotency_key=attempt_key(key, len(attempts) + 1),
                 **{k: v for k, v in req.model_dump(include=set(RunShape.model_fields)).items()
                    if v is not None and k not in ("model", "backend", "flavor")},
@@ -1126,9 +1123,9 @@ class Core:
         if not work.packing and work.mean_length < work.max_length:
             warnings.append(f"peak memory was measured on sampled rows; a batch of rows at max_length "
                             f"({work.max_length} tokens) may need up to ~{chosen.memory.gb:.0f} GB (modelled)")
-        price = 0.0 if where.runs_here else catalog.flavors[chosen.flavor].usd_per_hour
+        price = catalog.flavors[chosen.flavor].usd_per_hour if where.bills else 0.0
         measured = apply_measurement(chosen, probe, price)
-        if where.runs_here:  # this machine: no container, installs or bill
+        if not where.catalog_from_hub:  # its own hardware (this machine): no container, installs or bill
             measured = replace(measured, flavor=target, overhead_seconds=0.0, cost_usd=0.0,
                                hours=measured.train_seconds / 3600,
                                gpu_memory_gb=float(probe.get("gpu_memory_gb") or 0.0))

@@ -1,11 +1,38 @@
-"""The backends, one module each behind backends.base.Backend; callers ask their traits, never their names."""
+"""The backends, one module each behind backends.base.Backend, and the one place that opens them.
+
+Nothing outside this package constructs a backend: callers `open` one by name and ask its traits, never its
+name. A new place to run jobs is one module here plus `register` (before the schemas are imported: the tools'
+`backend` parameter is a Literal of NAMES).
+"""
+
+import sys
 
 from hf_train_mcp.backends.base import Backend
 from hf_train_mcp.backends.hf_jobs import HfJobsBackend
 from hf_train_mcp.backends.local import LocalBackend
+from hf_train_mcp.errors import TrainError
 
-BACKENDS: dict[str, type] = {cls.name: cls for cls in (HfJobsBackend, LocalBackend)}
-NAMES = tuple(BACKENDS)
+BACKENDS: dict[str, type] = {}
+NAMES: tuple[str, ...] = ()
+# what a server picks when the caller names no backend: the Hub when it has a token, else this machine
+DEFAULT_WITH_TOKEN = HfJobsBackend.name
+DEFAULT_WITHOUT_TOKEN = LocalBackend.name
+
+
+def register(cls: type) -> type:
+    """Make a backend class known by its `name`. Its traits are class attributes (read without an instance)."""
+    global NAMES
+    built = hasattr(sys.modules.get("hf_train_mcp.schemas"), "BackendName")
+    if built and cls.name not in BACKENDS:
+        raise RuntimeError(f"backend {cls.name!r} registered after the schemas were built: their backend "
+                           "parameter would refuse it; register it first")
+    BACKENDS[cls.name] = cls
+    NAMES = tuple(BACKENDS)
+    return cls
+
+
+for _cls in (HfJobsBackend, LocalBackend):
+    register(_cls)
 
 
 def traits(name: str) -> type:
@@ -16,18 +43,36 @@ def traits(name: str) -> type:
         raise ValueError(f"unknown backend {name!r}; one of {', '.join(NAMES)}") from None
 
 
+def open(name: str, *, access, token: str | None) -> Backend:  # noqa: A001 - backends.open reads as what it does
+    """The backend of a name, ready to use; one that runs code on this machine only for callers allowed to."""
+    cls = traits(name)
+    if cls.needs_local_jobs_permission:
+        access.check_local_jobs()
+    return cls(token=token)
+
+
+def default(*, token: str | None) -> str:
+    return DEFAULT_WITH_TOKEN if token else DEFAULT_WITHOUT_TOKEN
+
+
 def owner_of(job_id: str) -> str:
-    """The backend a job id outside the ledger belongs to (the most specific claim first)."""
-    ordered = sorted(BACKENDS.items(), key=lambda item: not item[1].runs_here)
-    return next(name for name, cls in ordered if cls.claims(job_id))
+    """The backend a job id outside the ledger belongs to: the one whose id shape it has."""
+    for name, cls in BACKENDS.items():
+        if cls.claims(job_id):
+            return name
+    raise TrainError(f"{job_id!r} is not a job id of any backend ({', '.join(NAMES)}): pass a job_id from "
+                     "submit_training or list_jobs")
 
 
-def on_this_machine() -> str:
-    return next(name for name, cls in BACKENDS.items() if cls.runs_here)
+def permitted(*, local_jobs: bool) -> tuple[str, ...]:
+    """The backends a caller may reach: those that run code on this machine only with the operator's leave."""
+    return tuple(name for name, cls in BACKENDS.items() if local_jobs or not cls.needs_local_jobs_permission)
 
 
-def on_the_hub() -> str:
-    return next(name for name, cls in BACKENDS.items() if not cls.runs_here)
+def gpuless_flavors() -> set[str]:
+    """The CPU flavors of backends with one hardware of their own (this machine without CUDA)."""
+    return {f for cls in BACKENDS.values() if (f := cls.flavor(cuda=False))}
 
 
-__all__ = ["Backend", "BACKENDS", "NAMES", "traits", "owner_of", "on_this_machine", "on_the_hub"]
+__all__ = ["Backend", "BACKENDS", "NAMES", "register", "traits", "open", "default", "owner_of", "permitted",
+           "gpuless_flavors"]

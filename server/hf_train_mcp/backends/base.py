@@ -1,5 +1,6 @@
 """The Backend protocol: adding a place to run jobs (a cluster, another cloud) means one new file."""
 
+import hashlib
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -55,6 +56,23 @@ class LogRead:
     note: str | None = None
 
 
+IDEMPOTENCY_LABEL = "idempotency"  # the hash of the idempotency key a job was submitted with
+
+
+def key_label(key: str) -> str:
+    """The label value naming an idempotency key: a hash, since labels are public to whoever sees the job."""
+    return hashlib.sha256(key.encode()).hexdigest()[:20]
+
+
+def submission_labels(labels: dict[str, str], submission: str, key: str | None) -> dict[str, str]:
+    """A job's labels with its one-off `submission` label (crash recovery finds it by that) and, when keyed,
+    its key's hash: the backend then remembers which keys launched even if the ledger is lost."""
+    out = {**labels, "submission": submission}
+    if key:
+        out.setdefault(IDEMPOTENCY_LABEL, key_label(key))
+    return out
+
+
 class JobGone(TrainError):
     """The backend answered that the job does not exist (deleted, or never was)."""
 
@@ -68,8 +86,14 @@ class Backend(Protocol):
 
     name: str
     place: str  # where its jobs run, in words ("Hugging Face Jobs")
-    runs_here: bool  # on this machine: it reads local files and costs nothing; else on the Hub's machines, which
-    # read only the Hub, push their result there and bill per minute
+    # What callers ask instead of where a backend is (this machine, the Hub's machines, another cloud):
+    reads_local_paths: bool  # its jobs read this machine's files (a model or dataset may be a local path)
+    bills: bool  # its jobs cost money (per minute of their flavor's price): budgets and worst cases apply
+    catalog_from_hub: bool  # it runs on the flavors of the Hub's hardware catalog (else flavor() names its one)
+    pushes_to_hub: bool  # its jobs push their result to a Hub repo (else it stays in the job's folder)
+    has_namespace: bool  # its jobs belong to an HF account (a namespace: 'namespace/job_id')
+    needs_local_jobs_permission: bool  # it runs code on this machine: HTTP callers need the operator's leave
+    labels_submissions: bool  # a submission carries a one-off label that `find` looks up (crash recovery)
     output_dir: str  # where a job writes its output, relative to the job's folder or absolute in its container
     default_timeout_s: int  # without an estimate to derive one from
     logs_final_when_settled: bool  # a settled job's log is already whole (the Hub's can lag its stage)
@@ -88,6 +112,14 @@ class Backend(Protocol):
         ...
 
     def submit(self, script: Script, spec: JobSpec) -> JobRef: ...
+
+    def find(self, submission: str, namespace: str | None) -> JobRef | None:
+        """The job posted with this one-off `submission` label (a server that died mid-POST journaled it)."""
+        ...
+
+    def find_keyed(self, key: str, namespace: str | None) -> JobRef | None:
+        """The oldest job submitted with this idempotency key: what a lost ledger forgot."""
+        ...
 
     def inspect(self, job_id: str, namespace: str | None) -> JobState: ...
 

@@ -1,12 +1,13 @@
 """Hugging Face Jobs through huggingface_hub: the script travels inline (base64 in the job env)."""
 
 import base64
-import hashlib
+import re
 import shlex
 import threading
 import time
 import uuid
 
+from hf_train_mcp.backends.base import IDEMPOTENCY_LABEL, key_label, submission_labels  # noqa: F401
 from hf_train_mcp.backends.base import JobGone, JobRef, JobSpec, JobState, LogRead, SubmissionUnknown
 from hf_train_mcp.errors import TrainError
 from hf_train_mcp.hub import bounded, hub_api, hub_error, scrub, status_of, transient
@@ -24,24 +25,8 @@ RETRY_BACKOFF_S = 0.5
 # A POST cut by the client's timeout got no answer at all: the Hub may still be creating its job (a 34 s POST
 # was seen), so the job list is watched this long for its label before the job is posted again.
 POST_SETTLE_S = 60.0
+JOB_ID = re.compile(r"(?:[\w.-]+/)?[0-9a-fA-F]{24}")  # a Hub job id, optionally 'namespace/id'
 SETTLE_POLL_S = 3.0
-IDEMPOTENCY_LABEL = "idempotency"  # the hash of the idempotency key a job was submitted with
-
-
-def key_label(key: str) -> str:
-    """The label value naming an idempotency key: a hash, since labels are public to whoever sees the job."""
-    return hashlib.sha256(key.encode()).hexdigest()[:20]
-
-
-def submission_labels(labels: dict[str, str], submission: str, key: str | None) -> dict[str, str]:
-    """A job's labels with its one-off `submission` label (crash recovery finds it by that) and, when keyed,
-    its key's hash: the Hub then remembers which keys launched even if the ledger is lost."""
-    out = {**labels, "submission": submission}
-    if key:
-        out.setdefault(IDEMPOTENCY_LABEL, key_label(key))
-    return out
-
-
 def _ref(job) -> JobRef:
     return JobRef(job.id, job.url, str(job.status.stage), _iso(job.created_at), namespace=job.owner.name,
                   labels=dict(job.labels or {}))
@@ -59,7 +44,13 @@ def _iso(value) -> str | None:
 class HfJobsBackend:
     name = "hf"
     place = "Hugging Face Jobs"
-    runs_here = False
+    reads_local_paths = False
+    bills = True
+    catalog_from_hub = True
+    pushes_to_hub = True
+    has_namespace = True
+    needs_local_jobs_permission = False
+    labels_submissions = True
     output_dir = "/tmp/outputs"
     default_timeout_s = 3600
     logs_final_when_settled = False
@@ -71,9 +62,9 @@ class HfJobsBackend:
 
     @staticmethod
     def claims(job_id: str) -> bool:
-        return True  # any other id is a Hub job id (optionally 'namespace/id')
+        return JOB_ID.fullmatch(job_id) is not None
 
-    def __init__(self, token: str | None):
+    def __init__(self, token: str | None = None):
         self._token = token
 
     def image(self, spec: JobSpec) -> str:

@@ -83,7 +83,13 @@ def _mtime_iso(path: Path) -> str:
 class LocalBackend:
     name = "local"
     place = "this machine"
-    runs_here = True
+    reads_local_paths = True
+    bills = False
+    catalog_from_hub = False
+    pushes_to_hub = False
+    has_namespace = False
+    needs_local_jobs_permission = True
+    labels_submissions = False  # a submission is a folder written here: nothing to find after a crash
     output_dir = "output"
     default_timeout_s = 6 * 3600
     logs_final_when_settled = True
@@ -97,6 +103,15 @@ class LocalBackend:
     def claims(job_id: str) -> bool:
         """Whether a job id not in the ledger is one of ours (they look like 'local-1a2b3c4d5e6f')."""
         return job_id.startswith("local-")
+
+    def __init__(self, token: str | None = None):
+        pass  # a local job reads the server's token only when it needs it (job_environment)
+
+    def find(self, submission: str, namespace: str | None = None) -> JobRef | None:
+        return None
+
+    def find_keyed(self, key: str, namespace: str | None = None) -> JobRef | None:
+        return None
 
     def job_dir(self, job_id: str) -> Path:
         if not job_id.startswith("local-") or not job_id[6:].isalnum():
