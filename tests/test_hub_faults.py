@@ -157,10 +157,10 @@ async def test_a_recovered_job_that_already_ended_is_inspected_once_for_its_time
 
 
 async def test_a_long_scheduling_wait_names_other_flavors(hub: Emulator, monkeypatch) -> None:
-    from hf_train_mcp import service
+    from hf_train_mcp import following
 
     job_id = await submitted(hub, JobPlan(scheduling_s=3600))
-    monkeypatch.setattr(service, "SCHEDULING_ALERT_MIN", 0)
+    monkeypatch.setattr(following, "SCHEDULING_ALERT_MIN", 0)
     report = (await call("job_status", {"job_id": job_id})).structured_content
     assert report["stage"] == "SCHEDULING" and "may be scarce" in report["next_step"]
     assert "flavor that fits, e.g." in report["next_step"]

@@ -400,7 +400,7 @@ def sweep_posts(hub: Emulator, sweep_id: str) -> list[dict]:
 async def test_a_run_whose_post_may_have_made_its_job_waits_for_the_hubs_word(capybara: Emulator,
                                                                                monkeypatch) -> None:
     from hf_train_mcp import ledger as ledger_module
-    from hf_train_mcp import service
+    from hf_train_mcp import launching
 
     monkeypatch.setattr(sweeps, "ensure_supervised", lambda core, sweep: None)
     capybara.plan_next(JobPlan(scheduling_s=0.1, running_s=600))
@@ -417,7 +417,7 @@ async def test_a_run_whose_post_may_have_made_its_job_waits_for_the_hubs_word(ca
     assert Ledger().sweep_runs(sweep_id)[0].state == "queued"
     with capybara.lock:  # the Hub answers again: recovery finds the job and the run gets it
         capybara.faults.clear()
-    monkeypatch.setattr(service, "RECOVER_AFTER_MIN", 0)
+    monkeypatch.setattr(launching, "RECOVER_AFTER_MIN", 0)
     sweeps.supervise_once(Core(), sweep_id)
     run = Ledger().sweep_runs(sweep_id)[0]
     posted = [j.id for j in capybara.jobs.values() if script_config(decoded_script(j.spec)).get("project") == sweep_id]

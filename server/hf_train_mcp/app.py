@@ -145,9 +145,22 @@ def build_server(core: Any | None = None, access: Access = STDIO, *, watch_inter
         return state["core"]
 
     watcher = JobWatcher(get_core, interval_s=watch_interval_s)
+    mcp = CompactMCPServer("hf-train-mcp", instructions=INSTRUCTIONS, lifespan=_lifespan(watcher, get_core),
+                           subscriptions=watcher.bus)
+    mcp.watcher = watcher  # type: ignore[attr-defined]  # tests drive polls by hand
+    register_subscriptions(mcp, watcher)
+    runner = _Runner(get_core, access)
+    for spec in TOOLS:
+        _register_tool(mcp, spec, runner, get_core)
+    _register_resources(mcp, watcher, runner)
+    return mcp
+
+
+def _lifespan(watcher: JobWatcher, get_core: Callable[[], Any]) -> Callable[[MCPServer], Any]:
+    """The server's background work: the job watcher, and resuming sweeps whose supervisor died (a reboot, a
+    container restart)."""
 
     async def resume_sweeps() -> None:
-        """Sweeps whose supervisor died (a reboot, a container restart) go on once a server starts again."""
         if os.environ.get("HF_TRAIN_RESUME_SWEEPS", "1").strip().lower() in ("0", "off", "no", "false"):
             return
         await anyio.sleep(RESUME_SWEEPS_AFTER_S)  # after start-up: the first tools/list must not wait on the disk
@@ -168,24 +181,30 @@ def build_server(core: Any | None = None, access: Access = STDIO, *, watch_inter
             finally:
                 group.cancel_scope.cancel()
 
-    mcp = CompactMCPServer("hf-train-mcp", instructions=INSTRUCTIONS, lifespan=lifespan, subscriptions=watcher.bus)
-    mcp.watcher = watcher  # type: ignore[attr-defined]  # tests drive polls by hand
-    register_subscriptions(mcp, watcher)
+    return lifespan
 
-    def serve(work: Callable[[Any], T]) -> T:
-        with access.serving():
-            return work(get_core())
 
-    async def call(work: Callable[[Any], T], name: str) -> T:
+class _Runner:
+    """Runs the core's work for one caller in a worker thread, and turns what it raises into ToolError."""
+
+    def __init__(self, get_core: Callable[[], Any], access: Access) -> None:
+        self.get_core, self.access = get_core, access
+
+    def _serve(self, work: Callable[[Any], T]) -> T:
+        with self.access.serving():
+            return work(self.get_core())
+
+    async def call(self, work: Callable[[Any], T], name: str) -> T:
         try:
-            return await anyio.to_thread.run_sync(lambda: serve(work))
+            return await anyio.to_thread.run_sync(lambda: self._serve(work))
         except TrainError as exc:
             raise ToolError(str(exc)) from None
         except ValidationError as exc:
             raise ToolError(f"invalid arguments: {readable(exc)}") from None
         except Exception as exc:  # a bug, or an outside failure no code path foresaw: still a clear answer
-            raise ToolError(unexpected(name, exc, remote=access.remote)) from exc
+            raise ToolError(unexpected(name, exc, remote=self.access.remote)) from exc
 
+    @staticmethod
     def reporter(ctx: Context | None) -> Callable[[str], None] | None:
         if ctx is None:
             return None
@@ -197,42 +216,41 @@ def build_server(core: Any | None = None, access: Access = STDIO, *, watch_inter
 
         return progress
 
-    def make_request(spec: ToolSpec, arguments: dict[str, Any]) -> Any:
+
+def _register_tool(mcp: MCPServer, spec: ToolSpec, runner: _Runner, get_core: Callable[[], Any]) -> None:
+    """One tool of tools.py: its request model's fields as parameters, and (if it launches) the confirmation."""
+    parameters = [*_parameters(spec), inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)]
+    if spec.launches:
+        parameters.append(inspect.Parameter(
+            "confirmation", inspect.Parameter.KEYWORD_ONLY,
+            annotation=Annotated[ElicitationResult[Confirm], Resolve(_confirmation_resolver(spec, get_core))]))
+
+    async def body(ctx: Context, confirmation: Any = None, **arguments: Any) -> Any:
         try:
-            return spec.request(**arguments)
+            req = spec.request(**arguments)
         except ValidationError as exc:
             raise ToolError(f"invalid arguments for {spec.name}: {readable(exc)}") from None
+        if confirmation is not None and not isinstance(confirmation, AcceptedElicitation):
+            raise ToolError(f"not submitted: the user {confirmation.action}d the confirmation; nothing was launched")
+        if isinstance(confirmation, AcceptedElicitation) and isinstance(confirmation.data, Confirm) and \
+                not confirmation.data.submit:
+            raise ToolError("not submitted: the user chose not to launch it; nothing was launched")
+        hooks = Hooks(progress=runner.reporter(ctx) if spec.progress else None)
+        return await runner.call(lambda core: spec.run(core, req, hooks), spec.name)
 
-    for spec in TOOLS:
-        parameters = [*_parameters(spec), inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)]
-        if spec.launches:
-            parameters.append(inspect.Parameter(
-                "confirmation", inspect.Parameter.KEYWORD_ONLY,
-                annotation=Annotated[ElicitationResult[Confirm], Resolve(_confirmation_resolver(spec, get_core))]))
+    annotations = ToolAnnotations(read_only_hint=spec.read_only, destructive_hint=spec.destructive,
+                                  idempotent_hint=spec.idempotent, open_world_hint=True)
+    mcp.tool(name=spec.name, title=spec.title, description=spec.description, annotations=annotations)(
+        _function(spec.name, parameters, spec.result, body))
 
-        def body_for(spec: ToolSpec) -> Callable[..., Any]:
-            async def body(ctx: Context, confirmation: Any = None, **arguments: Any) -> Any:
-                req = make_request(spec, arguments)
-                if confirmation is not None and not isinstance(confirmation, AcceptedElicitation):
-                    raise ToolError(f"not submitted: the user {confirmation.action}d the confirmation; nothing was "
-                                    "launched")
-                if isinstance(confirmation, AcceptedElicitation) and isinstance(confirmation.data, Confirm) and \
-                        not confirmation.data.submit:
-                    raise ToolError("not submitted: the user chose not to launch it; nothing was launched")
-                hooks = Hooks(progress=reporter(ctx) if spec.progress else None)
-                return await call(lambda core: spec.run(core, req, hooks), spec.name)
 
-            return body
-
-        annotations = ToolAnnotations(read_only_hint=spec.read_only, destructive_hint=spec.destructive,
-                                      idempotent_hint=spec.idempotent, open_world_hint=True)
-        mcp.tool(name=spec.name, title=spec.title, description=spec.description, annotations=annotations)(
-            _function(spec.name, parameters, spec.result, body_for(spec)))
+def _register_resources(mcp: MCPServer, watcher: JobWatcher, runner: _Runner) -> None:
+    """The job resource (subscribable), the template resource and the finetune prompt."""
 
     @mcp.resource(JOB_URI, name="job", title="Training job", mime_type="application/json",
                   description="A job's JobReport (as job_status returns it); subscribe for stage changes.")
     async def job(job_id: str) -> str:
-        report = await call(lambda core: core.job_status(job_id, 20), "job resource")
+        report = await runner.call(lambda core: core.job_status(job_id, 20), "job resource")
         watcher.seen(report.job_id, report.stage)
         return report.model_dump_json()
 
@@ -253,8 +271,6 @@ def build_server(core: Any | None = None, access: Access = STDIO, *, watch_inter
         goal: Annotated[str, Field(description="what the model should get better at")] = "",
     ) -> str:
         return finetune_prompt(model, dataset, goal)
-
-    return mcp
 
 
 def _confirmation_resolver(spec: ToolSpec, get_core: Callable[[], Any]) -> Callable[..., Any]:

@@ -2,6 +2,7 @@
 
 import math
 import re
+from datetime import UTC, datetime
 
 _UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 MAX_TIMEOUT_S = 7 * 86400  # the longest job this server starts, whoever chose the timeout
@@ -43,3 +44,11 @@ def header_duration(seconds: int) -> str:
     """One number and one unit ("3h", "150m"): the form `hf jobs` reads from a script's [tool.hf-jobs] table."""
     minutes = int(math.ceil(seconds / 60))
     return f"{minutes // 60}h" if minutes % 60 == 0 else f"{minutes}m"
+
+
+def minutes_since(iso: str | None) -> float | None:
+    """Minutes from a ledger time stamp to now (None without one)."""
+    if not iso:
+        return None
+    started = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    return (datetime.now(UTC) - started).total_seconds() / 60

@@ -5,7 +5,6 @@ timeout, so two servers (two agents) writing at once queue instead of failing or
 """
 
 import json
-import os
 import sqlite3
 import threading
 from dataclasses import dataclass, fields, replace
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_train_mcp.errors import TrainError
+from hf_train_mcp.ledger_file import Connection, make_private
 from hf_train_mcp.paths import data_home
 
 _SCHEMA = """
@@ -93,61 +93,12 @@ STALE_RESERVATION_S = 600
 # have created a job, and only the Hub can say it did not (crash recovery releases it then).
 _JOURNALED = ("SELECT 1 FROM jobs WHERE job_id >= ? AND job_id < ? AND claim = ?",
               (SUBMITTING, SUBMITTING[:-1] + chr(ord(SUBMITTING[-1]) + 1)))
-_CORRUPT = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
-
-
-class LedgerUnreadable(TrainError):
-    """The ledger file is damaged: every tool says so (and what to do) instead of failing bare."""
-
-
 class KeyConflict(TrainError):
     """The idempotency key already names a job of another kind: retrying cannot succeed."""
 
 
 class SubmissionInProgress(TrainError):
     """Another call holds the idempotency key and is submitting its job: call again shortly."""
-
-
-def _unreadable(exc: sqlite3.DatabaseError) -> LedgerUnreadable:
-    # the server's path is not shown: HTTP callers must not learn it, and the operator knows HF_TRAIN_HOME
-    return LedgerUnreadable(
-        f"the job ledger (ledger.sqlite3 in HF_TRAIN_HOME) is unreadable ({exc}): move it aside (rename "
-        "ledger.sqlite3, with its -wal and -shm files, to keep it for inspection) and call again, which starts a new "
-        "ledger. Jobs already launched keep running; a retry of a Hugging Face job or sweep with the same "
-        "idempotency_key finds its jobs on the Hub again (local jobs are not found).")
-
-
-class _Connection(sqlite3.Connection):
-    """A connection whose corrupt-file errors (by SQLite's error code) become LedgerUnreadable."""
-
-    def execute(self, *args: Any) -> sqlite3.Cursor:
-        return _worded(super().execute, args)
-
-    def executemany(self, *args: Any) -> sqlite3.Cursor:
-        return _worded(super().executemany, args)
-
-
-def _worded(run: Any, args: tuple) -> sqlite3.Cursor:
-    try:
-        return run(*args)
-    except sqlite3.DatabaseError as exc:
-        if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in _CORRUPT:
-            raise _unreadable(exc) from None
-        raise
-
-
-def _private(path: Path, *, home: Path | None) -> None:
-    """The ledger holds reward code, paths and requests: readable by its owner only (best effort: a file
-    system without modes keeps its own)."""
-    try:
-        if home is not None:
-            os.chmod(home, 0o700)
-        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))  # created private, never world-readable first
-        for suffix in ("", "-wal", "-shm"):  # SQLite gives its side files the main file's mode
-            if Path(f"{path}{suffix}").exists():
-                os.chmod(f"{path}{suffix}", 0o600)
-    except OSError:
-        pass
 
 
 def now_iso() -> str:
@@ -269,7 +220,7 @@ class Ledger:
     def __init__(self, path: Path | None = None):
         home = None if path else data_home()
         self.path = path or home / "ledger.sqlite3"
-        _private(self.path, home=home)
+        make_private(self.path, home=home)
         self._local = threading.local()
         db = self._connect()
         for statement in filter(str.strip, _SCHEMA.split(";")):  # one by one: execute reports a corrupt file
@@ -285,7 +236,7 @@ class Ledger:
     def _connect(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
         if db is None:
-            db = sqlite3.connect(self.path, timeout=30, isolation_level=None, factory=_Connection)
+            db = sqlite3.connect(self.path, timeout=30, isolation_level=None, factory=Connection)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA busy_timeout=30000")
             self._local.db = db

@@ -6,6 +6,7 @@ import math
 import os
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 from hf_train_mcp import defaults as D
 from hf_train_mcp import backends, methods
@@ -304,54 +305,24 @@ def within_budget(req: Request, flavor: str, price: float | None, timeout: int,
     raise TrainError(head + advice)
 
 
-def plan_run(
-    req: TrainingRequest,
-    *,
-    backend: str,
-    size: ModelSize,
-    catalog: Catalog,
-    namespace: str | None,
-    data: DataFacts,
-    local_cuda: bool = False,
-    resume_repo: str | None = None,
-    resume_dir: str | None = None,
-    probe_only: bool = False,
-    measured: dict | None = None,
-    teacher: ModelSize | None = None,
-) -> RunPlan:
-    """probe_only: the plan of a measurement job (estimate_cost(measure=True)): the preflight alone, nothing pushed.
-    measured: a finished measurement of this run on its flavor, which replaces the modelled time.
-    teacher: the size of a distillation's teacher (its forwards and memory count)."""
-    warnings: list[str] = []
-    method, billions = req.method, size.billions
-    hyper = Hyper.of(req, teacher_params=teacher.params if teacher else None)
-    spec = hyper.spec
-    try:
-        spec.check_sizes(req, size, teacher)  # e.g. a distillation teacher of another vocabulary size
-    except ValueError as exc:
-        raise TrainError(str(exc)) from None
-    where = backends.traits(backend)
-    lr_full, lr_lora = spec.learning_rate
-    learning_rate = req.learning_rate or (lr_full if req.peft == "full" else lr_lora)
-    generations = hyper.generations
-    push = where.pushes_to_hub and not probe_only
-    if push and not req.hub_model_id:
-        raise TrainError(f"hub_model_id is required for backend={backend!r} (e.g. 'your-name/qwen-sft'): without a "
-                         "push the trained model is lost when the job ends")
-
+def _placement(req: TrainingRequest, where: type, hyper: "Hyper", size: ModelSize, catalog: Catalog,
+               data: DataFacts, *, local_cuda: bool, measured: dict | None,
+               warnings: list[str]) -> tuple[str, int, FlavorEstimate | None]:
+    """(flavor, GPUs, estimate): this machine's own hardware, a CPU flavor, the caller's GPU flavor, or the
+    cheapest that fits; a finished measurement replaces the modelled time."""
     if not where.catalog_from_hub:  # this machine's own hardware
         if req.peft == "qlora" and not local_cuda:
             raise TrainError("peft='qlora' needs a CUDA GPU (bitsandbytes 4-bit) and this machine has none: "
                              "send peft='lora', or backend='hf' with a GPU flavor")
         if req.flavor:
             warnings.append(f"flavor {req.flavor!r} is ignored by the local backend")
-        flavor, gpus, estimate = where.flavor(cuda=local_cuda), 1, None
+        return where.flavor(cuda=local_cuda), 1, None
     else:
         if req.flavor and req.flavor.startswith("cpu-"):
             if req.peft == "qlora":
                 raise TrainError(f"peft='qlora' needs a GPU flavor, not {req.flavor!r}")
-            flavor, gpus, estimate = req.flavor, 1, None
             warnings.append(f"{req.flavor} has no GPU: fine for a smoke test of a tiny model, far too slow otherwise")
+            return req.flavor, 1, None
         else:
             if req.flavor:
                 info = catalog.flavors.get(req.flavor)
@@ -378,13 +349,12 @@ def plan_run(
             if estimate.hours > 4:
                 warnings.append(f"estimated {estimate.hours:.1f} h: checkpoints are pushed to the Hub every "
                                 f"{req.save_steps or D.SAVE_STEPS} steps; resume_from can continue after a timeout")
+    return flavor, gpus, estimate
 
-    sched = hyper.schedule(billions, gpus)
-    effective = sched.effective(gpus)
-    if spec.grouped and effective % generations:
-        raise TrainError(f"GRPO needs per_device_batch_size x gradient_accumulation x GPUs ({effective}) divisible "
-                         f"by num_generations ({generations}); change one of them")
 
+def _run_timeout(req: TrainingRequest, where: type, estimate: FlavorEstimate | None, *, probe_only: bool,
+                 warnings: list[str]) -> int:
+    """The caller's timeout (warned when short), else the estimate's recommendation, else the backend's default."""
     if probe_only:
         timeout = req.timeout or probe_timeout(estimate)
     elif req.timeout is not None:
@@ -399,28 +369,20 @@ def plan_run(
         timeout = estimate.recommended_timeout_seconds
     else:
         timeout = where.default_timeout_s
+    return timeout
 
-    price = 0.0 if not where.bills else (catalog.flavors[flavor].usd_per_hour if flavor in catalog.flavors else None)
-    timeout = within_budget(req, flavor, price, timeout, estimate, warnings)
 
-    if not where.pushes_to_hub and req.hub_model_id:
-        warnings.append("the local backend keeps the model in the job folder; hub_model_id is not pushed")
-    trackio_space = None
-    if push:
-        trackio_space = req.trackio_space_id or f"{namespace or req.hub_model_id.split('/')[0]}/trackio"
-    steps = (estimate.steps if estimate else None) or req.max_steps
-    # One Trackio run and one bucket folder per job: two jobs of one request must not mix curves or checkpoints.
-    run_id = uuid.uuid4().hex[:6]
-    run_name = req.run_name or f"{method}-{os.path.basename(req.model.rstrip('/'))[:80]}-{run_id}"
-    if req.output_bucket:
-        output_dir = f"{BUCKET_MOUNT}/{run_name if req.run_name is None else f'{run_name}-{run_id}'}"
-    else:
-        output_dir = where.output_dir
+def _config(req: TrainingRequest, spec: Any, hyper: "Hyper", sched: Any, *, flavor: str, gpus: int,
+            output_dir: str, run_name: str, push: bool, trackio_space: str | None, resume_repo: str | None,
+            resume_dir: str | None, probe_only: bool, steps: int | None) -> dict:
+    """The script's CONFIG: every value a literal, every default resolved."""
+    method, generations = req.method, hyper.generations
+    lr_full, lr_lora = spec.learning_rate
+    learning_rate = req.learning_rate or (lr_full if req.peft == "full" else lr_lora)
     eval_batch = sched.per_device_batch_size
     if spec.grouped and (eval_batch * gpus) % generations:
         eval_batch = generations // math.gcd(generations, gpus)  # TRL needs whole groups in the eval batch too
-
-    config = {
+    return {
         "method": method,
         "model": req.model,
         "dataset": req.dataset,
@@ -466,16 +428,77 @@ def plan_run(
         "probe": None,
         **spec.config(req),  # what only this method's template reads (beta, reward functions, the teacher, ...)
     }
+
+
+def _probe_config(size: ModelSize, work: Workload, gpus: int, estimate: FlavorEstimate | None, timeout: int, *,
+                  probe_only: bool) -> dict:
+    """The preflight's settings: its steps, the rows it samples and the time budget it judges the run by."""
+    return {
+        "steps": PROBE_STEPS, "only": probe_only, "sample_rows": probe_sample_rows(work, gpus),
+        # what the timeout leaves the script (download, training) once the container, installs and push are paid,
+        # and the modelled time of evaluation and checkpoints, which the preflight does not measure
+        "train_budget_s": None if probe_only else int(max(60, timeout - EC.IMAGE_START_S - EC.DEPENDENCY_INSTALL_S
+                                                          - push_seconds(size, work))),
+        "extra_s": round(extra_seconds(estimate)), "margin": PREFLIGHT_MARGIN,
+    }
+
+
+def _run_name_and_folder(req: TrainingRequest, where: type) -> tuple[str, str]:
+    """One Trackio run and one bucket folder per job: two jobs of one request must not mix curves or checkpoints."""
+    run_id = uuid.uuid4().hex[:6]
+    run_name = req.run_name or f"{req.method}-{os.path.basename(req.model.rstrip('/'))[:80]}-{run_id}"
+    if req.output_bucket:
+        return run_name, f"{BUCKET_MOUNT}/{run_name if req.run_name is None else f'{run_name}-{run_id}'}"
+    return run_name, where.output_dir
+
+
+def plan_run(req: TrainingRequest, *, backend: str, size: ModelSize, catalog: Catalog, namespace: str | None,
+             data: DataFacts, local_cuda: bool = False, resume_repo: str | None = None, resume_dir: str | None = None,
+             probe_only: bool = False, measured: dict | None = None, teacher: ModelSize | None = None) -> RunPlan:
+    """probe_only: the plan of a measurement job (estimate_cost(measure=True)): the preflight alone, nothing pushed.
+    measured: a finished measurement of this run on its flavor, which replaces the modelled time.
+    teacher: the size of a distillation's teacher (its forwards and memory count)."""
+    warnings: list[str] = []
+    hyper = Hyper.of(req, teacher_params=teacher.params if teacher else None)
+    spec = hyper.spec
+    try:
+        spec.check_sizes(req, size, teacher)  # e.g. a distillation teacher of another vocabulary size
+    except ValueError as exc:
+        raise TrainError(str(exc)) from None
+    where = backends.traits(backend)
+    generations = hyper.generations
+    push = where.pushes_to_hub and not probe_only
+    if push and not req.hub_model_id:
+        raise TrainError(f"hub_model_id is required for backend={backend!r} (e.g. 'your-name/qwen-sft'): without a "
+                         "push the trained model is lost when the job ends")
+
+    flavor, gpus, estimate = _placement(req, where, hyper, size, catalog, data, local_cuda=local_cuda,
+                                        measured=measured, warnings=warnings)
+
+    sched = hyper.schedule(size.billions, gpus)
+    effective = sched.effective(gpus)
+    if spec.grouped and effective % generations:
+        raise TrainError(f"GRPO needs per_device_batch_size x gradient_accumulation x GPUs ({effective}) divisible "
+                         f"by num_generations ({generations}); change one of them")
+
+    timeout = _run_timeout(req, where, estimate, probe_only=probe_only, warnings=warnings)
+
+    price = 0.0 if not where.bills else (catalog.flavors[flavor].usd_per_hour if flavor in catalog.flavors else None)
+    timeout = within_budget(req, flavor, price, timeout, estimate, warnings)
+
+    if not where.pushes_to_hub and req.hub_model_id:
+        warnings.append("the local backend keeps the model in the job folder; hub_model_id is not pushed")
+    trackio_space = None
+    if push:
+        trackio_space = req.trackio_space_id or f"{namespace or req.hub_model_id.split('/')[0]}/trackio"
+    steps = (estimate.steps if estimate else None) or req.max_steps
+    run_name, output_dir = _run_name_and_folder(req, where)
+    config = _config(req, spec, hyper, sched, flavor=flavor, gpus=gpus, output_dir=output_dir, run_name=run_name,
+                     push=push, trackio_space=trackio_space, resume_repo=resume_repo, resume_dir=resume_dir,
+                     probe_only=probe_only, steps=steps)
     if probe_only or req.preflight:
-        config["probe"] = {
-            "steps": PROBE_STEPS, "only": probe_only,
-            "sample_rows": probe_sample_rows(hyper.workload(size, gpus, data), gpus),
-            # what the timeout leaves the script (download, training) once the container, installs and push are
-            # paid, and the modelled time of evaluation and checkpoints, which the preflight does not measure
-            "train_budget_s": None if probe_only else int(max(60, timeout - EC.IMAGE_START_S - EC.DEPENDENCY_INSTALL_S
-                                                              - push_seconds(size, hyper.workload(size, gpus, data)))),
-            "extra_s": round(extra_seconds(estimate)), "margin": PREFLIGHT_MARGIN,
-        }
+        config["probe"] = _probe_config(size, hyper.workload(size, gpus, data), gpus, estimate, timeout,
+                                        probe_only=probe_only)
     config["card"] = training_card(
         config, flavor=flavor, usd_per_hour=price, estimated_hours=round(estimate.hours, 2) if estimate else None,
         estimated_cost_usd=estimate.cost_usd if estimate else None, effective_batch_size=effective,

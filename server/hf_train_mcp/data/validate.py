@@ -9,7 +9,7 @@ from hf_train_mcp.data import rules
 from hf_train_mcp.data.local import sample_local
 from hf_train_mcp.data.tokens import token_stats
 from hf_train_mcp.data.viewer import sample_hub
-from hf_train_mcp.schemas import DatasetIssue, DatasetReport
+from hf_train_mcp.schemas import DatasetIssue, DatasetReport, TokenStats
 
 SAMPLE_CELL_CHARS = 300
 TOKEN_SAMPLE_ROWS = 1000
@@ -25,19 +25,10 @@ def _short(value: Any) -> Any:
     return value
 
 
-def validate_dataset(
-    dataset: str,
-    method: str,
-    *,
-    split: str = "train",
-    config: str | None = None,
-    column_mapping: dict[str, str] | None = None,
-    model: str | None = None,
-    max_length: int | None = None,
-    token: str | None = None,
-    access: Access = STDIO,
-    progress: Callable[[str], None] | None = None,
-) -> DatasetReport:
+def validate_dataset(dataset: str, method: str, *, split: str = "train", config: str | None = None,
+                     column_mapping: dict[str, str] | None = None, model: str | None = None,
+                     max_length: int | None = None, token: str | None = None, access: Access = STDIO,
+                     progress: Callable[[str], None] | None = None) -> DatasetReport:
     step = progress or (lambda message: None)
     access.check_ref(dataset, "dataset")
     access.check_ref(model, "model")
@@ -62,30 +53,17 @@ def validate_dataset(
     mapped_columns = {renamed.get(c, c) for c in columns} | set().union(*(r.keys() for r in rows))
     fmt = rules.detect_format(mapped_columns, rows[0] if rows else {}, method)
     if fmt == "messages":  # ShareGPT turns are converted by the script: check them as they will be
-        from_sharegpt = [r for r in rows if rules.is_conversation(r.get("messages"))
-                         and "from" in r["messages"][0]]
-        if from_sharegpt:
-            rows = [{**r, "messages": [{"role": rules.SHAREGPT_ROLES.get(str(m.get("from")).lower(), m.get("from")),
-                                        "content": m.get("value")} for m in r["messages"]]}
-                    if rules.is_conversation(r.get("messages")) else r for r in rows]
+        rows = _from_sharegpt(rows)
     issues += rules.method_verdict(method, fmt, mapped_columns)
     if fmt in methods.get(method).formats:
         issues += rules.check_rows(method, fmt, rows, sample.offsets)
     if not sample.rows:
         issues.append(DatasetIssue(severity="error", message="the dataset has no rows"))
-    limit = max_length or methods.get(method).max_length
     stats = None
     if model and rows:
         step(f"counting tokens with {model}'s tokenizer")
-        stats, why_not = token_stats(model, token, rows[:TOKEN_SAMPLE_ROWS], fmt, limit, sample.num_rows,
-                                     local=is_local(model))
-        if stats is None:
-            issues.append(DatasetIssue(severity="warning", message=f"no token statistics with {model}'s tokenizer "
-                                       f"({why_not}); estimates will assume a typical length"))
-    if stats and stats.share_over_max_length > 0.1:
-        issues.append(DatasetIssue(severity="warning", message=f"{stats.share_over_max_length:.0%} of sampled rows "
-                                   f"exceed max_length={limit} tokens (p95 {stats.p95}): raise max_length or accept "
-                                   "truncation"))
+        stats = _token_stats(model, token, rows, fmt, max_length or methods.get(method).max_length,
+                             sample.num_rows, issues)
     return DatasetReport(
         valid=not any(i.severity == "error" for i in issues),
         dataset=dataset,
@@ -99,3 +77,27 @@ def validate_dataset(
         sample_rows=[_short(r) for r in sample.rows[:3]],
         token_stats=stats,
     )
+
+
+def _from_sharegpt(rows: list[dict]) -> list[dict]:
+    """ShareGPT turns ({from, value}) as the script converts them ({role, content})."""
+    if not any(rules.is_conversation(r.get("messages")) and "from" in r["messages"][0] for r in rows):
+        return rows
+    return [{**r, "messages": [{"role": rules.SHAREGPT_ROLES.get(str(m.get("from")).lower(), m.get("from")),
+                                "content": m.get("value")} for m in r["messages"]]}
+            if rules.is_conversation(r.get("messages")) else r for r in rows]
+
+
+def _token_stats(model: str, token: str | None, rows: list[dict], fmt: str, limit: int, num_rows: int | None,
+                 issues: list[DatasetIssue]) -> TokenStats | None:
+    """Token statistics of the sampled rows with the model's tokenizer; why there are none, or how many rows
+    max_length would cut, as warnings."""
+    stats, why_not = token_stats(model, token, rows[:TOKEN_SAMPLE_ROWS], fmt, limit, num_rows, local=is_local(model))
+    if stats is None:
+        issues.append(DatasetIssue(severity="warning", message=f"no token statistics with {model}'s tokenizer "
+                                   f"({why_not}); estimates will assume a typical length"))
+    elif stats.share_over_max_length > 0.1:
+        issues.append(DatasetIssue(severity="warning", message=f"{stats.share_over_max_length:.0%} of sampled rows "
+                                   f"exceed max_length={limit} tokens (p95 {stats.p95}): raise max_length or accept "
+                                   "truncation"))
+    return stats

@@ -21,6 +21,7 @@ Every constant is in estimate/constants.py (`CALIBRATED`, fitted by estimate/cal
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from hf_train_mcp.durations import format_duration
 from hf_train_mcp import methods
@@ -236,6 +237,20 @@ def step_time(size: ModelSize, work: Workload, flavor: FlavorInfo, cal: Calibrat
         dequantise = weight_pass * stored * cal.dequant_bytes / (gpu.bandwidth_tbps * 1e12)
         if unsloth:
             dequantise /= cal.unsloth_speedup
+    fixed = _fixed_seconds(size, work, gpu, rows * length ** 2, weight_pass, attention_pass, cal)
+    micro = work.gradient_accumulation
+    trainable = stored * (work.trainable_share or 1.0) if work.peft == "full" else stored * C.LORA_TRAINABLE_SHARE
+    optimizer = trainable * cal.optimizer_bytes / (gpu.bandwidth_tbps * 1e12)
+    communication = _communication_seconds(size, work, gpu, gpus, trainable, compute * micro, weight_pass, cal)
+    step = StepTime(compute=compute * micro, dequantise=dequantise * micro, fixed=fixed * micro,
+                    optimizer=optimizer, communication=communication, generation=generation)
+    return step, tokens_mb * micro * gpus
+
+
+def _fixed_seconds(size: ModelSize, work: Workload, gpu: Any, score_cells: float, weight_pass: float,
+                   attention_pass: float, cal: Calibration) -> float:
+    """Per micro-batch costs that do not scale with FLOPs: kernel launches per layer (and per expert), shard
+    fetches, eager attention's score matrices (score_cells: rows x length squared)."""
     fixed = cal.layer_overhead_s * size.layers * weight_pass
     if size.experts:  # transformers runs the experts one after another: a launch per expert, layer and pass
         fixed += cal.expert_launch_s * size.experts * size.layers * weight_pass
@@ -243,11 +258,16 @@ def step_time(size: ModelSize, work: Workload, flavor: FlavorInfo, cal: Calibrat
         fixed += cal.shard_layer_latency_s * size.layers * weight_pass
     if work.eager_attention:  # fp32 scores of every head written, softmaxed and read back, in each attention pass
         heads = max(1, size.hidden // 128)
-        fixed += rows * length ** 2 * heads * size.layers * cal.eager_score_bytes * attention_pass / (
+        fixed += score_cells * heads * size.layers * cal.eager_score_bytes * attention_pass / (
             gpu.bandwidth_tbps * 1e12)
-    micro = work.gradient_accumulation
-    trainable = stored * (work.trainable_share or 1.0) if work.peft == "full" else stored * C.LORA_TRAINABLE_SHARE
-    optimizer = trainable * cal.optimizer_bytes / (gpu.bandwidth_tbps * 1e12)
+    return fixed
+
+
+def _communication_seconds(size: ModelSize, work: Workload, gpu: Any, gpus: int, trainable: float,
+                           step_compute: float, weight_pass: float, cal: Calibration) -> float:
+    """What a step waits on the links: gradients (and ZeRO-3's weight gathers) beyond what overlaps the compute,
+    and GRPO's weight sync to its vLLM server."""
+    stored, micro = size.params, work.gradient_accumulation
     communication = 0.0
     if gpus > 1 or work.nodes > 1:
         ring = (gpus - 1) / gpus
@@ -261,13 +281,11 @@ def step_time(size: ModelSize, work: Workload, flavor: FlavorInfo, cal: Calibrat
             volume = 2 * ring * trainable * 4
         # overlapped with the compute it can hide behind (the backward, the next layer's forward)
         transfer = volume / link
-        hidden = min(transfer, compute * micro) * cal.communication_overlap
+        hidden = min(transfer, step_compute) * cal.communication_overlap
         communication = transfer - hidden + cal.multi_gpu_step_s
     if work.spec.generates and work.generation_gpus:  # the new weights are sent to the vLLM server every step
         communication += stored * 2 / (cal.weight_sync_gbps * 1e9)
-    step = StepTime(compute=compute * micro, dequantise=dequantise * micro, fixed=fixed * micro,
-                    optimizer=optimizer, communication=communication, generation=generation)
-    return step, tokens_mb * micro * gpus
+    return communication
 
 
 def _generation_seconds(size: ModelSize, work: Workload, flavor: FlavorInfo, cal: Calibration) -> float:

@@ -1,0 +1,206 @@
+"""Launching a planned job and recovering from the ones whose server died mid-submission.
+
+A job is posted once: its idempotency key is reserved in the ledger, its submission journalled with a one-off
+label before the POST, and a server killed in between leaves an entry the next call looks up on the backend.
+"""
+
+import json
+import logging
+import os
+import time
+import uuid
+from dataclasses import replace
+
+from hf_train_mcp.backends.base import Backend, SubmissionUnknown, submission_labels
+from hf_train_mcp.backends.local import process_alive
+from hf_train_mcp.errors import TrainError
+from hf_train_mcp.host import Host
+from hf_train_mcp.hub import needs_token, hub_token
+from hf_train_mcp.durations import minutes_since
+from hf_train_mcp.ledger import PENDING, SUBMITTING, JobRecord, KeyConflict, now_iso
+from hf_train_mcp.prepared import Prepared, Progress
+from hf_train_mcp.schemas import Submission
+from hf_train_mcp import sweeps
+
+log = logging.getLogger(__name__)
+RECOVER_AFTER_MIN = 2  # a live server's POST (3 attempts with timeouts) never takes this long
+RECOVERY_RETRY_S = 60
+RECOVERY_SCAN_S = 5.0  # status calls look for orphaned submissions at most this often (submit always looks)
+ABANDON_AFTER_MIN = 30
+
+
+def claim_id() -> str:
+    """A one-off owner id for a reservation or journal entry; the pid lets others see its server died."""
+    return f"{os.getpid()}-{uuid.uuid4().hex}"
+
+
+def submission_of(record: JobRecord, extra_warnings: list[str] | None = None) -> Submission:
+    """What submit_training (and the follow-ups) answer for a job of the ledger."""
+    return Submission(
+        job_id=record.job_id, backend=record.backend, stage=record.stage, job_url=record.job_url,
+        hub_model_id=record.hub_model_id, model_url=record.model_url, trackio_url=record.trackio_url,
+        flavor=record.flavor or "", timeout=record.timeout or "", estimated_hours=record.estimated_hours,
+        estimated_cost_usd=record.estimated_cost_usd, effective_batch_size=record.effective_batch_size or 0,
+        worst_case_cost_usd=record.worst_case_cost_usd, script_sha256=record.script_sha256,
+        warnings=[*(extra_warnings or []), *record.warnings],
+    )
+
+
+class Launcher:
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self._recovery_tried: dict[str, float] = {}
+        self._recovery_scanned = -RECOVERY_SCAN_S
+
+    def launch(self, prepared: Prepared, claim: str | None, progress: Progress | None = None) -> Submission:
+        req, backend_name, kind, namespace = prepared.req, prepared.backend_name, prepared.kind, prepared.namespace
+        plan, script, spec, common = prepared.plan, prepared.script, prepared.spec, prepared.common
+        model_url, trackio_url = prepared.model_url, prepared.trackio_url
+        backend = self.host.backend(backend_name)
+        if req.dry_run:
+            return Submission(job_id=None, stage=None, job_url=None, model_url=model_url, trackio_url=trackio_url,
+                              script=script.text, command=backend.command(spec), **common)
+        if progress:
+            progress(f"submitting to {backend.place}")
+        if backend.reads_local_paths:  # a job on this machine reads the Hub with the server's token, if it must
+            spec = replace(spec, read_token=self._local_job_reads_private(prepared.reads, plan.warnings))
+        if claim is not None and not self.host.ledger.renew(req.idempotency_key, claim):
+            raise TrainError(f"another server took over idempotency_key {req.idempotency_key!r} while this one was "
+                             "preparing; nothing was submitted here: call again to get that server's job")
+        submission = uuid.uuid4().hex[:12]
+        planned = JobRecord(
+            job_id=SUBMITTING + submission, backend=backend_name, namespace=namespace, method=plan.method,
+            model=prepared.model, dataset=prepared.dataset, request_json=req.model_dump_json(),
+            script_sha256=script.sha256,
+            script_path=None, job_dir=None, stage="SCHEDULING", flavor=plan.flavor, timeout=common["timeout"],
+            job_url=None, hub_model_id=common["hub_model_id"], model_url=model_url, trackio_url=trackio_url,
+            output_bucket=plan.output_bucket, estimated_hours=common["estimated_hours"],
+            estimated_cost_usd=common["estimated_cost_usd"], effective_batch_size=plan.effective_batch_size,
+            warnings_json=json.dumps(plan.warnings), idempotency_key=None, created_at=now_iso(),
+            worst_case_cost_usd=plan.worst_case_cost_usd, claim=claim or claim_id(),
+            output_dir=plan.config["output_dir"], kind=kind, parent_job_id=prepared.parent_job_id,
+        )
+        journal = None
+        if backend.labels_submissions:  # a server killed mid-POST leaves this; _recover_submissions finds the job
+            adopted = self._keyed_on_hub(backend, planned, req.idempotency_key, claim)
+            if adopted is not None:
+                return adopted
+            spec = replace(spec, labels=submission_labels(spec.labels, submission, req.idempotency_key))
+            self.host.ledger.journal(planned)
+            journal = planned.job_id
+        try:
+            ref = backend.submit(script, spec)
+        except SubmissionUnknown:
+            raise  # the job may exist: the journal entry lets the next call find it
+        except BaseException:
+            if journal:
+                self.host.ledger.forget(journal)
+            raise
+        if not backend.pushes_to_hub and kind in ("train", "export"):  # the output stays in the job's folder
+            model_url = f"{ref.url}/{backend.output_dir}"
+        if not backend.pushes_to_hub and kind == "train":
+            trackio_url = f"{ref.url}/trackio"
+        record = replace(
+            planned, job_id=ref.job_id, namespace=ref.namespace, stage=ref.stage, job_url=ref.url,
+            script_path=f"{ref.job_dir}/train.py" if ref.job_dir else None, job_dir=ref.job_dir,
+            model_url=model_url, trackio_url=trackio_url, idempotency_key=req.idempotency_key,
+            created_at=ref.created_at or now_iso(), claim=None,
+            output_dir=f"{ref.job_dir}/output" if ref.job_dir else plan.config["output_dir"],
+        )
+        if not self.host.ledger.record(record, claim, journal=journal):
+            record.warnings_json = json.dumps([*plan.warnings, f"idempotency_key {req.idempotency_key!r} was taken "
+                                               "over by another server while this slow submission ran"])
+        return submission_of(record)
+
+    def _keyed_on_hub(self, backend: Backend, planned: JobRecord, key: str | None,
+                      claim: str | None) -> Submission | None:
+        """The job the Hub holds for this idempotency key (its label), adopted: the ledger is not the only memory
+        of which keys launched, since it can be lost or moved aside. A Hub that cannot be read is no reason to
+        refuse: the ledger's reservation of the key still guards it."""
+        if not key:
+            return None
+        try:
+            ref = backend.find_keyed(key, planned.namespace)
+        except TrainError as exc:
+            log.info("could not look for an earlier job with idempotency_key %r: %s", key, exc)
+            return None
+        if ref is None:
+            return None
+        found_kind = (ref.labels or {}).get("kind", planned.kind)
+        if found_kind != planned.kind:
+            raise KeyConflict(f"idempotency_key {key!r} already names job {ref.job_id}, a {found_kind} job: use "
+                              f"another key for this {planned.kind} job")
+        note = f"idempotency_key matched job {ref.job_id}: returned it instead of submitting again"
+        known = self.host.ledger.get(ref.job_id)
+        if known is not None:  # recorded without its key (a reservation taken over): the key stays free
+            if claim is not None:
+                self.host.ledger.release(key, claim)
+            return submission_of(known, extra_warnings=[note])
+        record = replace(planned, job_id=ref.job_id, namespace=ref.namespace, stage=ref.stage, job_url=ref.url,
+                         idempotency_key=key, created_at=ref.created_at or planned.created_at, claim=None)
+        self.host.ledger.record(record, claim)
+        log.warning("adopted job %s: the Hub has it under idempotency_key %r, the ledger did not", ref.job_id, key)
+        return submission_of(record, extra_warnings=[note + " (found on the Hub by its label; the ledger had "
+                                                        "lost it)"])
+
+    def recover_submissions(self, *, now: bool = False) -> None:
+        """Record the jobs of submissions whose server died between the POST and the ledger write: the job is
+        found on the Hub by its one-off `submission` label. One that never reached the Hub is dropped.
+        Status calls scan at most every RECOVERY_SCAN_S; `now` (a submission about to reserve its key) always."""
+        if not now and time.monotonic() - self._recovery_scanned < RECOVERY_SCAN_S:
+            return
+        self._recovery_scanned = time.monotonic()
+        for entry in self.host.ledger.submissions():
+            pid = int(entry.claim.split("-", 1)[0]) if entry.claim and entry.claim[0].isdigit() else None
+            age = minutes_since(entry.created_at) or 0.0
+            if pid is not None and process_alive(pid) and age < RECOVER_AFTER_MIN:
+                continue  # still being posted by a live server
+            if time.monotonic() - self._recovery_tried.get(entry.job_id, -RECOVERY_RETRY_S) < RECOVERY_RETRY_S:
+                continue  # looked it up a moment ago: do not make every call pay for a Hub that is down
+            self._recovery_tried[entry.job_id] = time.monotonic()
+            self._recover(entry, abandon=age >= ABANDON_AFTER_MIN, cancel_canceled=True)
+
+    def recover_submission(self, key: str) -> JobRecord | None:
+        """The job an idempotency key names, looking its unfinished submissions up on the Hub at once, whoever
+        posts them (a sweep's cancel must find the job of a run whose launcher was killed mid-POST)."""
+        for entry in self.host.ledger.submissions():
+            if json.loads(entry.request_json).get("idempotency_key") == key:
+                self._recover(entry, abandon=False, cancel_canceled=False)
+        found = self.host.ledger.by_idempotency_key(key)
+        return None if found is None or found.job_id.startswith((PENDING, SUBMITTING)) else found
+
+    def _recover(self, entry: JobRecord, *, abandon: bool, cancel_canceled: bool) -> None:
+        """Look one journal entry's job up by its label: record it, or (abandon) drop the entry and free its key
+        once the Hub has said for long enough that there is no such job. A sweep run's job is given to its run,
+        and (cancel_canceled) canceled when its sweep was canceled meanwhile."""
+        key = json.loads(entry.request_json).get("idempotency_key")
+        try:
+            found = self.host.backend(entry.backend)
+            ref = found.find(entry.job_id.removeprefix(SUBMITTING), entry.namespace)
+        except TrainError as exc:
+            log.info("could not look up submission %s: %s", entry.job_id, exc)
+            return
+        if ref is None:
+            if abandon:
+                self.host.ledger.forget(entry.job_id)
+                if key:
+                    self.host.ledger.release(key, entry.claim)
+            return
+        self.host.ledger.record(replace(entry, job_id=ref.job_id, namespace=ref.namespace, stage=ref.stage,
+                                   job_url=ref.url, created_at=ref.created_at or entry.created_at,
+                                   idempotency_key=key, claim=None), entry.claim, journal=entry.job_id)
+        log.warning("recorded job %s, submitted by a server that stopped before recording it", ref.job_id)
+        if key and sweeps.adopted(self.host, key, ref.job_id) and cancel_canceled:
+            try:
+                self.host.cancel_job(ref.job_id)
+            except TrainError as exc:  # the next look at the sweep (compare_runs, cancel_job) cancels it
+                log.warning("could not cancel job %s of a canceled sweep: %s", ref.job_id, exc)
+
+    @staticmethod
+    def _local_job_reads_private(repos: list[tuple[str, str]], warnings: list[str]) -> bool:
+        """A local job gets HF_TOKEN only when the Hub says a repo it reads is gated or private."""
+        verdict = needs_token(hub_token(), repos) if repos else False
+        if verdict is None:
+            warnings.append("could not ask the Hub whether the model or dataset is gated or private: the job runs "
+                            "without HF_TOKEN")
+        return bool(verdict)
