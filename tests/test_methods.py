@@ -180,3 +180,9 @@ async def test_kto_and_distillation_train_through_the_tools(method: str, tiny_mo
     assert (output / "adapter_model.safetensors").exists()
     assert f"method: {method}" in (output / "README.md").read_text() or method.upper() in (
         output / "README.md").read_text().upper()
+
+
+def test_the_servers_instructions_name_every_method_of_the_registry() -> None:
+    from hf_train_mcp.app import INSTRUCTIONS
+
+    assert all(spec.title in INSTRUCTIONS for spec in methods.REGISTRY.values())

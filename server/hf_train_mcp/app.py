@@ -24,6 +24,7 @@ from mcp.types import Tool as MCPTool
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
+from hf_train_mcp import methods
 from hf_train_mcp.access import STDIO, Access
 from hf_train_mcp.compact_schema import compact_tool_schema, declare_once
 from hf_train_mcp.errors import TrainError, unexpected
@@ -33,10 +34,10 @@ from hf_train_mcp.watch import JOB_URI, JobWatcher, register_subscriptions
 
 T = TypeVar("T")
 
-INSTRUCTIONS = """\
-Fine-tune models with TRL (SFT, DPO, GRPO, reward modeling) on Hugging Face Jobs, or on this machine when
-there is no HF account (backend='local'). Typical flow: validate_dataset -> estimate_cost -> submit_training
-(dry_run=True first to review the script) -> job_status now and then, or subscribe to hf-train://jobs/{job_id}
+INSTRUCTIONS = f"""\
+Fine-tune models with TRL ({", ".join(spec.title for spec in methods.REGISTRY.values())}) on Hugging Face Jobs, or on
+this machine when there is no HF account (backend='local'). Typical flow: validate_dataset -> estimate_cost ->
+submit_training (dry_run=True first to review the script) -> job_status now and then, or subscribe to hf-train://jobs/{{job_id}}
 (it never waits) -> evaluate_model(job_id) -> export_model(job_id, format='merged'|'gguf'). Jobs keep running
 after this conversation; the model is pushed to hub_model_id with checkpoints along the way. The finetune
 prompt walks through the whole loop."""

@@ -20,9 +20,9 @@ from hf_train_mcp.estimate.hardware import get_catalog
 from hf_train_mcp.host import Host
 from hf_train_mcp.hub import hub_token
 from hf_train_mcp.ledger import PENDING, JobRecord, SubmissionInProgress
-from hf_train_mcp.measure import apply_measurement, attempt_key, probe_key, usable
+from hf_train_mcp.measure import PROBE_STEPS, apply_measurement, attempt_key, probe_key, usable
 from hf_train_mcp.measure import prefix as measure_prefix
-from hf_train_mcp.planning import PROBE_STEPS, DataFacts, Hyper, estimate_flavors
+from hf_train_mcp.planning import DataFacts, Hyper, estimate_flavors
 from hf_train_mcp.prepared import Prepared, Progress
 from hf_train_mcp.request import EstimateRequest, RunShape, TrainingRequest
 from hf_train_mcp.schemas import CostEstimate, FlavorOption, HardwareList, HardwareRow, Measurement

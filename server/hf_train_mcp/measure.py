@@ -16,7 +16,8 @@ from typing import Any
 
 from hf_train_mcp import methods
 from hf_train_mcp.estimate import constants as EC
-from hf_train_mcp.estimate.cost import FlavorEstimate
+from hf_train_mcp.estimate.cost import FlavorEstimate, Workload, push_seconds, rows_per_step
+from hf_train_mcp.estimate.sizing import ModelSize
 
 PROBE_KEY_PREFIX = "probe-"
 PREFLIGHT_MARGIN = 1.1  # the preflight stops a run whose projection (with this margin) does not fit its timeout
@@ -89,3 +90,33 @@ def extra_seconds(estimate: FlavorEstimate | None) -> float:
     if estimate is None or estimate.step is None:
         return 0.0
     return max(0.0, estimate.train_seconds - estimate.step.total * estimate.steps)
+
+
+PROBE_STEPS = 3  # the first warms up (kernels, allocator); the others are timed
+PROBE_TIMEOUT_MIN_S = 20 * 60
+
+
+def probe_timeout(estimate: FlavorEstimate | None) -> int:
+    """A measurement job: container, installs and model download, then PROBE_STEPS steps, with room to spare."""
+    if estimate is None:
+        return PROBE_TIMEOUT_MIN_S
+    step = estimate.train_seconds / max(1, estimate.steps)
+    return int(max(PROBE_TIMEOUT_MIN_S, math.ceil((estimate.overhead_seconds * 2 + step * PROBE_STEPS * 3) / 600) * 600))
+
+
+def probe_sample_rows(work: Workload, gpus: int) -> int:
+    """Rows the preflight tokenizes: enough for its steps twice over (the trainer repeats them if it runs out)."""
+    return int(min(work.num_examples, max(64, math.ceil(rows_per_step(work, gpus) * PROBE_STEPS * 2))))
+
+
+def probe_config(size: ModelSize, work: Workload, gpus: int, estimate: FlavorEstimate | None, timeout: int, *,
+                  probe_only: bool) -> dict:
+    """The preflight's settings: its steps, the rows it samples and the time budget it judges the run by."""
+    return {
+        "steps": PROBE_STEPS, "only": probe_only, "sample_rows": probe_sample_rows(work, gpus),
+        # what the timeout leaves the script (download, training) once the container, installs and push are paid,
+        # and the modelled time of evaluation and checkpoints, which the preflight does not measure
+        "train_budget_s": None if probe_only else int(max(60, timeout - EC.IMAGE_START_S - EC.DEPENDENCY_INSTALL_S
+                                                          - push_seconds(size, work))),
+        "extra_s": round(extra_seconds(estimate)), "margin": PREFLIGHT_MARGIN,
+    }

@@ -17,9 +17,9 @@ from hf_train_mcp.chat_template import CHATML
 from hf_train_mcp.durations import MAX_TIMEOUT_S, format_duration, header_duration
 from hf_train_mcp.errors import TrainError
 from hf_train_mcp.estimate import constants as EC
-from hf_train_mcp.estimate.cost import FlavorEstimate, Workload, estimate_on, how_to_fit, push_seconds, rows_per_step
+from hf_train_mcp.estimate.cost import FlavorEstimate, Workload, estimate_on, how_to_fit
 from hf_train_mcp.estimate.hardware import Catalog
-from hf_train_mcp.measure import PREFLIGHT_MARGIN, apply_measurement, extra_seconds
+from hf_train_mcp.measure import apply_measurement, probe_config, probe_timeout
 from hf_train_mcp.estimate.sizing import ModelSize
 from hf_train_mcp.hub import hub_endpoint
 from hf_train_mcp.render import Script, render_script
@@ -31,23 +31,6 @@ from hf_train_mcp.request import Request, RunShape, TrainingRequest
 BASE_DEPENDENCIES = ["trl>=1.0,<2", "transformers>=5.0,<6", "datasets>=4.0,<6", "accelerate>=1.4,<2",
                      "peft>=0.15,<1", "trackio>=0.4,<1", "torch>=2.6,<2.11"]
 BUCKET_MOUNT = "/outputs"
-
-
-PROBE_STEPS = 3  # the first warms up (kernels, allocator); the others are timed
-PROBE_TIMEOUT_MIN_S = 20 * 60
-
-
-def probe_timeout(estimate: FlavorEstimate | None) -> int:
-    """A measurement job: container, installs and model download, then PROBE_STEPS steps, with room to spare."""
-    if estimate is None:
-        return PROBE_TIMEOUT_MIN_S
-    step = estimate.train_seconds / max(1, estimate.steps)
-    return int(max(PROBE_TIMEOUT_MIN_S, math.ceil((estimate.overhead_seconds * 2 + step * PROBE_STEPS * 3) / 600) * 600))
-
-
-def probe_sample_rows(work: Workload, gpus: int) -> int:
-    """Rows the preflight tokenizes: enough for its steps twice over (the trainer repeats them if it runs out)."""
-    return int(min(work.num_examples, max(64, math.ceil(rows_per_step(work, gpus) * PROBE_STEPS * 2))))
 
 
 @dataclass(frozen=True)
@@ -430,19 +413,6 @@ def _config(req: TrainingRequest, spec: Any, hyper: "Hyper", sched: Any, *, flav
     }
 
 
-def _probe_config(size: ModelSize, work: Workload, gpus: int, estimate: FlavorEstimate | None, timeout: int, *,
-                  probe_only: bool) -> dict:
-    """The preflight's settings: its steps, the rows it samples and the time budget it judges the run by."""
-    return {
-        "steps": PROBE_STEPS, "only": probe_only, "sample_rows": probe_sample_rows(work, gpus),
-        # what the timeout leaves the script (download, training) once the container, installs and push are paid,
-        # and the modelled time of evaluation and checkpoints, which the preflight does not measure
-        "train_budget_s": None if probe_only else int(max(60, timeout - EC.IMAGE_START_S - EC.DEPENDENCY_INSTALL_S
-                                                          - push_seconds(size, work))),
-        "extra_s": round(extra_seconds(estimate)), "margin": PREFLIGHT_MARGIN,
-    }
-
-
 def _run_name_and_folder(req: TrainingRequest, where: type) -> tuple[str, str]:
     """One Trackio run and one bucket folder per job: two jobs of one request must not mix curves or checkpoints."""
     run_id = uuid.uuid4().hex[:6]
@@ -497,7 +467,7 @@ def plan_run(req: TrainingRequest, *, backend: str, size: ModelSize, catalog: Ca
                      push=push, trackio_space=trackio_space, resume_repo=resume_repo, resume_dir=resume_dir,
                      probe_only=probe_only, steps=steps)
     if probe_only or req.preflight:
-        config["probe"] = _probe_config(size, hyper.workload(size, gpus, data), gpus, estimate, timeout,
+        config["probe"] = probe_config(size, hyper.workload(size, gpus, data), gpus, estimate, timeout,
                                         probe_only=probe_only)
     config["card"] = training_card(
         config, flavor=flavor, usd_per_hour=price, estimated_hours=round(estimate.hours, 2) if estimate else None,
