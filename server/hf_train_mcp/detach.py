@@ -25,8 +25,8 @@ def spawn(argv: list[str], *, cwd: Path, log: Path, env: dict[str, str] | None =
 
 def _main(log: str, argv: list[str]) -> None:
     pid = os.fork()
-    if pid:
-        print(pid, flush=True)
+    if pid:  # this middle process's stdout is spawn()'s pipe, never an MCP stream: the pid, written unbuffered
+        os.write(sys.stdout.fileno(), f"{pid}\n".encode())
         os._exit(0)
     os.setsid()
     null = os.open(os.devnull, os.O_RDONLY)

@@ -7,7 +7,7 @@ import threading
 import time
 import uuid
 
-from hf_train_mcp.backends.base import IDEMPOTENCY_LABEL, key_label, submission_labels  # noqa: F401
+from hf_train_mcp.backends.base import IDEMPOTENCY_LABEL, key_label
 from hf_train_mcp.backends.base import JobGone, JobRef, JobSpec, JobState, LogRead, SubmissionUnknown
 from hf_train_mcp.errors import TrainError
 from hf_train_mcp.hub import bounded, hub_api, hub_error, scrub, status_of, transient
