@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
 
+from hf_train_mcp import methods  # noqa: E402
 from hf_train_mcp.estimate.hardware import fallback_catalog  # noqa: E402
 from hf_train_mcp.estimate.sizing import model_size  # noqa: E402
 from hf_train_mcp.planning import DataFacts, plan_run  # noqa: E402
@@ -42,7 +43,13 @@ finally:
     else:
         print("PEAK_GB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6, flush=True)
 """
-OPTIONS = {"sft": {}, "dpo": {}, "reward": {}, "grpo": {"num_generations": 4, "max_completion_length": 32}}
+FAST = {"num_generations": 4, "max_completion_length": 32}  # short generations: the benchmark times the steps
+
+
+def options(method: str, model: str) -> dict:
+    """The fast settings a method takes, and a teacher (the model itself) where it needs one."""
+    chosen = {k: v for k, v in FAST.items() if method in methods.takers(k)}
+    return {**chosen, **({"teacher_model": model} if method in methods.takers("teacher_model") else {})}
 
 
 def run(folder: Path, target: str, args: list[str], cpu: bool) -> dict:
@@ -77,7 +84,7 @@ def main() -> None:
     parser.add_argument("--model", help="model path or Hub id (default: the tiny in-process model)")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--methods", default="sft,dpo,grpo,reward")
+    parser.add_argument("--methods", default=",".join(methods.NAMES))
     parser.add_argument("--pefts", default="lora,qlora,full")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="hftm-gpu-bench-"))
@@ -94,7 +101,7 @@ def main() -> None:
             folder.mkdir()
             request = TrainingRequest(model=model, dataset=str(data), method=method, peft=peft, backend="local",
                                       max_steps=args.steps, per_device_batch_size=args.batch,
-                                      gradient_accumulation=1, max_length=256, **OPTIONS[method])
+                                      gradient_accumulation=1, max_length=256, **options(method, model))
             plan = plan_run(request, backend="local", size=size, catalog=fallback_catalog(), namespace=None,
                             data=DataFacts(), local_cuda=gpu)
             (folder / "train.py").write_text(plan.render().text)

@@ -185,10 +185,12 @@ def test_a_rendered_script_that_parses_but_does_not_compile_is_refused() -> None
 
     late_future = "from __future__ import annotations\ndef reward(c, **kw):\n    return []\n"
     ast.parse("import os\n" + late_future)  # what the old check ran: no error
-    context = {"config": {}, "dependencies": [], "flavor": "cpu-basic", "jobs_table": False, "timeout": "1h",
-               "method_title": "GRPO", "reward_code": late_future}
+    req = TrainingRequest(model="Qwen/Qwen2-0.5B", dataset="org/data", hub_model_id="me/out", method="grpo")
+    plan = plan_run(req, backend="hf", size=SIZE, catalog=fallback_catalog(), namespace="me", data=DataFacts())
+    context = {"config": plan.config, "dependencies": [], "flavor": "cpu-basic", "jobs_table": False, "timeout": "1h",
+               "method_title": "GRPO", "reward_code": late_future, "sharegpt_roles": {}}
     with pytest.raises(SyntaxError, match="from __future__ imports must occur at the beginning"):
-        render_script("grpo", context)
+        render_script("grpo", plan.schema, context)
 
 
 def test_reward_modeling_with_liger_is_refused_before_anything_runs() -> None:

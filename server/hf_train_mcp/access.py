@@ -13,7 +13,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 
-from hf_train_mcp.errors import TrainError
+from hf_train_mcp.errors import AccessError
 
 
 PATH_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet", ".arrow", ".txt", ".tsv", ".gguf", ".safetensors", ".bin")
@@ -101,7 +101,7 @@ class Access:
         sent, when the caller could not have named it: the same rule as check_ref, without showing the path."""
         if self.may_read(ref):
             return
-        raise TrainError(f"{source} reads a local {kind} outside the folders callers over {self.over} may use, so "
+        raise AccessError(f"{source} reads a local {kind} outside the folders callers over {self.over} may use, so "
                          "this server will not run it for you; ask the operator, or work on a model pushed to the Hub")
 
     def allows_path(self, path: Path) -> bool:
@@ -123,18 +123,18 @@ class Access:
             return
         where = ("no local folder is allowed" if not self.local_dirs
                  else "only inside the folders the operator allowed")
-        raise TrainError(f"{kind} {ref!r} is a path on the server, which callers over {self.over} may not read "
+        raise AccessError(f"{kind} {ref!r} is a path on the server, which callers over {self.over} may not read "
                          f"({where}; the operator adds one with --allow-local-files DIR). Send a Hub id instead.")
 
     def check_reward_code(self) -> None:
         if not self.reward_code:
-            raise TrainError(f"reward_code is code that runs inside the job, next to this server's Hugging Face token, "
+            raise AccessError(f"reward_code is code that runs inside the job, next to this server's Hugging Face token, "
                              f"which callers over {self.over} may not send unless the operator starts the server "
                              "with --allow-reward-code; use the built-in reward_funcs instead")
 
     def check_local_jobs(self) -> None:
         if not self.local_jobs:
-            raise TrainError(f"backend='local' runs code on the server, which callers over {self.over} may not do "
+            raise AccessError(f"backend='local' runs code on the server, which callers over {self.over} may not do "
                              "unless the operator starts it with --allow-local-jobs; send backend='hf' "
                              "(with a token on the server) instead")
 

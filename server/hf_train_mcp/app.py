@@ -19,7 +19,8 @@ import anyio.to_thread
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context, Elicit, ElicitationResult, Resolve
 from mcp.server.mcpserver import AcceptedElicitation
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.types import CallToolResult, TextContent
 from mcp.types import Tool as MCPTool
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
@@ -27,7 +28,7 @@ from pydantic import BaseModel, Field, ValidationError
 from hf_train_mcp import methods
 from hf_train_mcp.access import STDIO, Access
 from hf_train_mcp.compact_schema import compact_tool_schema, declare_once
-from hf_train_mcp.errors import TrainError, unexpected
+from hf_train_mcp.errors import ERROR_CODE_META, BudgetError, ErrorCode, TrainError, unexpected
 from hf_train_mcp.readable import readable
 from hf_train_mcp.tools import TOOLS, Hooks, ToolSpec
 from hf_train_mcp.watch import JOB_URI, JobWatcher, register_subscriptions
@@ -60,7 +61,7 @@ def confirm_threshold() -> float | None:
     try:
         return max(0.0, float(raw))
     except ValueError:
-        raise TrainError(f"this server's HF_TRAIN_CONFIRM_ABOVE_USD={raw!r} is not an amount of dollars; the "
+        raise BudgetError(f"this server's HF_TRAIN_CONFIRM_ABOVE_USD={raw!r} is not an amount of dollars; the "
                          "operator must fix it (e.g. 10, or off)") from None
 
 
@@ -100,15 +101,39 @@ class CompactMCPServer(MCPServer):
         if tool is not None and arguments:  # a misspelt option would otherwise be dropped without a word
             unknown = sorted(set(arguments) - set(tool.parameters.get("properties", {})))
             if unknown:
-                raise ToolError(f"invalid arguments for {name}: {', '.join(unknown)} "
-                                f"{'is not a parameter' if len(unknown) == 1 else 'are not parameters'} of this tool "
-                                "(check the spelling against its input schema); nothing was done")
+                return coded_result(f"invalid arguments for {name}: {', '.join(unknown)} "
+                                    f"{'is not a parameter' if len(unknown) == 1 else 'are not parameters'} of this "
+                                    "tool (check the spelling against its input schema); nothing was done", "invalid",
+                                    name)
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
             if isinstance(exc.__cause__, ValidationError):
-                raise ToolError(f"invalid arguments for {name}: {readable(exc.__cause__)}") from exc.__cause__
-            raise
+                return coded_result(f"invalid arguments for {name}: {readable(exc.__cause__)}", "invalid", name)
+            return coded_result(str(exc), _code_of(exc), name)
+
+
+def _code_of(exc: ToolError) -> ErrorCode:
+    """The code of our own error, which the SDK re-raises as "Error executing tool ..." with ours as the cause."""
+    for error in (exc, exc.__cause__):
+        if isinstance(error, CodedToolError):
+            return error.code
+    return "unexpected" if isinstance(exc, UnexpectedToolError) else "invalid"  # the SDK's own: unknown tool
+
+
+def coded_result(text: str, code: ErrorCode, tool: str) -> CallToolResult:
+    """A tool error as the SDK returns one, with its stable code in _meta for clients that branch on it."""
+    logging.getLogger(__name__).info("tool %r failed (%s): %r", tool, code, text)
+    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True,
+                          _meta={ERROR_CODE_META: code})
+
+
+class CodedToolError(ToolError):
+    """A ToolError that knows its stable code (errors.ErrorCode)."""
+
+    def __init__(self, text: str, code: ErrorCode = "invalid") -> None:
+        super().__init__(text)
+        self.code = code
 
 
 def _parameters(spec: ToolSpec) -> list[inspect.Parameter]:
@@ -199,11 +224,11 @@ class _Runner:
         try:
             return await anyio.to_thread.run_sync(lambda: self._serve(work))
         except TrainError as exc:
-            raise ToolError(str(exc)) from None
+            raise CodedToolError(str(exc), exc.code) from None
         except ValidationError as exc:
-            raise ToolError(f"invalid arguments: {readable(exc)}") from None
+            raise CodedToolError(f"invalid arguments: {readable(exc)}") from None
         except Exception as exc:  # a bug, or an outside failure no code path foresaw: still a clear answer
-            raise ToolError(unexpected(name, exc, remote=self.access.remote)) from exc
+            raise CodedToolError(unexpected(name, exc, remote=self.access.remote), "unexpected") from exc
 
     @staticmethod
     def reporter(ctx: Context | None) -> Callable[[str], None] | None:
@@ -230,12 +255,13 @@ def _register_tool(mcp: MCPServer, spec: ToolSpec, runner: _Runner, get_core: Ca
         try:
             req = spec.request(**arguments)
         except ValidationError as exc:
-            raise ToolError(f"invalid arguments for {spec.name}: {readable(exc)}") from None
+            raise CodedToolError(f"invalid arguments for {spec.name}: {readable(exc)}") from None
         if confirmation is not None and not isinstance(confirmation, AcceptedElicitation):
-            raise ToolError(f"not submitted: the user {confirmation.action}d the confirmation; nothing was launched")
+            raise CodedToolError(f"not submitted: the user {confirmation.action}d the confirmation; nothing was "
+                                 "launched", "declined")
         if isinstance(confirmation, AcceptedElicitation) and isinstance(confirmation.data, Confirm) and \
                 not confirmation.data.submit:
-            raise ToolError("not submitted: the user chose not to launch it; nothing was launched")
+            raise CodedToolError("not submitted: the user chose not to launch it; nothing was launched", "declined")
         hooks = Hooks(progress=runner.reporter(ctx) if spec.progress else None)
         return await runner.call(lambda core: spec.run(core, req, hooks), spec.name)
 
@@ -289,7 +315,7 @@ def _confirmation_resolver(spec: ToolSpec, get_core: Callable[[], Any]) -> Calla
         try:
             threshold = confirm_threshold()
         except TrainError as exc:  # the operator's setting is unreadable: nothing launches until it is fixed
-            raise ToolError(str(exc)) from None
+            raise CodedToolError(str(exc), exc.code) from None
         if threshold is None or not can_elicit(ctx):
             return None  # clients that cannot ask are governed by the budget caps alone
         core = get_core()
@@ -304,7 +330,8 @@ def _confirmation_resolver(spec: ToolSpec, get_core: Callable[[], Any]) -> Calla
             prepared = await anyio.to_thread.run_sync(preview)
         except Exception as exc:  # a question that could not be asked is a refusal, never a pass
             text = str(exc) if isinstance(exc, TrainError) else unexpected(spec.name, exc, remote=core.access.remote)
-            raise ToolError(f"{text} (the spend confirmation could not be prepared, so nothing was launched)") from None
+            raise CodedToolError(f"{text} (the spend confirmation could not be prepared, so nothing was launched)",
+                                 exc.code if isinstance(exc, TrainError) else "unexpected") from None
         if prepared is None or prepared.worst_case_cost_usd <= threshold:
             return None
         return Elicit(confirmation_question(prepared), Confirm)
@@ -316,13 +343,20 @@ def _confirmation_resolver(spec: ToolSpec, get_core: Callable[[], Any]) -> Calla
     return resolver
 
 
+def _method_hints() -> str:
+    """Each method by the columns of the first format it reads, from the registry."""
+    from hf_train_mcp.data.rules import FORMAT_COLUMNS
+
+    return "; ".join(f"{'+'.join(FORMAT_COLUMNS[spec.formats[0]])}: {name} ({spec.summary})"
+                     for name, spec in methods.REGISTRY.items())
+
+
 def finetune_prompt(model: str, dataset: str, goal: str = "") -> str:
     aim = f" The goal: {goal}." if goal else ""
     return f"""Fine-tune {model} on {dataset} with the hf-train tools.{aim}
 
-1. validate_dataset(dataset={json.dumps(dataset)}, method=...) — pick the method from the data (messages/text:
-   sft; prompt+chosen+rejected: dpo; prompt+completion+label: kto; prompt only: grpo) and apply its
-   suggested_column_mapping.
+1. validate_dataset(dataset={json.dumps(dataset)}, method=...) — pick the method from the data ({_method_hints()})
+   and apply its suggested_column_mapping.
 2. estimate_cost(model={json.dumps(model)}, dataset=...) — show me the cheapest flavor that fits, hours, dollars and
    the recommended timeout; for a run over ~$20 offer estimate_cost(measure=True) first.
 3. submit_training(..., dry_run=True) — show the plan (flavor, timeout, worst case), then submit for real with a

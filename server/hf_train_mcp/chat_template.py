@@ -17,6 +17,9 @@ CHATML = (
     " }}{% if message['role'] == 'assistant' and eos_token != '<|im_end|>' %}{{ eos_token }}{% endif %}{{ '\\n' }}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
+# ShareGPT's speaker names -> chat roles: validation previews with it and the scripts convert with it (rendered in)
+SHAREGPT_ROLES = {"human": "user", "gpt": "assistant", "system": "system", "user": "user", "assistant": "assistant",
+                  "bot": "assistant", "model": "assistant", "tool": "tool", "function": "tool"}
 TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
 
 

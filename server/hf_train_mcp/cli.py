@@ -221,14 +221,14 @@ def _confirm_on_terminal(assume_yes: bool):
 
     def confirm(prepared: Any) -> None:
         from hf_train_mcp.app import confirm_threshold, confirmation_question
-        from hf_train_mcp.errors import TrainError
+        from hf_train_mcp.errors import DeclinedError
 
         threshold = confirm_threshold()
         if assume_yes or threshold is None or prepared.worst_case_cost_usd <= threshold or not sys.stdin.isatty():
             return
         print(confirmation_question(prepared) + " [y/N] ", end="", file=sys.stderr, flush=True)
         if sys.stdin.readline().strip().lower() not in ("y", "yes"):
-            raise TrainError("not submitted: declined at the terminal; nothing was launched")
+            raise DeclinedError("not submitted: declined at the terminal; nothing was launched")
 
     return confirm
 
@@ -335,6 +335,8 @@ def main(argv: list[str] | None = None) -> None:
             run_tool(BY_COMMAND[args.command], args)
         sys.stdout.flush()
     except TrainError as exc:
+        if getattr(args, "json", False):  # a script reads the stable code, not the wording
+            print(json.dumps({"error": {"code": exc.code, "message": str(exc)}}, indent=2))
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
     except BrokenPipeError:  # `hf-train-mcp logs JOB | head`: the reader left; say nothing more

@@ -1,11 +1,61 @@
-"""The one exception the core raises for problems the caller can fix.
+"""The exception the core raises for problems the caller can fix, with a stable code for each kind.
 
-The MCP shell turns it into a ToolError and the CLI into a one-line message; the core never imports mcp.
+The MCP shell turns it into a tool error (the code in its `_meta`) and the CLI into a one-line message (with
+--json, an {"error": {"code", "message"}} object); the core never imports mcp. Callers decide by the code, never by
+the message, whose wording may change.
 """
+
+from typing import ClassVar, Literal
+
+ErrorCode = Literal["invalid", "budget", "access", "auth", "dataset", "hub", "not_found", "conflict", "fit",
+                    "declined", "environment", "unexpected"]
+ERROR_CODE_META = "hf-train-mcp/error-code"  # the key of a tool error's _meta that holds its code
 
 
 class TrainError(Exception):
     """Something the caller sent (or the environment lacks) that they can fix; the text says how."""
+
+    code: ClassVar[ErrorCode] = "invalid"  # arguments that cannot work as sent
+
+
+class BudgetError(TrainError):
+    code = "budget"  # the worst case is over a budget, or a price or budget setting cannot be judged
+
+
+class AccessError(TrainError):
+    code = "access"  # what the operator does not allow callers over HTTP
+
+
+class AuthError(TrainError):
+    code = "auth"  # no Hugging Face token, or one without the rights the action needs
+
+
+class DatasetError(TrainError):
+    code = "dataset"  # the data cannot be read, or does not fit the method
+
+
+class HubError(TrainError):
+    code = "hub"  # a Hugging Face call failed (network, rate limit, 5xx, 402): often worth a retry
+
+
+class NotFoundError(TrainError):
+    code = "not_found"  # no such job, sweep, model or dataset
+
+
+class ConflictError(TrainError):
+    code = "conflict"  # another submission holds the idempotency key
+
+
+class NoFitError(TrainError):
+    code = "fit"  # no hardware has the memory for the run as sent
+
+
+class DeclinedError(TrainError):
+    code = "declined"  # the user declined the spend confirmation: nothing was launched
+
+
+class EnvironmentMissing(TrainError):
+    code = "environment"  # this machine lacks a package or setting the action needs
 
 
 def unexpected(tool: str, exc: BaseException, *, remote: bool) -> str:

@@ -8,12 +8,13 @@ from dataclasses import replace
 from typing import Any
 
 from hf_train_mcp import defaults as D
-from hf_train_mcp import backends
-from hf_train_mcp.backends.base import TERMINAL_STAGES
+from hf_train_mcp import backends, methods
+from hf_train_mcp.estimate.advice import flavor_warnings
+from hf_train_mcp.stages import TERMINAL_STAGES
 from hf_train_mcp.backends.local import has_cuda
 from hf_train_mcp.data.validate import validate_dataset
 from hf_train_mcp.durations import MAX_TIMEOUT_S
-from hf_train_mcp.errors import TrainError
+from hf_train_mcp.errors import TrainError, NoFitError
 from hf_train_mcp.estimate import constants as EC
 from hf_train_mcp.estimate.cost import FlavorEstimate, Workload, how_to_fit
 from hf_train_mcp.estimate.hardware import get_catalog
@@ -64,7 +65,7 @@ class Estimator:
         fitting = [e for e in ranked if e.fits]
         gpus = catalog.flavors[chosen.flavor].gpus if chosen.flavor in catalog.flavors else 1
         work = hyper.workload(size, gpus, data)
-        warnings += _warnings(chosen, work, fitting, size, hyper)
+        warnings += _warnings(chosen, work, fitting, size, hyper, req.model)
         fastest = min(fitting, key=lambda e: e.hours) if fitting else None
         return CostEstimate(
             flavor=chosen.flavor, fits=chosen.fits, memory_gb_needed=chosen.memory.gb,
@@ -118,7 +119,7 @@ class Estimator:
                  warnings: list[str], confirm: "Callable[[Prepared], None] | None") -> Measurement | None:
         """Launch the measurement job of these settings (confirmed like any paid job)."""
         if not chosen.fits:
-            raise TrainError(f"no flavor fits this run ({chosen.reasons[0]}): measuring it would only run out of "
+            raise NoFitError(f"no flavor fits this run ({chosen.reasons[0]}): measuring it would only run out of "
                              "memory; " + how_to_fit(work, None) + " Nothing was launched.")
         request = TrainingRequest(
             model=req.model, dataset=req.dataset, backend=backend_name,
@@ -148,9 +149,7 @@ class Estimator:
                         dataset_split=req.dataset_split, flavor=target, backend=backend_name, method=req.method,
                         peft=req.peft, per_device_batch_size=work.per_device_batch_size,
                         gradient_accumulation=work.gradient_accumulation, max_length=work.max_length,
-                        packing=work.packing, num_generations=work.num_generations,
-                        max_completion_length=work.max_completion_length, lora=D.LORA,
-                        teacher_model=getattr(req, "teacher_model", None))
+                        options=methods.get(req.method).sizing_options(req), lora=D.LORA)
         attempts = self._measurements(key)
         report, probe = self.host.report(attempts[0].job_id, 0) if attempts else (None, None)
         ended = report is not None and report.stage in TERMINAL_STAGES
@@ -211,16 +210,13 @@ def _chosen(flavor: str | None, ranked: list[FlavorEstimate], catalog: Any) -> F
 
 
 def _warnings(chosen: FlavorEstimate, work: Workload, fitting: list[FlavorEstimate], size: Any,
-              hyper: Hyper) -> list[str]:
+              hyper: Hyper, model: str) -> list[str]:
     """What the caller should know about the chosen flavor's estimate."""
     out = []
     if not chosen.fits:
         out.append(f"does not fit: {chosen.reasons[0]}. " + how_to_fit(work, fitting[0] if fitting else None))
-    if chosen.flavor.startswith("t4"):
-        out.append("T4 has no bf16 (fp16 mixed precision instead, which can overflow); l4x1 has bf16")
-    if chosen.hours > 4:
-        out.append(f"over 4 h ({chosen.hours:.1f} h): make sure checkpoints are pushed (the default) and consider a "
-                   "multi-GPU flavor")
+    out += flavor_warnings(chosen.flavor, chosen.hours, model_type=size.model_type or model.lower(),
+                           save_steps=work.save_steps)
     if chosen.recommended_timeout_seconds > MAX_TIMEOUT_S:
         out.append(f"the recommended timeout {chosen.recommended_timeout} is over the 7-day limit of one job, so "
                    "submit_training refuses this run: lower max_steps or epochs, pick a faster flavor, or train in "
@@ -230,7 +226,7 @@ def _warnings(chosen: FlavorEstimate, work: Workload, fitting: list[FlavorEstima
                    "has a wider margin, and measure=True measures the real pace")
     if hyper.spec.generates and not chosen.measured:
         out.append(f"{hyper.spec.title}'s generation time assumes each step's longest completion reaches "
-                   f"max_completion_length ({hyper.completion_length} tokens); shorter completions finish sooner "
+                   f"max_completion_length ({hyper.options['max_completion_length']} tokens); shorter completions finish sooner "
                    "(measure=True measures the real pace)")
     return out
 

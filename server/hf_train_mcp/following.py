@@ -9,13 +9,15 @@ from collections import OrderedDict
 from dataclasses import replace
 
 from hf_train_mcp import backends
-from hf_train_mcp.backends.base import TERMINAL_STAGES, Backend, JobGone, JobState, LogRead
-from hf_train_mcp.errors import TrainError
+from hf_train_mcp.backends.base import Backend, JobGone, JobState, LogRead
+from hf_train_mcp.stages import TERMINAL_STAGES
+from hf_train_mcp.errors import TrainError, NotFoundError
 from hf_train_mcp.estimate.hardware import get_catalog
 from hf_train_mcp.host import Host
 from hf_train_mcp.hub import HubUnreachable, hub_token, resolve_identity, scrub
 from hf_train_mcp.durations import minutes_since
-from hf_train_mcp.ledger import SETTLED_STAGES, JobRecord
+from hf_train_mcp.ledger import JobRecord
+from hf_train_mcp.stages import SETTLED_STAGES
 from hf_train_mcp.logparse import ParsedLog, parse_log, probe_metrics
 from hf_train_mcp.schemas import CancelResult, JobList, JobReport, JobSummary, LogPage
 
@@ -37,7 +39,7 @@ class Following:
         if record is not None:
             return record.backend, job_id, record.namespace, record
         if self.host.access.remote:  # a remote caller reaches the jobs this server launched, not all of the token's
-            raise TrainError(f"no job {job_id!r} was launched through this server: pass a job_id from list_jobs")
+            raise NotFoundError(f"no job {job_id!r} was launched through this server: pass a job_id from list_jobs")
         owner = backends.owner_of(job_id)
         if not backends.traits(owner).has_namespace:
             return owner, job_id, None, None

@@ -16,7 +16,7 @@ from hf_train_mcp.access import Access, is_local
 from hf_train_mcp.cards import card_config, hub_ref
 from hf_train_mcp.chat_template import CHATML
 from hf_train_mcp.data.rules import candidate_formats
-from hf_train_mcp.errors import TrainError
+from hf_train_mcp.errors import TrainError, NoFitError, NotFoundError
 from hf_train_mcp.estimate.hardware import Catalog
 from hf_train_mcp.estimate.jobs import (
     EvalWork,
@@ -36,14 +36,14 @@ from hf_train_mcp.planning import (
     expects_gpu,
     DataFacts,
     RunPlan,
-    short_timeout,
+    chosen_timeout,
     within_budget,
     worst_case_usd,
 )
 from hf_train_mcp.request import EvaluateRequest, ExportRequest, TrainingRequest
 from hf_train_mcp.schemas import DatasetReport
 from hf_train_mcp import backends, methods
-from hf_train_mcp.methods.grpo import (MAX_COMPLETION_DEFAULT, REFERENCE_COLUMNS, reward_code_dependencies,
+from hf_train_mcp.methods.grpo import (MAX_COMPLETION_LENGTH, REFERENCE_COLUMNS, reward_code_dependencies,
                                         reward_functions)
 
 EVAL_ROWS = 200  # held-out rows scored when num_samples is not given: enough for a stable mean, cheap to run
@@ -127,7 +127,7 @@ def subject_from_job(record: JobRecord, stage: str, backend_name: str, access: A
                              f"backend={record.backend!r}, or push its output folder to the Hub and pass that repo id")
         folder = Path(record.output_dir or "")
         if not folder.is_dir():
-            raise TrainError(f"the output of job {record.job_id} ({access.shown(folder)}) is gone from this machine")
+            raise NotFoundError(f"the output of job {record.job_id} ({access.shown(folder)}) is gone from this machine")
         return Subject(ref=str(folder), kind=kind, base_model=training.model, method=training.method, job=record,
                        training=training, card_folder=str(folder))
     if not record.hub_model_id:
@@ -146,7 +146,7 @@ def subject_from_ref(ref: str, *, access: Access, backend_name: str, adapter_con
                              "Hub first, or use backend='local'")
         folder = Path(ref).expanduser().resolve()
         if not folder.is_dir():
-            raise TrainError(f"model {ref!r} is neither a folder on this machine nor a job_id from list_jobs")
+            raise NotFoundError(f"model {ref!r} is neither a folder on this machine nor a job_id from list_jobs")
         kind, base, method = _from_folder(folder, None, access)
         if kind == "adapter" and base and is_local(base):
             base = str((folder / base).resolve()) if not os.path.isabs(base) else base
@@ -231,21 +231,13 @@ def _place(req, kind: str, options: list[JobEstimate], on_flavor, catalog: Catal
     best = cheapest(options)
     if best is None:
         largest = max(options, key=lambda e: e.available_gb)
-        raise TrainError(f"no Jobs flavor fits this {kind}: {largest.reasons[0]}. Nothing was launched.")
+        raise NoFitError(f"no Jobs flavor fits this {kind}: {largest.reasons[0]}. Nothing was launched.")
     return best.flavor, best, catalog.flavors[best.flavor].usd_per_hour
 
 
 def _timeout(req, estimate: JobEstimate | None, backend: str, flavor: str, price: float,
              warnings: list[str]) -> int:
-    if req.timeout is not None:
-        timeout = req.timeout
-        short = short_timeout(timeout, estimate)
-        if short:
-            warnings.append(short)
-    elif estimate is not None:
-        timeout = estimate.recommended_timeout_seconds
-    else:
-        timeout = backends.traits(backend).default_timeout_s
+    timeout = chosen_timeout(req.timeout, estimate, backends.traits(backend).default_timeout_s, warnings)
     return within_budget(req, flavor, price, timeout, estimate, warnings)
 
 
@@ -281,7 +273,7 @@ def plan_evaluation(req: EvaluateRequest, subject: Subject, data: EvalData | Non
     training = subject.training
     rows = min(req.num_samples or EVAL_ROWS, facts.num_rows or EVAL_ROWS) if data else 0
     tokens = facts.mean_tokens or spec.tokens_per_example
-    completion = (getattr(training, "max_completion_length", None) if training else None) or MAX_COMPLETION_DEFAULT
+    completion = MAX_COMPLETION_LENGTH.resolve(getattr(training, "max_completion_length", None))
     compare = min(COMPARE_SAMPLES, rows) if not spec.classifier else 0
     rewarded = spec.eval_metric == "reward"  # greedy completions scored by the reward functions
     generated = compare * SAMPLE_TOKENS * (2 if subject.kind == "adapter" else 1)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from hf_train_mcp.errors import TrainError
+from hf_train_mcp.errors import AuthError, BudgetError, HubError, NotFoundError, TrainError
 
 T = TypeVar("T")
 READ_DEADLINE_S = 6.0  # one read, retries included; a tool makes at most one read that can time out
@@ -27,7 +27,7 @@ _timeouts_installed = False
 _install_lock = threading.Lock()
 
 
-class HubUnreachable(TrainError):
+class HubUnreachable(HubError):
     """The Hub did not answer in time, or kept failing: callers with a fallback (the ledger, built-in prices)
     use it and say so."""
 
@@ -177,8 +177,10 @@ ADVICE = {
 
 def hub_error(action: str, exc: BaseException, token: str | None) -> TrainError:
     """A TrainError for a failed Hub call, worded for the agent and never carrying the token."""
-    advice = ADVICE.get(status_of(exc) or 0, "retry later; if it persists, check https://status.huggingface.co")
-    return TrainError(f"{action} failed ({_detail(exc, token)}); {advice}")
+    status = status_of(exc) or 0
+    advice = ADVICE.get(status, "retry later; if it persists, check https://status.huggingface.co")
+    kind = {401: AuthError, 402: BudgetError, 403: AuthError, 404: NotFoundError}.get(status, HubError)
+    return kind(f"{action} failed ({_detail(exc, token)}); {advice}")
 
 
 @dataclass(frozen=True)
@@ -190,14 +192,14 @@ class Identity:
 
 def resolve_identity(token: str | None) -> Identity:
     if not token:
-        raise TrainError(
+        raise AuthError(
             "no Hugging Face token found: run `hf auth login` or set HF_TOKEN (a token with write access), "
             "or submit with backend='local' to train on this machine"
         )
     info = bounded("checking the Hugging Face token", lambda: hub_api(token).whoami(), token)
     role = ((info.get("auth") or {}).get("accessToken") or {}).get("role")
     if role == "read":
-        raise TrainError(
+        raise AuthError(
             "the Hugging Face token is read-only, so the trained model could not be pushed and would be lost: "
             "create a token with write access at https://huggingface.co/settings/tokens and set HF_TOKEN"
         )

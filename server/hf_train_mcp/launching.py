@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from hf_train_mcp.backends.base import Backend, SubmissionUnknown, submission_labels
 from hf_train_mcp.backends.local import process_alive
-from hf_train_mcp.errors import TrainError
+from hf_train_mcp.errors import TrainError, ConflictError
 from hf_train_mcp.host import Host
 from hf_train_mcp.hub import needs_token, hub_token
 from hf_train_mcp.durations import minutes_since
@@ -65,7 +65,7 @@ class Launcher:
         if backend.reads_local_paths:  # a job on this machine reads the Hub with the server's token, if it must
             spec = replace(spec, read_token=self._local_job_reads_private(prepared.reads, plan.warnings))
         if claim is not None and not self.host.ledger.renew(req.idempotency_key, claim):
-            raise TrainError(f"another server took over idempotency_key {req.idempotency_key!r} while this one was "
+            raise ConflictError(f"another server took over idempotency_key {req.idempotency_key!r} while this one was "
                              "preparing; nothing was submitted here: call again to get that server's job")
         submission = uuid.uuid4().hex[:12]
         planned = JobRecord(

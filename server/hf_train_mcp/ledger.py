@@ -12,9 +12,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from hf_train_mcp.errors import TrainError
+from hf_train_mcp.errors import ConflictError
 from hf_train_mcp.ledger_file import Connection, make_private
 from hf_train_mcp.paths import data_home
+from hf_train_mcp.stages import SETTLED_STAGES
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -85,7 +86,6 @@ _ADDED_COLUMNS = {"worst_case_cost_usd": "REAL", "claim": "TEXT", "output_dir": 
                   "parent_job_id": "TEXT"}
 
 
-SETTLED_STAGES = frozenset({"COMPLETED", "CANCELED", "ERROR"})  # DELETED can still follow them on the Hub
 PENDING = "pending:"  # job_id prefix of an idempotency-key reservation
 SUBMITTING = "submitting:"  # job_id prefix of a submission being posted (see Ledger.journal)
 STALE_RESERVATION_S = 600
@@ -93,11 +93,11 @@ STALE_RESERVATION_S = 600
 # have created a job, and only the Hub can say it did not (crash recovery releases it then).
 _JOURNALED = ("SELECT 1 FROM jobs WHERE job_id >= ? AND job_id < ? AND claim = ?",
               (SUBMITTING, SUBMITTING[:-1] + chr(ord(SUBMITTING[-1]) + 1)))
-class KeyConflict(TrainError):
+class KeyConflict(ConflictError):
     """The idempotency key already names a job of another kind: retrying cannot succeed."""
 
 
-class SubmissionInProgress(TrainError):
+class SubmissionInProgress(ConflictError):
     """Another call holds the idempotency key and is submitting its job: call again shortly."""
 
 

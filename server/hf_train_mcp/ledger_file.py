@@ -5,12 +5,12 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from hf_train_mcp.errors import TrainError
+from hf_train_mcp.errors import EnvironmentMissing
 
 _CORRUPT = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
 
 
-class LedgerUnreadable(TrainError):
+class LedgerUnreadable(EnvironmentMissing):
     """The ledger file is damaged: every tool says so (and what to do) instead of failing bare."""
 
 

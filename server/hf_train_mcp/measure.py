@@ -25,16 +25,13 @@ PREFLIGHT_MARGIN = 1.1  # the preflight stops a run whose projection (with this 
 
 def probe_key(*, model: str, dataset: str, dataset_config: str | None, dataset_split: str, flavor: str,
               backend: str, method: str, peft: str, per_device_batch_size: int, gradient_accumulation: int,
-              max_length: int, packing: bool, num_generations: int | None, max_completion_length: int | None,
-              lora: dict[str, Any] | None = None, use_liger_kernel: bool = False, chat_template: bool = False,
-              teacher_model: str | None = None) -> str:
-    """The settings one measured step stands for (each already resolved to what the job runs)."""
-    spec = methods.get(method)
+              max_length: int, options: dict[str, Any], lora: dict[str, Any] | None = None,
+              use_liger_kernel: bool = False, chat_template: bool = False) -> str:
+    """The settings one measured step stands for (each already resolved to what the job runs); `options`: the
+    method's own sizing options (MethodSpec.sizing_options)."""
     named = dict(model=model, dataset=dataset, dataset_config=dataset_config, dataset_split=dataset_split,
                  flavor=flavor, backend=backend, method=method, peft=peft, batch=per_device_batch_size,
-                 accumulation=gradient_accumulation, max_length=max_length, packing=packing,
-                 generations=num_generations if spec.grouped else None,
-                 completion=max_completion_length if spec.generates else None, teacher=teacher_model,
+                 accumulation=gradient_accumulation, max_length=max_length, options=options,
                  lora=None if peft == "full" else {k: (lora or {}).get(k) for k in ("r", "target_modules")},
                  liger=use_liger_kernel, chat_template=chat_template)
     return hashlib.sha256(json.dumps(named, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -46,10 +43,9 @@ def config_key(config: dict[str, Any], *, flavor: str, backend: str) -> str:
                      dataset_split=config["dataset_split"], flavor=flavor, backend=backend, method=config["method"],
                      peft=config["peft"], per_device_batch_size=config["per_device_batch_size"],
                      gradient_accumulation=config["gradient_accumulation"], max_length=config["max_length"],
-                     packing=config.get("packing", False), num_generations=config["num_generations"],
-                     max_completion_length=config["max_completion_length"], lora=config["lora"],
-                     use_liger_kernel=config["use_liger_kernel"], chat_template=bool(config["chat_template"]),
-                     teacher_model=config.get("teacher_model"))
+                     options={o.name: config[o.name] for o in methods.get(config["method"]).options if o.sizing},
+                     lora=config["lora"], use_liger_kernel=config["use_liger_kernel"],
+                     chat_template=bool(config["chat_template"]))
 
 
 def prefix(key: str) -> str:

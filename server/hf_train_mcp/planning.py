@@ -5,24 +5,25 @@ import json
 import math
 import os
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from hf_train_mcp import defaults as D
 from hf_train_mcp import backends, methods
-from hf_train_mcp.methods.grpo import MAX_COMPLETION_DEFAULT, NUM_GENERATIONS_DEFAULT
 from hf_train_mcp.backends.base import JobSpec
 from hf_train_mcp.cards import training_card
-from hf_train_mcp.chat_template import CHATML
+from hf_train_mcp.chat_template import CHATML, SHAREGPT_ROLES
 from hf_train_mcp.durations import MAX_TIMEOUT_S, format_duration, header_duration
-from hf_train_mcp.errors import TrainError
+from hf_train_mcp.errors import TrainError, BudgetError, NoFitError
 from hf_train_mcp.estimate import constants as EC
+from hf_train_mcp.estimate.advice import flavor_warnings
 from hf_train_mcp.estimate.cost import FlavorEstimate, Workload, estimate_on, how_to_fit
 from hf_train_mcp.estimate.hardware import Catalog
 from hf_train_mcp.measure import apply_measurement, probe_config, probe_timeout
 from hf_train_mcp.estimate.sizing import ModelSize
 from hf_train_mcp.hub import hub_endpoint
 from hf_train_mcp.render import Script, render_script
+from hf_train_mcp.script_config import FOLLOWUP_SCHEMAS, ScriptConfig
 from hf_train_mcp.request import Request, RunShape, TrainingRequest
 
 # Upper bounds at the next major: a job started next year must still run the API this script was written for.
@@ -68,8 +69,13 @@ class RunPlan:
     def method(self) -> str:
         return self.config["method"]
 
+    @property
+    def schema(self) -> type[ScriptConfig]:
+        """The type of this script's CONFIG: a follow-up's, or its method's."""
+        return FOLLOWUP_SCHEMAS.get(self.template or "") or methods.get(self.method).config_schema
+
     def render(self) -> Script:
-        return render_script(self.template or self.method, {
+        return render_script(self.template or self.method, self.schema, {
             "config": self.config,
             "dependencies": self.dependencies,
             "flavor": self.flavor,
@@ -77,6 +83,7 @@ class RunPlan:
             "timeout": header_duration(self.timeout_seconds),
             "method_title": methods.get(self.method).title,
             "reward_code": self.reward_code,
+            "sharegpt_roles": SHAREGPT_ROLES,
         })
 
     def job_spec(self, kind: str = "train") -> JobSpec:
@@ -121,18 +128,16 @@ class Hyper:
     max_length: int | None = None
     per_device_batch_size: int | None = None
     gradient_accumulation: int | None = None
-    packing: bool = False
-    num_generations: int | None = None
-    max_completion_length: int | None = None
     eval_split: float | None = None
     save_steps: int | None = None
     teacher_params: int | None = None  # distillation: the teacher's size (sized by the caller)
+    options: dict[str, Any] = field(default_factory=dict)  # the method's own sizing options, resolved
 
     @classmethod
     def of(cls, req: "RunShape", teacher_params: int | None = None) -> "Hyper":
         """From a submit_training or estimate_cost request (the latter has no eval_split or save_steps)."""
-        return cls(**{f: getattr(req, f) for f in cls.__dataclass_fields__ if hasattr(req, f)},
-                   teacher_params=teacher_params)
+        common = {f: getattr(req, f) for f in cls.__dataclass_fields__ if f != "options" and hasattr(req, f)}
+        return cls(**common, teacher_params=teacher_params, options=methods.get(req.method).sizing_options(req))
 
     @property
     def spec(self) -> methods.MethodSpec:
@@ -140,14 +145,8 @@ class Hyper:
 
     @property
     def generations(self) -> int:
-        """Completions sampled per prompt: a GRPO group, one for on-policy distillation, none otherwise."""
-        if self.spec.grouped:
-            return self.num_generations or NUM_GENERATIONS_DEFAULT
-        return 1
-
-    @property
-    def completion_length(self) -> int:
-        return self.max_completion_length or MAX_COMPLETION_DEFAULT
+        """Completions sampled per prompt: a GRPO group, one otherwise."""
+        return self.spec.group_size(self.options)
 
     @property
     def resolved_epochs(self) -> float:
@@ -163,17 +162,20 @@ class Hyper:
 
     def workload(self, size: ModelSize, gpus: int, data: DataFacts) -> Workload:
         sched = self.schedule(size.billions, gpus)
+        physical = {k: v for k, v in self.options.items() if k in WORKLOAD_FIELDS}  # packing, completion lengths
         return Workload(
             method=self.method, peft=self.peft,
             num_examples=data.num_rows or EC.DEFAULT_NUM_EXAMPLES,
             tokens_per_example=data.mean_tokens or self.spec.tokens_per_example,
             epochs=self.resolved_epochs, max_steps=self.max_steps, max_length=self.resolved_max_length,
             per_device_batch_size=sched.per_device_batch_size, gradient_accumulation=sched.gradient_accumulation,
-            packing=self.packing, num_generations=self.generations,
-            max_completion_length=self.completion_length,
+            **{**physical, "num_generations": self.generations},
             eval_split=self.eval_split or 0.0, save_steps=self.save_steps or D.SAVE_STEPS,
             teacher_params=self.teacher_params,
         )
+
+
+WORKLOAD_FIELDS = frozenset(f.name for f in fields(Workload))
 
 
 def estimate_flavors(hyper: Hyper, size: ModelSize, catalog: Catalog, data: DataFacts) -> list[FlavorEstimate]:
@@ -189,7 +191,7 @@ def choose_flavor(hyper: Hyper, size: ModelSize, catalog: Catalog, data: DataFac
     fitting = [e for e in ranked if e.fits]
     if not fitting:
         largest = max(ranked, key=lambda e: e.gpu_memory_gb)
-        raise TrainError(
+        raise NoFitError(
             f"no Jobs flavor fits this run (~{largest.memory.gb:.0f} GB per GPU needed, the largest GPU has "
             f"{largest.gpu_memory_gb:.0f} GB). " + how_to_fit(hyper.workload(size, 1, data), None)
         )
@@ -215,7 +217,7 @@ def operator_cap() -> float | None:
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value < 0:
-        raise TrainError(f"this server's HF_TRAIN_MAX_COST_USD={raw!r} is not an amount of dollars, so no paid job "
+        raise BudgetError(f"this server's HF_TRAIN_MAX_COST_USD={raw!r} is not an amount of dollars, so no paid job "
                          "can be checked against it; the operator must fix it (e.g. HF_TRAIN_MAX_COST_USD=50)")
     return value
 
@@ -260,7 +262,7 @@ def within_budget(req: Request, flavor: str, price: float | None, timeout: int,
                                         (operator_cap(), "this server's cap HF_TRAIN_MAX_COST_USD")) if v is not None]
     if price is None:  # a paid flavor the hardware list does not price: no cap or question could judge it
         against = " against " + ", ".join(f"{name} (${v:.2f})" for v, name in limits) if limits else ""
-        raise TrainError(f"the price of {flavor} is unknown (the Jobs hardware list does not list it), so its worst "
+        raise BudgetError(f"the price of {flavor} is unknown (the Jobs hardware list does not list it), so its worst "
                          f"case cannot be checked{against}; pick a flavor that list_hardware prices. Nothing was "
                          "submitted.")
     if not limits or price == 0:
@@ -278,14 +280,14 @@ def within_budget(req: Request, flavor: str, price: float | None, timeout: int,
     head = (f"the worst case ${worst:.2f} (timeout {format_duration(timeout)} x ${price:.2f}/h on {flavor}) is over "
             f"{name} (${budget:.2f}); nothing was submitted. ")
     if fits < 60:
-        raise TrainError(head + f"Not even one minute of {flavor} fits: raise the budget or use a cheaper flavor.")
+        raise BudgetError(head + f"Not even one minute of {flavor} fits: raise the budget or use a cheaper flavor.")
     advice = (f"The largest timeout that fits is {format_duration(fits)}")
     if needed and fits < needed:
         advice += (f", shorter than the ~{format_duration(needed)} this run is estimated to take: lower max_steps or "
                    "epochs, use a cheaper flavor, or raise the budget.")
     else:
         advice += f": send timeout='{format_duration(fits)}', or raise the budget."
-    raise TrainError(head + advice)
+    raise BudgetError(head + advice)
 
 
 def _placement(req: TrainingRequest, where: type, hyper: "Hyper", size: ModelSize, catalog: Catalog,
@@ -323,15 +325,8 @@ def _placement(req: TrainingRequest, where: type, hyper: "Hyper", size: ModelSiz
                 estimate = apply_measurement(estimate, measured, catalog.flavors[flavor].usd_per_hour)
                 warnings.append(f"time measured on {flavor} ({measured['seconds_per_step']} s per step): "
                                 f"~{format_duration(estimate.train_seconds)} of training")
-            if flavor.startswith("t4"):
-                gemma = "gemma" in (size.model_type or req.model.lower())  # sqrt(hidden)-scaled embeddings
-                warnings.append("T4 has no bf16: the script trains in fp16 mixed precision (can overflow); "
-                                "l4x1 has bf16 for a similar price" + (
-                                    ". Gemma models overflow fp16 (their activations pass its 65,504 maximum: "
-                                    "NaN losses): send flavor='l4x1'" if gemma else ""))
-            if estimate.hours > 4:
-                warnings.append(f"estimated {estimate.hours:.1f} h: checkpoints are pushed to the Hub every "
-                                f"{req.save_steps or D.SAVE_STEPS} steps; resume_from can continue after a timeout")
+            warnings += flavor_warnings(flavor, estimate.hours, model_type=size.model_type or req.model.lower(),
+                                        save_steps=req.save_steps or D.SAVE_STEPS)
     return flavor, gpus, estimate
 
 
@@ -339,20 +334,23 @@ def _run_timeout(req: TrainingRequest, where: type, estimate: FlavorEstimate | N
                  warnings: list[str]) -> int:
     """The caller's timeout (warned when short), else the estimate's recommendation, else the backend's default."""
     if probe_only:
-        timeout = req.timeout or probe_timeout(estimate)
-    elif req.timeout is not None:
-        timeout = req.timeout
-        short = short_timeout(timeout, estimate)
+        return req.timeout or probe_timeout(estimate)
+    return chosen_timeout(req.timeout, estimate, where.default_timeout_s, warnings)
+
+
+def chosen_timeout(requested: int | None, estimate: "FlavorEstimate | None", default_s: int,
+                   warnings: list[str]) -> int:
+    """A job's timeout: the caller's (warned when short or thin), else the estimate's recommendation, else the
+    backend's default. A training run and a follow-up job choose alike."""
+    if requested is not None:
+        short = short_timeout(requested, estimate)
         if short:
             warnings.append(short)
-        elif estimate and timeout < estimate.recommended_timeout_seconds:
-            warnings.append(f"timeout {format_duration(timeout)} leaves little margin; "
+        elif estimate and requested < estimate.recommended_timeout_seconds:
+            warnings.append(f"timeout {format_duration(requested)} leaves little margin; "
                             f"{estimate.recommended_timeout} is recommended")
-    elif estimate is not None:
-        timeout = estimate.recommended_timeout_seconds
-    else:
-        timeout = where.default_timeout_s
-    return timeout
+        return requested
+    return estimate.recommended_timeout_seconds if estimate is not None else default_s
 
 
 def _config(req: TrainingRequest, spec: Any, hyper: "Hyper", sched: Any, *, flavor: str, gpus: int,
@@ -406,8 +404,6 @@ def _config(req: TrainingRequest, spec: Any, hyper: "Hyper", sched: Any, *, flav
         "expects_gpu": expects_gpu(flavor),
         "attn_implementation": None,  # transformers' default (sdpa)
         "chat_template": CHATML if req.chat_template == "chatml" else None,
-        "num_generations": generations,  # completions per prompt (1 unless a GRPO group)
-        "max_completion_length": hyper.completion_length,
         "probe": None,
         **spec.config(req),  # what only this method's template reads (beta, reward functions, the teacher, ...)
     }

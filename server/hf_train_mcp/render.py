@@ -1,6 +1,7 @@
 """Render a training script from templates/: every user value enters as a Python (or TOML) literal.
 
-User text never reaches the template as raw text. The whole run configuration is one dict rendered by
+The CONFIG is typed (script_config.py): checked against its schema before rendering, and the rendered script
+is read for the keys it can reach, so a key a template lacks fails here. User text never reaches the template as raw text. The whole run configuration is one dict rendered by
 `python_literal`, which admits only plain data and proves round-trip with `ast.literal_eval`; the PEP 723
 header takes values only through `toml_literal`, whose output never holds a newline. A rendered script is
 compiled before it is returned, so a template bug surfaces here and not on a paid GPU.
@@ -18,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+
+from hf_train_mcp.script_config import ScriptConfig, check_template_keys, validate_config
 
 _PLAIN_SCALARS = (str, int, float, bool, type(None))
 
@@ -88,10 +91,13 @@ class Script:
     sha256: str
 
 
-def render_script(method: str, context: dict[str, Any]) -> Script:
-    """Render templates/<method>.py.j2 with `context`; the result is guaranteed to compile."""
+def render_script(method: str, schema: type[ScriptConfig], context: dict[str, Any]) -> Script:
+    """Render templates/<method>.py.j2 with `context`, whose "config" must be a valid `schema`; the result is
+    guaranteed to compile and to read no CONFIG key its schema lacks."""
+    validate_config(context["config"], schema)
     text = _environment().get_template(f"{method}.py.j2").render(**context)
     compile(text, f"{method}.py", "exec", dont_inherit=True)  # more than ast.parse: placement rules too
+    check_template_keys(text, schema)
     return Script(text=text, sha256=hashlib.sha256(text.encode()).hexdigest())
 
 

@@ -173,10 +173,10 @@ class ExportRequest(FollowupShape):
 # what a sweep sets itself on every run: a grid or base may not
 SWEEP_OWNED = frozenset({"dry_run", "idempotency_key"})
 NOT_GRIDDED = frozenset({"backend", "project", "run_name"})  # one sweep: one place, one Trackio project
-# what changes what a loss means: runs that differ in these cannot be pruned against each other
-PRUNE_INCOMPARABLE = frozenset({"method", "beta", "desirable_weight", "reward_funcs", "reward_code",
-                                "num_generations", "model", "teacher_model", "dataset", "dataset_config",
-                                "dataset_split", "column_mapping"})
+# what changes what a loss means: runs that differ in these cannot be pruned against each other (a method's own
+# such options say so where they are declared: Option.changes_loss)
+PRUNE_INCOMPARABLE = frozenset({"method", "model", "dataset", "dataset_config", "dataset_split", "column_mapping",
+                                *(o.name for o in methods.options().values() if o.changes_loss)})
 SWEEP_RUNS_MAX = 64
 
 

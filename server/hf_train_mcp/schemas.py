@@ -2,24 +2,21 @@
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, PrivateAttr
 
 from hf_train_mcp import backends, methods
 from hf_train_mcp.access import check_reference
 from hf_train_mcp.durations import parse_duration
+from hf_train_mcp.estimate.constants import FALLBACK_FLAVORS
+from hf_train_mcp.stages import Stage
 
 Method = Literal[methods.NAMES]  # type: ignore[valid-type]  # the registry's methods (methods/)
 Peft = Literal["lora", "qlora", "full"]
 BackendName = Literal[backends.NAMES]  # the registry's: a new backend is named in no list here
-Stage = Literal["SCHEDULING", "RUNNING", "COMPLETED", "CANCELED", "ERROR", "DELETED"]
 
-# Kept in sync with huggingface_hub.JobHardware by a test; a literal here keeps `tools/list` import-light.
-FLAVORS: tuple[str, ...] = (
-    "cpu-basic", "cpu-upgrade", "cpu-performance", "cpu-xl", "t4-small", "t4-medium", "l4x1", "l4x4",
-    "l40sx1", "l40sx4", "l40sx8", "a10g-small", "a10g-large", "a10g-largex2", "a10g-largex4", "a100-large",
-    "a100x4", "a100x8", "h200", "h200x2", "h200x4", "h200x8", "rtx-pro-6000", "rtx-pro-6000x2",
-    "rtx-pro-6000x4", "rtx-pro-6000x8",
-)  # fmt: skip
+# The offline hardware table names every flavor (a test holds it to huggingface_hub.JobHardware); it is plain
+# data, so `tools/list` stays import-light.
+FLAVORS: tuple[str, ...] = tuple(name for name, *_ in FALLBACK_FLAVORS)
 
 
 def _check_flavor(value: str) -> str:
@@ -229,6 +226,12 @@ class DatasetReport(BaseModel):
     suggested_column_mapping: dict[str, str] | None = None
     sample_rows: list[dict[str, Any]] = Field(default_factory=list)
     token_stats: TokenStats | None = None
+    # why token_stats is None, for the submission's own warning (not part of the tool's result)
+    _no_token_stats: str | None = PrivateAttr(default=None)
+
+    @property
+    def no_token_stats(self) -> str | None:
+        return self._no_token_stats
 
 
 SweepRunState = Literal["queued", "launching", "launched", "pruned", "failed", "canceled"]

@@ -17,7 +17,7 @@ from hf_train_mcp.chat_template import has_chat_template
 from hf_train_mcp.data import rules
 from hf_train_mcp.data.validate import validate_dataset
 from hf_train_mcp.durations import format_duration
-from hf_train_mcp.errors import TrainError
+from hf_train_mcp.errors import TrainError, DatasetError, HubError
 from hf_train_mcp.estimate.hardware import get_catalog
 from hf_train_mcp.estimate.sizing import ModelSize, model_size
 from hf_train_mcp.followup import EvalData, Subject, job_data, method_for_format, plan_evaluation, plan_export
@@ -118,7 +118,7 @@ class Planner:
                                   column_mapping=req.column_mapping, token=token, max_length=req.max_length,
                                   access=self.host.access, model=req.model)  # token lengths size the run
         if not report.valid:
-            raise TrainError(refusal(report, req.dataset, f"will not train with {req.method}"))
+            raise DatasetError(refusal(report, req.dataset, f"will not train with {req.method}"))
         warnings = []
         # The job gets exactly the mapping validation approved: a partial one completed by the suggestion.
         if (report.suggested_column_mapping or {}) != (req.column_mapping or {}):
@@ -130,7 +130,7 @@ class Planner:
         conversational = report.detected_format in ("messages", "conversational_prompt_completion") or any(
             rules.is_conversation(first.get(c)) for c in ("prompt", "chosen", "rejected", "completion"))
         if report.token_stats is None:
-            why = next((i.message for i in report.issues if "token statistics" in i.message), "no tokenizer")
+            why = report.no_token_stats or "no tokenizer"
             warnings.append(f"{why}: the estimate and default timeout assume "
                             f"{methods.get(req.method).tokens_per_example} tokens per row; pass timeout= for longer rows")
         data = DataFacts(num_rows=report.num_rows, mean_tokens=report.token_stats.mean if report.token_stats else None,
@@ -319,7 +319,7 @@ class Planner:
             if method != (subject.method or "grpo"):
                 report = check(method)
             if not report.valid:
-                raise TrainError(refusal(report, dataset, f"cannot be evaluated as {method} data"))
+                raise DatasetError(refusal(report, dataset, f"cannot be evaluated as {method} data"))
             data = EvalData(dataset=dataset, split=split,
                             config=report.config if report.config not in (None, "default") else None,
                             column_mapping=report.suggested_column_mapping or {}, eval_split=None, seed=42,
@@ -377,7 +377,7 @@ class Planner:
             held = existing_repo(repo, token)
         except TrainError as exc:
             if not dry_run:
-                raise TrainError(f"could not check whether {repo} exists before pushing the export there ({exc}); "
+                raise HubError(f"could not check whether {repo} exists before pushing the export there ({exc}); "
                                  "nothing was launched: call again in a minute") from None
             warnings.append(f"could not check whether {repo} exists yet ({exc}); a real export checks it first")
             return

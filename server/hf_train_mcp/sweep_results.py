@@ -6,9 +6,10 @@ import json
 import math
 from typing import Any
 
-from hf_train_mcp.errors import TrainError
+from hf_train_mcp.errors import TrainError, NotFoundError
 from hf_train_mcp.host import Host
-from hf_train_mcp.ledger import SETTLED_STAGES, SweepRecord
+from hf_train_mcp.ledger import SweepRecord
+from hf_train_mcp.stages import SETTLED_STAGES
 from hf_train_mcp.request import CompareRequest, TrainingRequest
 from hf_train_mcp.schemas import Comparison, RunRow, SweepResult, SweepRun
 from hf_train_mcp.sweeps import NOT_PARAMS, SweepPlan, ensure_supervised, read_all, watched
@@ -59,7 +60,7 @@ def compare(core: Host, req: CompareRequest) -> Comparison:
     if req.sweep_id:
         sweep = core.ledger.sweep(req.sweep_id)
         if sweep is None:
-            raise TrainError(f"no sweep {req.sweep_id!r} in this server's ledger: pass a sweep_id from submit_sweep")
+            raise NotFoundError(f"no sweep {req.sweep_id!r} in this server's ledger: pass a sweep_id from submit_sweep")
         core.check_sweep_access(sweep)
         ensure_supervised(core, sweep)
         runs = core.ledger.sweep_runs(sweep.sweep_id)
@@ -70,7 +71,7 @@ def compare(core: Host, req: CompareRequest) -> Comparison:
         for job_id in dict.fromkeys(req.job_ids or []):
             record = core.ledger.get(job_id)
             if record is None:
-                raise TrainError(f"job {job_id!r} is not in this server's ledger: compare_runs compares jobs it "
+                raise NotFoundError(f"job {job_id!r} is not in this server's ledger: compare_runs compares jobs it "
                                  "launched (list_jobs lists them)")
             records.append(record)
         entries = [(record.job_id, shown_params(params, core.access.remote), None)

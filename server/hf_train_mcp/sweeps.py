@@ -28,10 +28,11 @@ from hf_train_mcp import backends, methods
 from hf_train_mcp.backends.base import SubmissionUnknown
 from hf_train_mcp.access import shown_name
 from hf_train_mcp.detach import spawn
-from hf_train_mcp.errors import TrainError
+from hf_train_mcp.errors import TrainError, BudgetError
 from hf_train_mcp.host import Host
 from hf_train_mcp.hub import HubUnreachable, hub_token, scrub
-from hf_train_mcp.ledger import PENDING, SETTLED_STAGES, SUBMITTING, KeyConflict, SubmissionInProgress, SweepRecord
+from hf_train_mcp.stages import SETTLED_STAGES
+from hf_train_mcp.ledger import PENDING, SUBMITTING, KeyConflict, SubmissionInProgress, SweepRecord
 from hf_train_mcp.ledger import SweepRunRecord, now_iso
 from hf_train_mcp.measure import PROBE_KEY_PREFIX, is_probe_key
 from hf_train_mcp.paths import data_home
@@ -169,7 +170,7 @@ def plan_sweep(core: Host, req: SweepRequest, backend_name: str, progress) -> Sw
         try:
             prepared = core.preview(run, kind="train")
         except TrainError as exc:
-            raise TrainError(f"the run with {json.dumps(params)} cannot be launched: {exc}") from None
+            raise type(exc)(f"the run with {json.dumps(params)} cannot be launched: {exc}") from None  # same code
         runs.append((params, pin(prepared, backend_name), prepared))
     plan = SweepPlan(req=req, sweep_id=sweep_id, backend_name=backend_name, runs=runs)
     check_sweep_budget(req, plan)
@@ -200,7 +201,7 @@ def check_sweep_budget(req: SweepRequest, plan: SweepPlan) -> None:
     if round(worst, 5) <= round(budget, 5):
         return
     each = max(pinned.max_cost_usd or 0.0 for _, pinned, _ in plan.runs)
-    raise TrainError(
+    raise BudgetError(
         f"the sweep's worst case ${worst:.2f} ({len(plan.runs)} runs, each up to ${each:.2f}: timeout x price) is "
         f"over {name} (${budget:.2f}); nothing was launched. Send fewer grid values (or max_runs), a shorter "
         f"timeout or max_steps in base, a cheaper flavor, or raise the budget.")

@@ -17,32 +17,44 @@ def _question(rng: random.Random) -> tuple[str, str]:
     return f"What is {a} plus {b}?", str(a + b)
 
 
+def _messages(i: int, topic: str, question: str, answer: str) -> dict:
+    return {"messages": [{"role": "user", "content": f"Write one sentence about {topic}."},
+                         {"role": "assistant", "content": f"Here is a short sentence about {topic}, number {i}."}]}
+
+
+def _preference(i: int, topic: str, question: str, answer: str) -> dict:
+    return {"prompt": f"Say something kind about {topic}.",
+            "chosen": f"{topic.capitalize()} is lovely and worth a visit.",
+            "rejected": f"I do not care about {topic} at all."}
+
+
+def _prompt_only(i: int, topic: str, question: str, answer: str) -> dict:
+    return {"prompt": question, "answer": answer}  # the reference column accuracy rewards read
+
+
+def _unpaired_preference(i: int, topic: str, question: str, answer: str) -> dict:
+    kind = i % 2 == 0
+    return {"prompt": f"Say something about {topic}.",
+            "completion": f"{topic.capitalize()} is lovely." if kind else f"I hate {topic}.", "label": kind}
+
+
+ROWS = {"messages": _messages, "preference": _preference, "prompt_only": _prompt_only,
+        "unpaired_preference": _unpaired_preference}  # by dataset format (data/rules.py)
+
+
 def example_rows(method: str, n: int = 16, seed: int = 0) -> list[dict]:
-    """Small, well-formed rows in each method's TRL format."""
+    """Small, well-formed rows in the first format a method accepts (its registry entry says which)."""
+    from hf_train_mcp import methods
+
+    data_format = methods.get(method).formats[0]
+    if data_format not in ROWS:
+        raise ValueError(f"no tiny rows for the {data_format} format of method {method!r}")
+    return _rows(data_format, n, seed)
+
+
+def _rows(data_format: str, n: int, seed: int) -> list[dict]:
     rng = random.Random(seed)
-    rows = []
-    for i in range(n):
-        topic = TOPICS[i % len(TOPICS)]
-        question, answer = _question(rng)
-        if method == "sft":
-            rows.append({"messages": [
-                {"role": "user", "content": f"Write one sentence about {topic}."},
-                {"role": "assistant", "content": f"Here is a short sentence about {topic}, number {i}."},
-            ]})
-        elif method in ("dpo", "reward"):
-            rows.append({"prompt": f"Say something kind about {topic}.",
-                         "chosen": f"{topic.capitalize()} is lovely and worth a visit.",
-                         "rejected": f"I do not care about {topic} at all."})
-        elif method in ("grpo", "distill"):
-            rows.append({"prompt": question, "answer": answer})
-        elif method == "kto":
-            kind = i % 2 == 0
-            rows.append({"prompt": f"Say something about {topic}.",
-                         "completion": f"{topic.capitalize()} is lovely." if kind else f"I hate {topic}.",
-                         "label": kind})
-        else:
-            raise ValueError(method)
-    return rows
+    return [ROWS[data_format](i, TOPICS[i % len(TOPICS)], *_question(rng)) for i in range(n)]
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
@@ -59,7 +71,7 @@ def build_tiny_model(folder: Path) -> Path:
     if (folder / "config.json").exists():
         return folder
     folder.mkdir(parents=True, exist_ok=True)
-    corpus = [json.dumps(r) for m in ("sft", "dpo", "grpo") for r in example_rows(m, 64)]
+    corpus = [json.dumps(r) for f in ("messages", "preference", "prompt_only") for r in _rows(f, 64, 0)]
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()

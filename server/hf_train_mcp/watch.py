@@ -22,7 +22,6 @@ from mcp.types import EmptyResult, SubscribeRequestParams, UnsubscribeRequestPar
 log = logging.getLogger(__name__)
 JOB_URI = "hf-train://jobs/{job_id}"
 URI_PREFIX = "hf-train://jobs/"
-SETTLED = frozenset({"COMPLETED", "CANCELED", "ERROR", "DELETED"})
 
 
 def job_uri(job_id: str) -> str:

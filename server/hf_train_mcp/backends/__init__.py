@@ -10,7 +10,7 @@ import sys
 from hf_train_mcp.backends.base import Backend
 from hf_train_mcp.backends.hf_jobs import HfJobsBackend
 from hf_train_mcp.backends.local import LocalBackend
-from hf_train_mcp.errors import TrainError
+from hf_train_mcp.errors import NotFoundError
 
 BACKENDS: dict[str, type] = {}
 NAMES: tuple[str, ...] = ()
@@ -60,7 +60,7 @@ def owner_of(job_id: str) -> str:
     for name, cls in BACKENDS.items():
         if cls.claims(job_id):
             return name
-    raise TrainError(f"{job_id!r} is not a job id of any backend ({', '.join(NAMES)}): pass a job_id from "
+    raise NotFoundError(f"{job_id!r} is not a job id of any backend ({', '.join(NAMES)}): pass a job_id from "
                      "submit_training or list_jobs")
 
 

@@ -4,7 +4,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Protocol
 
-from hf_train_mcp.errors import TrainError
+from hf_train_mcp.errors import HubError, NotFoundError
 from hf_train_mcp.render import Script
 
 
@@ -46,7 +46,6 @@ class JobState:
     stale: str | None = None  # why this is the ledger's last known state, not the backend's answer
 
 
-TERMINAL_STAGES = frozenset({"COMPLETED", "CANCELED", "ERROR", "DELETED"})
 
 
 @dataclass
@@ -73,11 +72,11 @@ def submission_labels(labels: dict[str, str], submission: str, key: str | None) 
     return out
 
 
-class JobGone(TrainError):
+class JobGone(NotFoundError):
     """The backend answered that the job does not exist (deleted, or never was)."""
 
 
-class SubmissionUnknown(TrainError):
+class SubmissionUnknown(HubError):
     """A submission failed in a way that leaves it unknown whether the job was created."""
 
 

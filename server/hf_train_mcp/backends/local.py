@@ -14,7 +14,7 @@ from pathlib import Path
 
 from hf_train_mcp.backends.base import JobGone, JobRef, JobSpec, JobState, LogRead
 from hf_train_mcp.detach import spawn
-from hf_train_mcp.errors import TrainError
+from hf_train_mcp.errors import TrainError, EnvironmentMissing, NotFoundError
 from hf_train_mcp.ledger import now_iso
 from hf_train_mcp.local_runner import CANCEL_FILE, EXIT_FILE, LOG_FILE, STARTED_FILE, TIMEOUT_EXIT
 from hf_train_mcp.paths import jobs_dir
@@ -115,7 +115,7 @@ class LocalBackend:
 
     def job_dir(self, job_id: str) -> Path:
         if not job_id.startswith("local-") or not job_id[6:].isalnum():
-            raise TrainError(f"{job_id!r} is not a local job id (they look like 'local-1a2b3c4d5e6f')")
+            raise NotFoundError(f"{job_id!r} is not a local job id (they look like 'local-1a2b3c4d5e6f')")
         return jobs_dir() / job_id
 
     def training_command(self) -> list[str]:
@@ -123,7 +123,7 @@ class LocalBackend:
             return [sys.executable, "-u", "train.py"]
         if shutil.which("uv"):
             return ["uv", "run", "train.py"]
-        raise TrainError(
+        raise EnvironmentMissing(
             "local training needs the training stack: `pip install 'hf-train-mcp[train]'` (in Docker: build with "
             "--build-arg EXTRAS=train), or install uv so the script's own header can provision it"
         )

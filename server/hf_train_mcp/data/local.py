@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from hf_train_mcp.errors import TrainError
+from hf_train_mcp.errors import DatasetError, EnvironmentMissing, NotFoundError
 
 EXTENSIONS = (".jsonl", ".json", ".csv", ".parquet")
 HEAD_ROWS = 200
@@ -30,22 +30,22 @@ def data_files(source: str, allowed: Callable[[Path], bool] = lambda _: True) ->
     """The data files `source` names; a folder is walked up to MAX_WALK_ENTRIES entries (never the whole disk)."""
     path = Path(source).expanduser()
     if not path.exists():
-        raise TrainError(f"{source}: file or folder not found (a Hub dataset id looks like 'owner/name')")
+        raise NotFoundError(f"{source}: file or folder not found (a Hub dataset id looks like 'owner/name')")
     if path.is_file():
         if path.suffix.lower() not in EXTENSIONS:
-            raise TrainError(f"{source}: unsupported file type; send .jsonl, .json, .csv or .parquet")
+            raise DatasetError(f"{source}: unsupported file type; send .jsonl, .json, .csv or .parquet")
         return [path]
     files, seen = [], 0
     for folder, subfolders, names in os.walk(path):  # does not follow symlinked folders
         subfolders.sort()
         seen += len(subfolders) + len(names)
         if seen > MAX_WALK_ENTRIES:
-            raise TrainError(f"{source}: over {MAX_WALK_ENTRIES} files and folders to search; point dataset at the "
+            raise DatasetError(f"{source}: over {MAX_WALK_ENTRIES} files and folders to search; point dataset at the "
                              "data file or the folder that holds only the data")
         files += [Path(folder, n) for n in names if Path(n).suffix.lower() in EXTENSIONS]
     files = sorted(f for f in files if f.is_file() and allowed(f))
     if not files:
-        raise TrainError(f"{source}: no .jsonl/.json/.csv/.parquet files in this folder")
+        raise DatasetError(f"{source}: no .jsonl/.json/.csv/.parquet files in this folder")
     return files
 
 
@@ -86,9 +86,9 @@ def _jsonl(path: Path, seed: int) -> Sample:
         try:
             value = json.loads(raw)
         except json.JSONDecodeError as exc:
-            raise TrainError(f"{path.name} line {index + 1} is not valid JSON ({exc.msg})") from None
+            raise DatasetError(f"{path.name} line {index + 1} is not valid JSON ({exc.msg})") from None
         if not isinstance(value, dict):
-            raise TrainError(f"{path.name} line {index + 1} is not a JSON object")
+            raise DatasetError(f"{path.name} line {index + 1} is not a JSON object")
         rows.append(value)
         offsets.append(index)
 
@@ -117,7 +117,7 @@ def _json(path: Path) -> Sample:
     if isinstance(data, dict):  # {"data": [...]} / {"train": [...]}: take the first list of objects
         data = next((v for v in data.values() if isinstance(v, list)), [data])
     if not isinstance(data, list) or not all(isinstance(r, dict) for r in data[:HEAD_ROWS]):
-        raise TrainError(f"{path.name}: expected a JSON array of objects (or JSON Lines)")
+        raise DatasetError(f"{path.name}: expected a JSON array of objects (or JSON Lines)")
     rows = data[:HEAD_ROWS]
     return Sample(list(dict.fromkeys(k for r in rows for k in r)), rows, list(range(len(rows))), len(data))
 
@@ -135,7 +135,7 @@ def _parquet(path: Path) -> Sample:
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        raise TrainError("reading .parquet needs pyarrow: pip install 'hf-train-mcp[train]'") from None
+        raise EnvironmentMissing("reading .parquet needs pyarrow: pip install 'hf-train-mcp[train]'") from None
     pf = pq.ParquetFile(path)
     table = next(pf.iter_batches(batch_size=HEAD_ROWS), None)
     rows = table.to_pylist() if table is not None else []

@@ -8,8 +8,6 @@ from hf_train_mcp import methods
 from hf_train_mcp.schemas import DatasetIssue
 
 ROLES = {"system", "user", "assistant", "tool"}
-SHAREGPT_ROLES = {"human": "user", "gpt": "assistant", "system": "system", "user": "user", "assistant": "assistant",
-                  "bot": "assistant", "model": "assistant", "tool": "tool", "function": "tool"}
 # the columns each format is made of (after mapping), in the order layouts are read when no method says otherwise
 FORMAT_COLUMNS: dict[str, tuple[str, ...]] = {
     "messages": ("messages",),

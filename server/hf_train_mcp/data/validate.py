@@ -6,6 +6,7 @@ from typing import Any
 from hf_train_mcp import methods
 from hf_train_mcp.access import STDIO, Access, is_local
 from hf_train_mcp.data import rules
+from hf_train_mcp.chat_template import SHAREGPT_ROLES
 from hf_train_mcp.data.local import sample_local
 from hf_train_mcp.data.tokens import token_stats
 from hf_train_mcp.data.viewer import sample_hub
@@ -59,12 +60,12 @@ def validate_dataset(dataset: str, method: str, *, split: str = "train", config:
         issues += rules.check_rows(method, fmt, rows, sample.offsets)
     if not sample.rows:
         issues.append(DatasetIssue(severity="error", message="the dataset has no rows"))
-    stats = None
+    stats, no_stats = None, None
     if model and rows:
         step(f"counting tokens with {model}'s tokenizer")
-        stats = _token_stats(model, token, rows, fmt, max_length or methods.get(method).max_length,
-                             sample.num_rows, issues)
-    return DatasetReport(
+        stats, no_stats = _token_stats(model, token, rows, fmt, max_length or methods.get(method).max_length,
+                                       sample.num_rows, issues)
+    report = DatasetReport(
         valid=not any(i.severity == "error" for i in issues),
         dataset=dataset,
         config=chosen_config,
@@ -77,27 +78,30 @@ def validate_dataset(dataset: str, method: str, *, split: str = "train", config:
         sample_rows=[_short(r) for r in sample.rows[:3]],
         token_stats=stats,
     )
+    report._no_token_stats = no_stats
+    return report
 
 
 def _from_sharegpt(rows: list[dict]) -> list[dict]:
     """ShareGPT turns ({from, value}) as the script converts them ({role, content})."""
     if not any(rules.is_conversation(r.get("messages")) and "from" in r["messages"][0] for r in rows):
         return rows
-    return [{**r, "messages": [{"role": rules.SHAREGPT_ROLES.get(str(m.get("from")).lower(), m.get("from")),
+    return [{**r, "messages": [{"role": SHAREGPT_ROLES.get(str(m.get("from")).lower(), m.get("from")),
                                 "content": m.get("value")} for m in r["messages"]]}
             if rules.is_conversation(r.get("messages")) else r for r in rows]
 
 
 def _token_stats(model: str, token: str | None, rows: list[dict], fmt: str, limit: int, num_rows: int | None,
-                 issues: list[DatasetIssue]) -> TokenStats | None:
-    """Token statistics of the sampled rows with the model's tokenizer; why there are none, or how many rows
-    max_length would cut, as warnings."""
+                 issues: list[DatasetIssue]) -> tuple[TokenStats | None, str | None]:
+    """Token statistics of the sampled rows with the model's tokenizer, or why there are none; why there are none,
+    or how many rows max_length would cut, as warnings."""
     stats, why_not = token_stats(model, token, rows[:TOKEN_SAMPLE_ROWS], fmt, limit, num_rows, local=is_local(model))
     if stats is None:
-        issues.append(DatasetIssue(severity="warning", message=f"no token statistics with {model}'s tokenizer "
-                                   f"({why_not}); estimates will assume a typical length"))
-    elif stats.share_over_max_length > 0.1:
+        note = f"no token statistics with {model}'s tokenizer ({why_not})"
+        issues.append(DatasetIssue(severity="warning", message=f"{note}; estimates will assume a typical length"))
+        return None, note
+    if stats.share_over_max_length > 0.1:
         issues.append(DatasetIssue(severity="warning", message=f"{stats.share_over_max_length:.0%} of sampled rows "
                                    f"exceed max_length={limit} tokens (p95 {stats.p95}): raise max_length or accept "
                                    "truncation"))
-    return stats
+    return stats, None

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hf_train_mcp.data.local import Sample
-from hf_train_mcp.errors import TrainError
+from hf_train_mcp.errors import TrainError, DatasetError, HubError, NotFoundError
 from hf_train_mcp.hub import TRANSIENT_STATUS, HubUnreachable, bounded, scrub
 
 DEFAULT_SERVER = "https://datasets-server.huggingface.co"
@@ -66,16 +66,16 @@ class Viewer:
             hint = ("it is gated or private: accept its conditions at " + page + " and make sure HF_TOKEN belongs to "
                     "an account with access") if self.token else ("it is gated or private: log in (`hf auth login` or "
                                                                    "HF_TOKEN) with an account that has access")
-            raise TrainError(f"dataset {self.dataset!r} is not accessible ({response.status_code}); {hint}")
+            raise DatasetError(f"dataset {self.dataset!r} is not accessible ({response.status_code}); {hint}")
         if response.status_code == 404:
             if "config" in detail.lower() or "split" in detail.lower():
-                raise TrainError(f"dataset {self.dataset!r}: {detail or 'config or split not found'}")
-            raise TrainError(f"dataset {self.dataset!r} was not found on the Hub: check the id (owner/name), or "
+                raise NotFoundError(f"dataset {self.dataset!r}: {detail or 'config or split not found'}")
+            raise NotFoundError(f"dataset {self.dataset!r} was not found on the Hub: check the id (owner/name), or "
                              "its privacy (a private dataset needs a token with access)")
         if response.status_code in (500, 501) and ("viewer" in detail.lower() or "not supported" in detail.lower()):
-            raise TrainError(f"the dataset viewer is not available for {self.dataset!r} ({detail}); validate a "
+            raise DatasetError(f"the dataset viewer is not available for {self.dataset!r} ({detail}); validate a "
                              "local sample instead (download a few rows and pass the file), or skip_validation")
-        raise TrainError(f"dataset viewer error {response.status_code} for {self.dataset!r}: "
+        raise HubError(f"dataset viewer error {response.status_code} for {self.dataset!r}: "
                          f"{detail or 'no detail'}; retry later")
 
     def choose_config(self, config: str | None, split: str) -> str:
@@ -83,17 +83,17 @@ class Viewer:
         configs = list(dict.fromkeys(s["config"] for s in splits))
         if config:
             if configs and config not in configs:
-                raise TrainError(f"dataset {self.dataset!r} has no config {config!r}; choose one of {configs}")
+                raise DatasetError(f"dataset {self.dataset!r} has no config {config!r}; choose one of {configs}")
             chosen = config
         elif "default" in configs:
             chosen = "default"
         elif len(configs) == 1:
             chosen = configs[0]
         else:
-            raise TrainError(f"dataset {self.dataset!r} has several configs: pass config= one of {configs}")
+            raise DatasetError(f"dataset {self.dataset!r} has several configs: pass config= one of {configs}")
         names = [s["split"] for s in splits if s["config"] == chosen]
         if names and split not in names:
-            raise TrainError(f"config {chosen!r} of {self.dataset!r} has no split {split!r}; splits: {names}")
+            raise DatasetError(f"config {chosen!r} of {self.dataset!r} has no split {split!r}; splits: {names}")
         return chosen
 
     def num_rows(self, config: str, split: str) -> int | None:
@@ -111,7 +111,7 @@ def sample_hub(dataset: str, *, config: str | None, split: str, token: str | Non
     viewer = Viewer(dataset, token)
     validity = viewer.get("is-valid")
     if not (validity.get("preview") or validity.get("viewer")):
-        raise TrainError(f"the dataset viewer is not available for {dataset!r} (no preview); validate a local "
+        raise DatasetError(f"the dataset viewer is not available for {dataset!r} (no preview); validate a local "
                          "sample instead, or pass skip_validation")
     chosen = viewer.choose_config(config, split)
     first = viewer.get("first-rows", config=chosen, split=split)

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from hf_train_mcp.script_config import TrainingConfig
+
 Mapping = dict[str, str]
 
 
@@ -22,6 +24,13 @@ class Option:
     annotation: Any  # Annotated[type, Field(...)]: optional (None) unless `default` says otherwise
     sizing: bool = False
     default: Any = None
+    resolves_to: Any = None  # the value a job runs with when the caller sends none (None: the default's)
+    changes_loss: bool = False  # runs that differ in it have losses that mean different things (sweep pruning)
+
+    def resolve(self, value: Any) -> Any:
+        if value is not None:
+            return value
+        return self.default if self.resolves_to is None else self.resolves_to
 
 
 def no_config(req: Any) -> dict[str, Any]:
@@ -61,6 +70,7 @@ class MethodSpec:
     prompt_required: bool = False  # preference rows need a prompt (DPO), or the shared turns are the prompt
     template: str = ""  # templates/<template>.py.j2; the method's name by default
     config: Callable[[Any], dict[str, Any]] = no_config  # the CONFIG keys only this method's template reads
+    config_schema: type[TrainingConfig] = TrainingConfig  # their types: a subclass declared in the method's module
     check: Callable[[Any], None] = no_check  # request checks beyond the options' own (raise ValueError)
     # checks that need the models' sizes (req, ModelSize, teacher ModelSize or None): planning calls it before
     # anything is launched (raise ValueError)
@@ -73,6 +83,15 @@ class MethodSpec:
     @property
     def template_name(self) -> str:
         return self.template or self.name
+
+    def sizing_options(self, req: Any) -> dict[str, Any]:
+        """This method's options that change time or memory, each resolved to what the job runs with (a request
+        or an estimate_cost call; a script's CONFIG holds the same values under the same names)."""
+        return {o.name: o.resolve(getattr(req, o.name, None)) for o in self.options if o.sizing}
+
+    def group_size(self, sizing: dict[str, Any]) -> int:
+        """Completions sampled per prompt and trained as one group (GRPO's num_generations); 1 otherwise."""
+        return sizing["num_generations"] if self.grouped else 1
 
     def batch_rows(self, size_batch: int) -> int:
         """Rows per device step at a model-size batch: pairs count twice."""

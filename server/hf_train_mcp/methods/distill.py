@@ -8,10 +8,17 @@ from pydantic import Field
 
 from hf_train_mcp.methods.base import MethodSpec, Option
 from hf_train_mcp.methods.dpo import BETA
-from hf_train_mcp.methods.grpo import MAX_COMPLETION_LENGTH, PROMPT_ALIASES
+from hf_train_mcp.methods.grpo import MAX_COMPLETION_LENGTH, PROMPT_ALIASES, GeneratingConfig
 
 TEACHER_MODEL = Option("teacher_model", Annotated[str, Field(min_length=1, max_length=512, description=(
-    "distill: teacher model (same tokenizer)"))], sizing=True)
+    "distill: teacher model (same tokenizer)"))], sizing=True, changes_loss=True)
+
+
+class DistillConfig(GeneratingConfig):
+    teacher_model: str
+    beta: float
+
+
 BETA_DEFAULT = 0.5  # the symmetric JSD: TRL's 1.0 (reverse KL) is mode-seeking, 0.5 the GKD paper's middle
 
 
@@ -46,7 +53,8 @@ METHOD = MethodSpec(
     aliases={"prompt": PROMPT_ALIASES},
     options=(TEACHER_MODEL, BETA, MAX_COMPLETION_LENGTH), keep_columns=("prompt",),
     generates=True, prompt_length=True, check=check, check_sizes=same_vocabulary,
-    config=lambda req: {"teacher_model": req.teacher_model, "beta": BETA_DEFAULT if req.beta is None else req.beta},
+    config=lambda req: {**METHOD.sizing_options(req), "beta": BETA_DEFAULT if req.beta is None else req.beta},
+    config_schema=DistillConfig,
     card_settings=lambda config: {"teacher": config["teacher_model"], "beta": config["beta"],
                                   "max completion length": config["max_completion_length"]},
 )

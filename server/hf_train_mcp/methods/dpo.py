@@ -5,10 +5,15 @@ from typing import Annotated
 from pydantic import Field
 
 from hf_train_mcp.methods.base import MethodSpec, Option
+from hf_train_mcp.script_config import TrainingConfig
 
 BETA_DEFAULT = 0.1  # TRL's DPO and KTO default
 BETA = Option("beta", Annotated[float, Field(ge=0, le=10, description="DPO/KTO: KL strength; distill: 0 forward "
-                                                                        "KL .. 1 reverse KL")])
+                                                                        "KL .. 1 reverse KL")], changes_loss=True)
+
+
+class DpoConfig(TrainingConfig):
+    beta: float
 # target column <- the paired-answer layouts of popular preference datasets (Intel/orca_dpo_pairs: question;
 # lvwerra/stack-exchange-paired: response_j/response_k; argilla: chosen_response/rejected_response, ...)
 PAIR_ALIASES = {
@@ -34,6 +39,6 @@ METHOD = MethodSpec(
     aliases=PAIR_ALIASES, options=(BETA,), keep_columns=("prompt", "chosen", "rejected"),
     sequences_per_example=2, reference_passes=1.0, full_reference_copy=True, eval_metric="preference",
     prompt_required=True, check=positive_beta,
-    config=lambda req: {"beta": BETA_DEFAULT if req.beta is None else req.beta},
+    config=lambda req: {"beta": BETA_DEFAULT if req.beta is None else req.beta}, config_schema=DpoConfig,
     card_settings=lambda config: {"beta": config["beta"]},
 )

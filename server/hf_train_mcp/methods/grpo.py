@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field
 
 from hf_train_mcp.methods.base import MethodSpec, Option
+from hf_train_mcp.script_config import TrainingConfig
 
 NUM_GENERATIONS_DEFAULT = 8
 MAX_COMPLETION_DEFAULT = 256  # TRL's 512 doubles generation time; most reasoning-format tasks fit 256
@@ -120,12 +121,25 @@ def reward_code_dependencies(source: str | None) -> list[str]:
 
 
 NUM_GENERATIONS = Option("num_generations", Annotated[int, Field(ge=2, le=64, description="GRPO: completions per "
-                                                                                          "prompt")], sizing=True)
+                                                                                          "prompt")], sizing=True,
+                         resolves_to=NUM_GENERATIONS_DEFAULT, changes_loss=True)
 MAX_COMPLETION_LENGTH = Option("max_completion_length", Annotated[int, Field(ge=8, le=32_768, description=(
-    "GRPO/distill: tokens generated per completion"))], sizing=True)
-REWARD_FUNCS = Option("reward_funcs", Annotated[list[RewardName], Field(description="GRPO: built-in rewards")])
+    "GRPO/distill: tokens generated per completion"))], sizing=True, resolves_to=MAX_COMPLETION_DEFAULT)
+REWARD_FUNCS = Option("reward_funcs", Annotated[list[RewardName], Field(description="GRPO: built-in rewards")],
+                      changes_loss=True)
 REWARD_CODE = Option("reward_code", Annotated[str, Field(max_length=20_000, description=(
-    "GRPO: source of `def reward(completions, **kw)`")), AfterValidator(check_reward_code)])
+    "GRPO: source of `def reward(completions, **kw)`")), AfterValidator(check_reward_code)], changes_loss=True)
+
+
+class GeneratingConfig(TrainingConfig):
+    """A method that samples completions while it trains."""
+
+    max_completion_length: int
+
+
+class GrpoConfig(GeneratingConfig):
+    num_generations: int
+    reward_funcs: list[str]
 
 
 def notes(columns: set[str]) -> list[tuple[str, str, str | None]]:
@@ -148,7 +162,7 @@ METHOD = MethodSpec(
     aliases={"prompt": PROMPT_ALIASES},
     options=(NUM_GENERATIONS, MAX_COMPLETION_LENGTH, REWARD_FUNCS, REWARD_CODE),
     generates=True, grouped=True, prompt_length=True, eval_metric="reward", data_notes=notes,
-    config=lambda req: {"reward_funcs": reward_functions(req)},
+    config=lambda req: {**METHOD.sizing_options(req), "reward_funcs": reward_functions(req)}, config_schema=GrpoConfig,
     request_dependencies=lambda req: reward_code_dependencies(getattr(req, "reward_code", None)),
     card_settings=lambda config: {"generations": config["num_generations"], "rewards": ", ".join(
         config["reward_funcs"]) or "reward_code"},

@@ -11,10 +11,14 @@ from typing import Annotated
 from pydantic import Field
 
 from hf_train_mcp.methods.base import MethodSpec, Option
-from hf_train_mcp.methods.dpo import BETA, BETA_DEFAULT, PAIR_ALIASES, positive_beta
+from hf_train_mcp.methods.dpo import BETA, BETA_DEFAULT, PAIR_ALIASES, DpoConfig, positive_beta
 
 DESIRABLE_WEIGHT = Option("desirable_weight", Annotated[float, Field(gt=0, le=100, description=(
-    "KTO: weight of desirable rows"))])
+    "KTO: weight of desirable rows"))], changes_loss=True)
+
+
+class KtoConfig(DpoConfig):
+    desirable_weight: float
 
 
 def check(req) -> None:
@@ -41,6 +45,6 @@ METHOD = MethodSpec(
     # the KL batch runs the policy once more, and the reference scores both: ~3 extra forwards per token
     reference_passes=3.0, full_reference_copy=True, min_batch=2, eval_metric="preference", check=check, data_notes=notes,
     config=lambda req: {"beta": BETA_DEFAULT if req.beta is None else req.beta,
-                        "desirable_weight": req.desirable_weight or 1.0},
+                        "desirable_weight": req.desirable_weight or 1.0}, config_schema=KtoConfig,
     card_settings=lambda config: {"beta": config["beta"], "desirable weight": config["desirable_weight"]},
 )

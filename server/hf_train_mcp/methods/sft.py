@@ -5,9 +5,14 @@ from typing import Annotated
 from pydantic import Field
 
 from hf_train_mcp.methods.base import MethodSpec, Option
+from hf_train_mcp.script_config import TrainingConfig
 
 PACKING = Option("packing", Annotated[bool, Field(description="SFT: pack rows into max_length sequences")],
                  sizing=True, default=False)
+
+
+class SftConfig(TrainingConfig):
+    packing: bool
 
 METHOD = MethodSpec(
     name="sft", title="SFT", summary="supervised fine-tune",
@@ -21,5 +26,5 @@ METHOD = MethodSpec(
         "completion": ("output", "response", "answer", "target", "completion_text", "solution"),
     },
     options=(PACKING,),
-    config=lambda req: {"packing": req.packing},
+    config=lambda req: {"packing": req.packing}, config_schema=SftConfig,
 )

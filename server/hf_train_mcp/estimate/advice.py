@@ -1,0 +1,17 @@
+"""What a caller should hear about a chosen flavor: one text per concern, for an estimate and a plan alike."""
+
+LONG_RUN_HOURS = 4
+
+
+def flavor_warnings(flavor: str, hours: float, *, model_type: str, save_steps: int) -> list[str]:
+    """T4's missing bf16 (and Gemma's fp16 overflow on it), and what protects a long run."""
+    out = []
+    if flavor.startswith("t4"):
+        gemma = "gemma" in model_type  # sqrt(hidden)-scaled embeddings
+        out.append("T4 has no bf16: the script trains in fp16 mixed precision (can overflow); l4x1 has bf16 for a "
+                   "similar price" + (". Gemma models overflow fp16 (their activations pass its 65,504 maximum: "
+                                      "NaN losses): send flavor='l4x1'" if gemma else ""))
+    if hours > LONG_RUN_HOURS:
+        out.append(f"over {LONG_RUN_HOURS} h ({hours:.1f} h): checkpoints are pushed to the Hub every {save_steps} "
+                   "steps, so resume_from can continue after a timeout; a multi-GPU flavor finishes sooner")
+    return out
