@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.emulator import TOKENS, Emulator
+from tests.emulator import TOKENS, Emulator, ViewerDataset
 
 # Never read a developer's real token or cache, never phone home.
 os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
@@ -88,6 +88,15 @@ def hub(emulator: Emulator, monkeypatch: pytest.MonkeyPatch) -> Iterator[Emulato
     yield emulator
     with emulator.lock:  # jobs too: a job's labels (its idempotency key) must not answer another test's lookup
         emulator.files, emulator.models, emulator.gated_models, emulator.datasets, emulator.jobs = kept
+
+
+@pytest.fixture
+def chat(hub: Emulator) -> Emulator:
+    """The Hub, with org/chat on it: tests.helpers.CHAT_ROWS as its one train split."""
+    from tests.helpers import CHAT_ROWS  # not at the top: helpers imports huggingface_hub, which reads the env above
+
+    hub.datasets["org/chat"] = ViewerDataset({"default": {"train": CHAT_ROWS}})
+    return hub
 
 
 @pytest.fixture

@@ -9,31 +9,16 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client
-from mcp.client import ClientRequestContext
 from mcp.client.subscriptions import ResourceUpdated
-from mcp.types import (
-    ElicitRequestParams,
-    ElicitResult,
-    EmptyResult,
-    ResourceUpdatedNotification,
-    SubscribeRequest,
-    SubscribeRequestParams,
-)
+from mcp.types import EmptyResult, ResourceUpdatedNotification, SubscribeRequest, SubscribeRequestParams
 
 from hf_train_mcp.app import build_server
-from tests.emulator import Emulator, JobPlan, ViewerDataset
+from tests.emulator import Emulator, JobPlan
+from tests.helpers import CHAT_BASE as BASE
+from tests.helpers import answering
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("chat")]
 MODES = ["legacy", "auto"]
-ROWS = [{"messages": [{"role": "user", "content": f"Q{i}?"}, {"role": "assistant", "content": f"A{i}."}]}
-        for i in range(20)]
-BASE = {"model": "Qwen/Qwen2-0.5B-Instruct", "dataset": "org/chat", "hub_model_id": "emu-user/out", "max_steps": 5}
-
-
-@pytest.fixture(autouse=True)
-def chat(hub: Emulator) -> Emulator:
-    hub.datasets["org/chat"] = ViewerDataset({"default": {"train": ROWS}})
-    return hub
 
 
 class Inbox:
@@ -53,6 +38,20 @@ async def until(predicate, *, poll=None, limit: float = 10) -> None:
             if poll is not None:
                 await poll()
             await anyio.sleep(0.1)
+
+
+async def hears_the_update(client: Client, mcp: Any, job_id: str) -> None:
+    """Listening to the job's resource: the poll after the baseline (SCHEDULING) sees it change, and the listener
+    gets the event."""
+    uri = f"hf-train://jobs/{job_id}"
+    async with client.listen(resource_subscriptions=[uri]) as events:
+        await mcp.watcher.poll_once()  # the baseline: SCHEDULING
+        time.sleep(0.6)
+        assert await mcp.watcher.poll_once() == [job_id]
+        with anyio.fail_after(5):
+            async for event in events:
+                assert event == ResourceUpdated(uri=uri)
+                break
 
 
 async def test_a_legacy_client_subscribed_to_a_job_is_told_when_its_stage_changes(hub: Emulator) -> None:
@@ -75,16 +74,8 @@ async def test_a_listening_client_gets_the_update_event_of_its_job(hub: Emulator
     hub.plan_next(JobPlan(scheduling_s=0.5, running_s=30))
     async with Client(mcp) as client:
         job_id = (await client.call_tool("submit_training", BASE)).structured_content["job_id"]
-        uri = f"hf-train://jobs/{job_id}"
         await mcp.watcher.poll_once()  # no listener yet: nothing is watched
-        async with client.listen(resource_subscriptions=[uri]) as events:
-            await mcp.watcher.poll_once()  # the baseline: SCHEDULING
-            time.sleep(0.6)
-            assert await mcp.watcher.poll_once() == [job_id]
-            with anyio.fail_after(5):
-                async for event in events:
-                    assert event == ResourceUpdated(uri=uri)
-                    break
+        await hears_the_update(client, mcp, job_id)
 
 
 async def test_subscribing_to_a_job_this_server_does_not_know_over_http_is_refused(hub: Emulator) -> None:
@@ -110,15 +101,6 @@ async def test_a_submission_reports_progress_when_the_client_asks(mode: str, hub
         await until(lambda: len(messages) >= 3)  # legacy callbacks may trail the result
     assert not result.is_error
     assert any("validating" in m for m in messages) and any("sizing" in m for m in messages)
-
-
-def answering(action: str, content: dict | None = None, asked: list | None = None):
-    async def callback(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
-        if asked is not None:
-            asked.append(params.message)
-        return ElicitResult(action=action, content=content)
-
-    return callback
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -202,13 +184,5 @@ async def test_a_listener_hears_of_a_job_older_than_the_newest_hundred(hub: Emul
         for i in range(120):  # newer jobs, all finished: the listened one is far below the newest hundred
             ledger.record(replace(mine, job_id=f"newer-{i}", created_at=f"2999-01-01T00:00:{i % 60:02d}Z",
                                   idempotency_key=None, stage="COMPLETED", finished_at="2999-01-02T00:00:00Z"))
-        uri = f"hf-train://jobs/{job_id}"
-        async with client.listen(resource_subscriptions=[uri]) as events:
-            await mcp.watcher.poll_once()  # the baseline: SCHEDULING
-            time.sleep(0.6)
-            assert await mcp.watcher.poll_once() == [job_id]
-            with anyio.fail_after(5):
-                async for event in events:
-                    assert event == ResourceUpdated(uri=uri)
-                    break
+        await hears_the_update(client, mcp, job_id)
         await until(lambda: not mcp.watcher._watched(), limit=5)  # the stream closed: nothing is watched any more

@@ -12,18 +12,14 @@ from hf_train_mcp.estimate.cost import Workload, estimate_on, optimizer_steps
 from hf_train_mcp.estimate.hardware import fallback_catalog, get_catalog
 from hf_train_mcp.estimate.sizing import ModelSize, memory_need, model_size, params_from_config, params_from_name
 from tests.emulator import Emulator
+from tests.helpers import CAPYBARA_WORKLOAD as CAPYBARA
+from tests.helpers import QWEN_05B
 
 CATALOG = fallback_catalog()
-# Qwen2-0.5B-Instruct's config.json: 24 layers, hidden 896, vocab 151936, intermediate 4864, 494M parameters.
-QWEN_05B = ModelSize(494_032_768, 24, 896, 151_936, 4864, "config.json")
+# Qwen2-0.5B-Instruct's config.json (QWEN_05B is the size read from it).
 QWEN_CONFIG = {"hidden_size": 896, "num_hidden_layers": 24, "vocab_size": 151_936, "intermediate_size": 4864,
                "num_attention_heads": 14, "num_key_value_heads": 2, "tie_word_embeddings": True}
 SEVEN_B = ModelSize(7_240_000_000, 32, 4096, 32_000, 14_336, "name")
-
-# TRL's sft.py defaults on trl-lib/Capybara (shared/seeds 000 and 003): full fine-tuning, per-device batch 8, no
-# accumulation, max_length 1024, no packing, 3 epochs. The accuracy against measured runs is tests/test_calibration.py.
-CAPYBARA = dict(method="sft", peft="full", num_examples=15_806, tokens_per_example=1100, epochs=3.0,
-                max_length=1024, per_device_batch_size=8, gradient_accumulation=1, max_steps=None)
 
 
 def test_a_mixture_of_experts_computes_with_its_active_parameters_and_holds_them_all() -> None:

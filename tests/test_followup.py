@@ -3,10 +3,8 @@ scripts) and on HF Jobs (the emulator: what is posted, and what is refused befor
 
 import ast
 import json
-import time
 import warnings
 from pathlib import Path
-from typing import Any
 
 import pytest
 from mcp import Client
@@ -16,31 +14,11 @@ from hf_train_mcp.followup import LLAMA_CPP_REPO
 from hf_train_mcp.service import Core
 from tests.conftest import READ_TOKEN, WRITE_TOKEN, needs_training
 from tests.emulator import Emulator, JobPlan, ViewerDataset
-from tests.test_submit_hf import BASE, CAPYBARA_ROWS, decoded_script, script_config
+from tests.helpers import CAPYBARA_BASE as BASE
+from tests.helpers import (CAPYBARA_ROWS, call, completed_training, decoded_script, finished, refused, run_script,
+                           script_config)
 
 pytestmark = pytest.mark.anyio
-
-
-async def call(client: Client, name: str, arguments: dict[str, Any]) -> dict:
-    result = await client.call_tool(name, arguments)
-    assert not result.is_error, result.content[0].text
-    return result.structured_content
-
-
-async def refused(client: Client, name: str, arguments: dict[str, Any]) -> str:
-    result = await client.call_tool(name, arguments)
-    assert result.is_error, result.structured_content
-    return result.content[0].text
-
-
-async def finished(client: Client, job_id: str, limit: float = 300) -> dict:
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        report = await call(client, "job_status", {"job_id": job_id, "tail": 60})
-        if report["stage"] in ("COMPLETED", "ERROR", "CANCELED"):
-            return report
-        time.sleep(0.5)
-    raise AssertionError(f"{job_id} did not finish: {report}")
 
 
 # --- on this machine: train, evaluate, export, every step through the tools ------------------------------------
@@ -128,7 +106,6 @@ def test_the_evaluation_script_runs_the_gpu_half_precision_branch_on_cpu(tiny_mo
     from hf_train_mcp.logparse import parse_log
     from hf_train_mcp.request import EvaluateRequest
     from hf_train_mcp.tiny import example_rows, write_jsonl
-    from tests.test_training import run_script
 
     data = write_jsonl(tmp_path / "held_out.jsonl", example_rows("sft", 4))
     prepared = Core().preview(EvaluateRequest(model=str(tiny_model), dataset=str(data), backend="local",
@@ -145,13 +122,6 @@ def trained_on_hub(hub: Emulator) -> Emulator:
     hub.datasets["trl-lib/Capybara"] = ViewerDataset({"default": {"train": CAPYBARA_ROWS, "test": CAPYBARA_ROWS[:5]}})
     hub.models.setdefault(BASE["model"], 494_000_000)
     return hub
-
-
-async def completed_training(client: Client, hub: Emulator, **extra: Any) -> dict:
-    hub.plan_next(JobPlan(scheduling_s=0.0, running_s=0.1))
-    job = await call(client, "submit_training", {**BASE, "max_steps": 10, "eval_split": 0.1, **extra})
-    assert (await finished(client, job["job_id"], 30))["stage"] == "COMPLETED"
-    return job
 
 
 async def test_evaluating_a_hub_job_posts_an_evaluation_of_its_adapter_on_its_held_out_split(

@@ -5,32 +5,18 @@ import json
 import runpy
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from hf_train_mcp.estimate.hardware import fallback_catalog
-from hf_train_mcp.estimate.sizing import ModelSize
 from hf_train_mcp.planning import DataFacts, plan_run
 from hf_train_mcp.request import TrainingRequest
 from tests.conftest import needs_training
+from tests.helpers import RENDER_SIZE as SIZE
+from tests.helpers import load_rendered as load
+from tests.helpers import rendered, run_script
 
 pytestmark = needs_training
-SIZE = ModelSize(494_000_000, 24, 896, 151_936, 4864, "test")
-
-
-def rendered(tmp_path: Path, **overrides: Any) -> str:
-    fields = {"model": "Qwen/Qwen2-0.5B", "dataset": "org/data", "hub_model_id": "me/out", **overrides}
-    plan = plan_run(TrainingRequest(**fields), backend="hf", size=SIZE, catalog=fallback_catalog(), namespace="me",
-                    data=DataFacts(num_rows=1000))
-    path = tmp_path / "train.py"
-    path.write_text(plan.render().text)
-    return str(path)
-
-
-def load(tmp_path: Path, **overrides: Any) -> dict[str, Any]:
-    """The script's functions and CONFIG, without running main()."""
-    return runpy.run_path(rendered(tmp_path, **overrides), run_name="hftm_script_under_test")
 
 
 @pytest.mark.parametrize("method", ["sft", "dpo", "grpo", "reward"])
@@ -134,7 +120,6 @@ def test_grpo_eval_batches_hold_whole_groups_of_generations(gpus_flavor: str, ge
 def test_grpo_with_an_eval_split_trains_when_the_eval_batch_alone_would_not_divide(tiny_model: Path,
                                                                                     tmp_path: Path, offline) -> None:
     from hf_train_mcp.tiny import example_rows, write_jsonl
-    from tests.test_training import run_script
 
     data = write_jsonl(tmp_path / "data.jsonl", example_rows("grpo", 24))
     request = TrainingRequest(model=str(tiny_model), dataset=str(data), method="grpo", backend="local",

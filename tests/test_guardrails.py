@@ -12,29 +12,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp import Client
 
 from hf_train_mcp.access import Access
-from hf_train_mcp.app import build_server
 from hf_train_mcp.ledger import PENDING, Ledger
 from hf_train_mcp.service import Core
 from tests.conftest import WRITE_TOKEN, needs_training
 from tests.emulator import Emulator, JobPlan, ViewerDataset
-from tests.test_local_backend import submit_script, wait_for
-from tests.test_submit_hf import decoded_script, script_config
+from tests.helpers import CHAT_ROWS, decoded_script, job_record, script_config, submit_script, wait_for
+from tests.helpers import call_once as call
 
 pytestmark = pytest.mark.anyio
 
 SECRET_ROWS = [{"text": "aws_secret_access_key=AKIA-CANARY-0001"}]
-ROWS = [{"messages": [{"role": "user", "content": f"Q{i}?"}, {"role": "assistant", "content": f"A{i}."}]}
-        for i in range(20)]
 BASE = {"model": "Qwen/Qwen2-0.5B-Instruct", "dataset": "org/chat", "hub_model_id": "emu-user/out"}
-
-
-async def call(name: str, arguments: dict[str, Any], access: Access | None = None) -> Any:
-    server = build_server(access=access) if access else build_server()
-    async with Client(server) as client:
-        return await client.call_tool(name, arguments)
 
 
 def text(result: Any) -> str:
@@ -53,7 +43,7 @@ def secret_file(tmp_path: Path) -> Path:
 def allowed_dir(tmp_path: Path) -> Path:
     folder = tmp_path / "shared-data"
     folder.mkdir()
-    (folder / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    (folder / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in CHAT_ROWS))
     return folder
 
 
@@ -215,9 +205,9 @@ def test_a_local_job_is_given_the_token_only_for_gated_or_private_hub_repos(hub:
     hub.models["org/open-model-1B"] = 1_000_000_000
     hub.models["org/gated-model-1B"] = 1_000_000_000
     hub.gated_models.add("org/gated-model-1B")
-    hub.datasets["org/private-data"] = ViewerDataset({"default": {"train": ROWS}}, access="private")
+    hub.datasets["org/private-data"] = ViewerDataset({"default": {"train": CHAT_ROWS}}, access="private")
     local_data = tmp_path / "d.jsonl"
-    local_data.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    local_data.write_text("".join(json.dumps(r) + "\n" for r in CHAT_ROWS))
     specs = []
 
     def capture(self, script, spec):
@@ -237,12 +227,6 @@ def test_a_local_job_is_given_the_token_only_for_gated_or_private_hub_repos(hub:
 
 
 # --- the budget is the worst case -----------------------------------------------------------------------------------
-@pytest.fixture
-def chat(hub: Emulator) -> Emulator:
-    hub.datasets["org/chat"] = ViewerDataset({"default": {"train": ROWS}})
-    return hub
-
-
 async def test_a_timeout_whose_worst_case_is_over_max_cost_is_refused_with_the_timeout_that_fits(chat) -> None:
     before = len(chat.posted_jobs())
     result = await call("submit_training", {**BASE, "flavor": "a10g-small", "timeout": "168h", "max_cost_usd": 1,
@@ -383,16 +367,14 @@ def test_a_slow_server_cannot_release_or_overwrite_a_claim_it_lost(isolated_home
 
 
 def test_a_job_recorded_after_its_key_was_taken_over_is_kept_without_the_key(isolated_home: Path) -> None:
-    from tests.test_local_backend import _record
-
     ledger = Ledger()
     assert ledger.reserve("k", claim="A") is None
     with sqlite3.connect(isolated_home / "ledger.sqlite3") as db:
         db.execute("UPDATE jobs SET created_at = '2000-01-01T00:00:00Z' WHERE job_id = ?", (PENDING + "k",))
     assert ledger.reserve("k", claim="B") is None
-    assert ledger.record(_record("job-b", "k"), claim="B")
+    assert ledger.record(job_record("job-b", "k"), claim="B")
     assert not ledger.renew("k", "A")
-    assert not ledger.record(_record("job-a", "k"), claim="A")  # launched late: kept, but the key stays B's
+    assert not ledger.record(job_record("job-a", "k"), claim="A")  # launched late: kept, but the key stays B's
     assert ledger.get("job-a").idempotency_key is None and ledger.by_idempotency_key("k").job_id == "job-b"
 
 
@@ -421,9 +403,7 @@ async def test_a_submission_whose_key_was_taken_over_launches_nothing(chat, monk
 
 
 async def test_a_remote_caller_cannot_replay_a_local_jobs_key(offline, allowed_dir: Path) -> None:
-    from tests.test_local_backend import _record
-
-    Core().ledger.record(_record("local-aaaaaaaaaaaa", "shared-key", backend="local"))
+    Core().ledger.record(job_record("local-aaaaaaaaaaaa", "shared-key", backend="local"))
     result = await call("submit_training", {"model": "org/Model-1B", "dataset": "org/chat", "backend": "hf",
                                             "idempotency_key": "shared-key"}, HTTP)
     assert result.is_error and "--allow-local-jobs" in text(result) and "file://" not in text(result)

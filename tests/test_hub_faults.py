@@ -14,25 +14,14 @@ import pytest
 from mcp import Client
 
 from hf_train_mcp.app import build_server
-from tests.emulator import Emulator, JobPlan, ViewerDataset
+from tests.emulator import Emulator, JobPlan
+from tests.helpers import CHAT_BASE as BASE
+from tests.helpers import call_once as call
+from tests.helpers import job_record
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("chat")]
 
-ROWS = [{"messages": [{"role": "user", "content": f"Q{i}?"}, {"role": "assistant", "content": f"A{i}."}]}
-        for i in range(20)]
-BASE = {"model": "Qwen/Qwen2-0.5B-Instruct", "dataset": "org/chat", "hub_model_id": "emu-user/out", "max_steps": 5}
 INSPECT = r"/api/jobs/emu-user/[0-9a-f]{24}"
-
-
-@pytest.fixture(autouse=True)
-def chat(hub: Emulator) -> Emulator:
-    hub.datasets["org/chat"] = ViewerDataset({"default": {"train": ROWS}})
-    return hub
-
-
-async def call(name: str, arguments: dict[str, Any]) -> Any:
-    async with Client(build_server()) as client:
-        return await client.call_tool(name, arguments)
 
 
 async def submitted(hub: Emulator, plan: JobPlan | None = None) -> str:
@@ -234,10 +223,9 @@ def test_two_recoveries_of_one_job_record_it_once(isolated_home) -> None:
     from dataclasses import replace
 
     from hf_train_mcp.ledger import SUBMITTING, Ledger
-    from tests.test_local_backend import _record
 
     ledger = Ledger()
-    entry = _record(SUBMITTING + "abc")
+    entry = job_record(SUBMITTING + "abc")
     ledger.journal(entry)
     job = replace(entry, job_id="job-1")
     assert ledger.record(job, journal=entry.job_id)

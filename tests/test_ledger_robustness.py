@@ -5,31 +5,16 @@ readable by its owner only (it holds reward code, paths and requests)."""
 import os
 import stat
 from pathlib import Path
-from typing import Any
 
 import pytest
-from mcp import Client
 
 from hf_train_mcp.access import Access
-from hf_train_mcp.app import build_server
 from hf_train_mcp.ledger import Ledger
-from tests.emulator import Emulator, ViewerDataset
+from tests.emulator import Emulator
+from tests.helpers import CHAT_BASE as BASE
+from tests.helpers import call_once as call
 
-pytestmark = pytest.mark.anyio
-ROWS = [{"messages": [{"role": "user", "content": f"Q{i}?"}, {"role": "assistant", "content": f"A{i}."}]}
-        for i in range(20)]
-BASE = {"model": "Qwen/Qwen2-0.5B-Instruct", "dataset": "org/chat", "hub_model_id": "emu-user/out", "max_steps": 5}
-
-
-@pytest.fixture(autouse=True)
-def chat(hub: Emulator) -> Emulator:
-    hub.datasets["org/chat"] = ViewerDataset({"default": {"train": ROWS}})
-    return hub
-
-
-async def call(name: str, arguments: dict[str, Any], access: Access | None = None) -> Any:
-    async with Client(build_server(access=access) if access else build_server()) as client:
-        return await client.call_tool(name, arguments)
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("chat")]
 
 
 def ledger_files(home: Path) -> list[Path]:

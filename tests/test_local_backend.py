@@ -6,7 +6,6 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from mcp import Client
@@ -15,51 +14,12 @@ from hf_train_mcp.app import build_server
 from hf_train_mcp.ledger import JobRecord, Ledger, now_iso
 from hf_train_mcp.service import Core
 from tests.conftest import needs_training
+from tests.helpers import call, submit_script, wait_for
 
 pytestmark = pytest.mark.anyio
 
 CRASHING = "import sys\nprint('HFTM_START {}', flush=True)\nraise ValueError('dataset column prompt missing')\n"
 SLEEPING = "import time\nprint('HFTM_START {}', flush=True)\ntime.sleep(120)\n"
-
-
-async def call(client: Client, name: str, arguments: dict[str, Any]) -> dict:
-    result = await client.call_tool(name, arguments)
-    assert not result.is_error, result.content[0].text
-    return result.structured_content
-
-
-def wait_for(core: Core, job_id: str, stages: set[str], limit: float = 240) -> Any:
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        report = core.job_status(job_id)
-        if report.stage in stages:
-            return report
-        time.sleep(0.5)
-    raise AssertionError(f"{job_id} never reached {stages}; last: {report}")
-
-
-def _record(job_id: str, key: str | None = None, backend: str = "hf") -> JobRecord:
-    return JobRecord(
-        job_id=job_id, backend=backend, namespace=None, method="sft", model="m", dataset="d", request_json="{}",
-        script_sha256="0" * 64, script_path=None, job_dir=None, stage="RUNNING", flavor="a10g-small", timeout="1h",
-        job_url="file:///tmp/x" if backend == "local" else None, hub_model_id=None, model_url=None, trackio_url=None,
-        output_bucket=None, estimated_hours=None, estimated_cost_usd=None, effective_batch_size=1,
-        warnings_json="[]", idempotency_key=key, created_at=now_iso())
-
-
-def submit_script(core: Core, text: str) -> str:
-    """Start an arbitrary script through the local backend (for crash and cancel behaviour)."""
-    from hf_train_mcp.backends.base import JobSpec
-    from hf_train_mcp.render import Script
-
-    ref = core.backend("local").submit(Script(text, "0" * 64), JobSpec("sft", "local-cpu", 1, 600, {}, []))
-    core.ledger.record(JobRecord(
-        job_id=ref.job_id, backend="local", namespace=None, method="sft", model="m", dataset="d", request_json="{}",
-        script_sha256="0" * 64, script_path=None, job_dir=ref.job_dir, stage=ref.stage, flavor="local-cpu",
-        timeout="10m", job_url=ref.url, hub_model_id=None, model_url=None, trackio_url=None, output_bucket=None,
-        estimated_hours=None, estimated_cost_usd=None, effective_batch_size=1, warnings_json="[]",
-        idempotency_key=None, created_at=now_iso()))
-    return ref.job_id
 
 
 @needs_training

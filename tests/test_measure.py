@@ -14,6 +14,7 @@ from hf_train_mcp.app import build_server
 from hf_train_mcp.tiny import example_rows, write_jsonl
 from tests.conftest import needs_training
 from tests.emulator import Emulator, JobPlan, ViewerDataset
+from tests.helpers import CHAT_ROWS, decoded_script
 
 pytestmark = pytest.mark.anyio
 
@@ -107,12 +108,8 @@ async def test_measure_without_a_dataset_is_refused(offline) -> None:
     assert result.is_error and "pass dataset" in result.content[0].text
 
 
-ROWS = [{"messages": [{"role": "user", "content": f"Q{i}?"}, {"role": "assistant", "content": f"A{i}."}]}
-        for i in range(20)]
-
-
+@pytest.mark.usefixtures("chat")
 async def test_a_measurement_on_jobs_is_a_short_job_that_pushes_nothing(hub: Emulator) -> None:
-    hub.datasets["org/chat"] = ViewerDataset({"default": {"train": ROWS}})
     probe = {"steps": 3, "seconds_per_step": 2.0, "tokens_per_second": 900.0, "peak_memory_gb": 3.1,
              "device": "NVIDIA A10G", "gpu_memory_gb": 23.7, "planned_steps": 300, "projected_train_seconds": 600}
     import json
@@ -125,10 +122,9 @@ async def test_a_measurement_on_jobs_is_a_short_job_that_pushes_nothing(hub: Emu
         assert first["measurement"]["stage"] is not None
         job = hub.posted_jobs()[-1]
         assert job["labels"]["kind"] == "probe" and job["flavor"] == "a10g-small"
-        import base64
         import re
 
-        script = base64.b64decode(job["environment"]["HFTM_SCRIPT_B64"]).decode()
+        script = decoded_script(job)
         assert "'push_to_hub': False" in script and "'hub_model_id': None" in script and "'trackio': False" in script
         assert re.search(r"'probe': \{'steps': 3,\s+'only': True", script)
         assert "HF_TOKEN" in job["secrets"] and not any("hf_emu" in str(v) for v in job["environment"].values())
@@ -146,8 +142,8 @@ async def test_a_measurement_on_jobs_is_a_short_job_that_pushes_nothing(hub: Emu
     assert sub["estimated_hours"] == pytest.approx(measured["hours"], rel=0.02)
 
 
+@pytest.mark.usefixtures("chat")
 async def test_a_callers_idempotency_key_cannot_pose_as_a_measurement(hub: Emulator) -> None:
-    hub.datasets["org/chat"] = ViewerDataset({"default": {"train": ROWS}})
     async with Client(build_server()) as client:
         result = await client.call_tool("submit_training", {
             "model": "Qwen/Qwen2-0.5B-Instruct", "dataset": "org/chat", "hub_model_id": "emu-user/out",
@@ -155,8 +151,8 @@ async def test_a_callers_idempotency_key_cannot_pose_as_a_measurement(hub: Emula
     assert result.is_error and "may not start with 'probe-'" in result.content[0].text
 
 
+@pytest.mark.usefixtures("chat")
 async def test_a_measurement_that_ended_without_measuring_is_a_failure_measure_tries_again(hub: Emulator) -> None:
-    hub.datasets["org/chat"] = ViewerDataset({"default": {"train": ROWS}})
     hub.plan_next(JobPlan(scheduling_s=0, running_s=0.1, log_lines=["HFTM_START {}", "HFTM_DONE {}"]))
     args = {"model": "Qwen/Qwen2-0.5B-Instruct", "dataset": "org/chat", "flavor": "a10g-small", "max_steps": 300}
     async with Client(build_server()) as client:
@@ -170,8 +166,8 @@ async def test_a_measurement_that_ended_without_measuring_is_a_failure_measure_t
     assert again["measurement"]["job_id"] != first["measurement"]["job_id"]
 
 
+@pytest.mark.usefixtures("chat")
 async def test_nothing_is_measured_when_no_flavor_fits(hub: Emulator) -> None:
-    hub.datasets["org/chat"] = ViewerDataset({"default": {"train": ROWS}})
     before = len(hub.posted_jobs())
     async with Client(build_server()) as client:
         result = await client.call_tool("estimate_cost", {
@@ -190,7 +186,7 @@ async def test_estimate_cost_is_not_announced_as_read_only_since_it_can_launch_a
 async def test_a_measurement_of_another_split_is_not_reused(hub: Emulator) -> None:
     import json
 
-    hub.datasets["org/chat"] = ViewerDataset({"default": {"train": ROWS, "big": ROWS * 50}})
+    hub.datasets["org/chat"] = ViewerDataset({"default": {"train": CHAT_ROWS, "big": CHAT_ROWS * 50}})
     probe = {"seconds_per_step": 0.5, "peak_memory_gb": 2.0, "planned_steps": 2}
     hub.plan_next(JobPlan(scheduling_s=0, running_s=0.1, log_lines=[f"HFTM_PROBE {json.dumps(probe)}", "HFTM_DONE {}"]))
     args = {"model": "Qwen/Qwen2-0.5B-Instruct", "dataset": "org/chat", "flavor": "a10g-small"}

@@ -21,8 +21,8 @@ from hf_train_mcp.planning import DataFacts, plan_run
 from hf_train_mcp.request import TrainingRequest
 from hf_train_mcp.schemas import Method
 from tests.conftest import needs_training
-from tests.test_estimate import CAPYBARA, QWEN_05B
-from tests.test_followup import call, finished
+from tests.helpers import CAPYBARA_WORKLOAD as CAPYBARA
+from tests.helpers import QWEN_05B, call, finished
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 CHAT = [{"role": "user", "content": "What is 2 + 2?"}, {"role": "assistant", "content": "4"}]

@@ -7,11 +7,11 @@ import itertools
 import pytest
 
 from hf_train_mcp.estimate.hardware import fallback_catalog
-from hf_train_mcp.estimate.sizing import ModelSize
 from hf_train_mcp.planning import DataFacts, plan_run
 from hf_train_mcp.render import python_literal, toml_literal
 from hf_train_mcp.request import TrainingRequest
 from hf_train_mcp.schemas import FLAVORS
+from tests.helpers import RENDER_SIZE as SIZE
 
 HOSTILE = [
     '"); import os; os.system("x")#',
@@ -21,7 +21,6 @@ HOSTILE = [
     "\\x00\\ \\' \" {{ config }} {% raw %}",
     "name\u2028with\u2029separators",
 ]
-SIZE = ModelSize(494_000_000, 24, 896, 151_936, 4864, "test")
 
 
 def statements(text: str) -> list[str]:

@@ -6,7 +6,6 @@ import io
 import json
 import os
 import runpy
-import socket
 import subprocess
 import sys
 import tarfile
@@ -23,6 +22,7 @@ from hf_train_mcp.estimate.sizing import ModelSize, model_size
 from hf_train_mcp.planning import DataFacts, plan_run
 from hf_train_mcp.request import TrainingRequest
 from tests.conftest import needs_training
+from tests.helpers import free_port, load_rendered
 
 QWEN_SMALL = ModelSize(494_000_000, 24, 896, 151_936, 4864, "test", config_vocab=151_936)
 
@@ -276,15 +276,13 @@ def test_an_evaluation_on_several_gpus_stops_when_part_of_the_model_was_offloade
 def test_on_a_gpu_the_model_and_teacher_are_placed_whole_on_the_ranks_gpu(tmp_path: Path, monkeypatch) -> None:
     """TRL's create_model_from_path defaults to device_map="auto" on a GPU (trl/trainer/utils.py), which offloads
     what does not fit to CPU or disk and trains on there, slowly, until the timeout."""
-    from tests.test_gpu_paths import load
-
     fake_cuda(monkeypatch, 1)
     prec = {"dtype": "bfloat16"}
     for peft in ("lora", "full"):
-        assert load(tmp_path, peft=peft)["model_init_kwargs"](prec)["device_map"] == {"": 0}
+        assert load_rendered(tmp_path, peft=peft)["model_init_kwargs"](prec)["device_map"] == {"": 0}
     monkeypatch.setenv("LOCAL_RANK", "1")
-    assert load(tmp_path)["own_gpu"]() == {"device_map": {"": 1}}
-    distill = load(tmp_path, method="distill", teacher_model="Qwen/Qwen2-1.5B")
+    assert load_rendered(tmp_path)["own_gpu"]() == {"device_map": {"": 1}}
+    distill = load_rendered(tmp_path, method="distill", teacher_model="Qwen/Qwen2-1.5B")
     source = Path(tmp_path / "train.py").read_text()
     assert '"float16" if prec["fp16"] else "float32", **own_gpu()}' in source and distill["own_gpu"]
 
@@ -417,12 +415,6 @@ sys.argv = ["train.py"]
 runpy.run_path("train.py", run_name="__main__")
 audit("returned")
 '''
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @needs_training

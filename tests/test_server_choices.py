@@ -5,7 +5,6 @@ source, and the CLI reads the timeout forms the docs give."""
 import json
 import subprocess
 import sys
-from typing import Any
 
 import pytest
 from mcp import Client
@@ -14,26 +13,19 @@ import tests.emulator as emulator_module
 from hf_train_mcp.app import build_server
 from hf_train_mcp.estimate.hardware import reset_cache
 from tests.emulator import Emulator, JobPlan, ViewerDataset
-from tests.test_followup import BASE as FOLLOWUP_BASE
-from tests.test_followup import completed_training
+from tests.helpers import CAPYBARA_BASE, CHAT_ROWS, completed_training
+from tests.helpers import call_once as call
 
 pytestmark = pytest.mark.anyio
-ROWS = [{"messages": [{"role": "user", "content": f"Q{i}?"}, {"role": "assistant", "content": f"A{i}."}]}
-        for i in range(20)]
 BASE = {"model": "meta-llama/Llama-3.1-8B", "dataset": "org/chat", "hub_model_id": "emu-user/out"}
 
 
 @pytest.fixture(autouse=True)
-def chat(hub: Emulator) -> Emulator:
-    hub.datasets["org/chat"] = ViewerDataset({"default": {"train": ROWS}})
-    hub.datasets["trl-lib/Capybara"] = ViewerDataset({"default": {"train": ROWS, "test": ROWS[:5]}})
-    hub.models.setdefault(FOLLOWUP_BASE["model"], 494_000_000)
-    return hub
-
-
-async def call(name: str, arguments: dict[str, Any]) -> Any:
-    async with Client(build_server()) as client:
-        return await client.call_tool(name, arguments)
+def capybara_too(chat: Emulator) -> Emulator:
+    """org/chat, and trl-lib/Capybara (with its model) for completed_training."""
+    chat.datasets["trl-lib/Capybara"] = ViewerDataset({"default": {"train": CHAT_ROWS, "test": CHAT_ROWS[:5]}})
+    chat.models.setdefault(CAPYBARA_BASE["model"], 494_000_000)
+    return chat
 
 
 @pytest.mark.parametrize("tool", ["submit_training", "estimate_cost"])
@@ -55,7 +47,7 @@ async def test_a_server_chosen_timeout_over_seven_days_is_refused_before_posting
 @pytest.mark.parametrize("tool", ["submit_training", "submit_sweep"])
 async def test_a_flavor_the_hardware_list_does_not_price_is_refused_even_without_a_budget(tool: str,
                                                                                           hub: Emulator) -> None:
-    run = {**BASE, "model": FOLLOWUP_BASE["model"], "flavor": "cpu-xl", "max_steps": 5, "chat_template": "chatml"}
+    run = {**BASE, "model": CAPYBARA_BASE["model"], "flavor": "cpu-xl", "max_steps": 5, "chat_template": "chatml"}
     arguments = run if tool == "submit_training" else {"base": run, "grid": {"learning_rate": [1e-4, 2e-4]}}
     before = len(hub.posted_jobs())
     result = await call(tool, arguments)  # cpu-xl is missing from the emulated live list
@@ -73,18 +65,18 @@ async def test_a_zero_or_missing_live_price_never_turns_the_caps_off(hub: Emulat
     hardware = (await call("list_hardware", {})).structured_content
     prices = {row["flavor"]: row["usd_per_hour"] for row in hardware["flavors"]}
     assert prices["a10g-small"] > 0 and prices["l4x1"] > 0 and "mystery-gpu" not in prices
-    out = await call("submit_training", {**BASE, "model": FOLLOWUP_BASE["model"], "flavor": "a10g-small",
+    out = await call("submit_training", {**BASE, "model": CAPYBARA_BASE["model"], "flavor": "a10g-small",
                                          "max_steps": 5, "chat_template": "chatml", "dry_run": True,
                                          "max_cost_usd": 50})
     assert not out.is_error, out.content[0].text
     assert out.structured_content["worst_case_cost_usd"] > 0
-    estimate = (await call("estimate_cost", {"model": FOLLOWUP_BASE["model"], "flavor": "a10g-small"})).structured_content
+    estimate = (await call("estimate_cost", {"model": CAPYBARA_BASE["model"], "flavor": "a10g-small"})).structured_content
     assert estimate["cost_usd"] > 0 and any("no price" in w for w in estimate["warnings"])
 
 
 async def test_an_export_never_lands_on_its_own_source_or_into_an_adapter_repo(hub: Emulator) -> None:
     hub.files[("emu-user/someone-adapter", "adapter_config.json")] = json.dumps(
-        {"base_model_name_or_path": FOLLOWUP_BASE["model"], "peft_type": "LORA", "task_type": "CAUSAL_LM"}).encode()
+        {"base_model_name_or_path": CAPYBARA_BASE["model"], "peft_type": "LORA", "task_type": "CAUSAL_LM"}).encode()
     hub.models["emu-user/someone-adapter"] = 1_000_000
     hub.models["emu-user/existing-model"] = 494_000_000
     async with Client(build_server()) as client:

@@ -7,42 +7,22 @@ from typing import Any
 
 import pytest
 from mcp import Client
-from mcp.client import ClientRequestContext
-from mcp.types import ElicitRequestParams, ElicitResult
 
 from hf_train_mcp.app import build_server
 from hf_train_mcp.errors import TrainError
 from hf_train_mcp.request import EstimateRequest
 from hf_train_mcp.service import Core
-from tests.emulator import Emulator, JobPlan, ViewerDataset
+from tests.emulator import Emulator, JobPlan
+from tests.helpers import CHAT_BASE as BASE
+from tests.helpers import answering
 
 pytestmark = pytest.mark.anyio
-ROWS = [{"messages": [{"role": "user", "content": f"Q{i}?"}, {"role": "assistant", "content": f"A{i}."}]}
-        for i in range(20)]
-BASE = {"model": "Qwen/Qwen2-0.5B-Instruct", "dataset": "org/chat", "hub_model_id": "emu-user/out", "max_steps": 5}
 
 
 @pytest.fixture(autouse=True)
-def chat(hub: Emulator, monkeypatch: pytest.MonkeyPatch) -> Emulator:
-    hub.datasets["org/chat"] = ViewerDataset({"default": {"train": ROWS}})
+def confirm_above_a_cent(chat: Emulator, monkeypatch: pytest.MonkeyPatch) -> Emulator:
     monkeypatch.setenv("HF_TRAIN_CONFIRM_ABOVE_USD", "0.01")
-    return hub
-
-
-def declining(asked: list[str]):
-    async def callback(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
-        asked.append(params.message)
-        return ElicitResult(action="decline")
-
-    return callback
-
-
-def accepting(asked: list[str]):
-    async def callback(context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
-        asked.append(params.message)
-        return ElicitResult(action="accept", content={"submit": True})
-
-    return callback
+    return chat
 
 
 @pytest.mark.parametrize(("tool", "arguments"), [
@@ -57,7 +37,7 @@ async def test_a_confirmation_that_could_not_be_prepared_refuses_instead_of_laun
     monkeypatch.setattr(Core, "preview", flaky_preview)
     asked: list[str] = []
     before = len(hub.posted_jobs())
-    async with Client(build_server(), elicitation_callback=declining(asked)) as client:
+    async with Client(build_server(), elicitation_callback=answering("decline", asked=asked)) as client:
         result = await client.call_tool(tool, arguments)
     assert result.is_error and "nothing was launched" in result.content[0].text
     assert "404" in result.content[0].text  # the reason, so the caller knows to retry
@@ -68,18 +48,18 @@ async def test_a_measurement_job_is_confirmed_like_any_paid_job(hub: Emulator) -
     arguments = {"model": BASE["model"], "dataset": "org/chat", "measure": True, "flavor": "a10g-small"}
     asked: list[str] = []
     before = len(hub.posted_jobs())
-    async with Client(build_server(), elicitation_callback=declining(asked)) as client:
+    async with Client(build_server(), elicitation_callback=answering("decline", asked=asked)) as client:
         declined = await client.call_tool("estimate_cost", arguments)
     assert declined.is_error and "not submitted" in declined.content[0].text
     assert len(hub.posted_jobs()) == before
     assert asked and asked[0].startswith("It can bill at most $") and "measurement" in asked[0]
     hub.plan_next(JobPlan(scheduling_s=0.0, running_s=600.0))  # still measuring at the third call
-    async with Client(build_server(), elicitation_callback=accepting(asked)) as client:
+    async with Client(build_server(), elicitation_callback=answering("accept", {"submit": True}, asked)) as client:
         accepted = await client.call_tool("estimate_cost", arguments)
     assert not accepted.is_error, accepted.content[0].text
     assert accepted.structured_content["measurement"]["job_id"]
     assert len(hub.posted_jobs()) == before + 1
-    async with Client(build_server(), elicitation_callback=declining(asked := [])) as client:
+    async with Client(build_server(), elicitation_callback=answering("decline", asked=(asked := []))) as client:
         again = await client.call_tool("estimate_cost", arguments)  # measuring already: nothing to launch or ask
     assert not again.is_error and asked == [] and len(hub.posted_jobs()) == before + 1
 
@@ -129,7 +109,7 @@ async def test_a_model_name_that_is_not_a_reference_is_refused_before_any_questi
     arguments = {**BASE, "model": model}
     if tool == "submit_sweep":
         arguments = {"base": arguments, "grid": {"learning_rate": [1e-4, 2e-4]}}
-    async with Client(build_server(), elicitation_callback=accepting(asked)) as client:
+    async with Client(build_server(), elicitation_callback=answering("accept", {"submit": True}, asked)) as client:
         result = await client.call_tool(tool, arguments)
     assert result.is_error and ("invalid arguments" in result.content[0].text or "not a Hub id" in
                                 result.content[0].text or "invisible" in result.content[0].text)
@@ -140,7 +120,7 @@ async def test_a_model_name_that_is_not_a_reference_is_refused_before_any_questi
 async def test_the_question_leads_with_the_servers_figures(tool: str, hub: Emulator) -> None:
     asked: list[str] = []
     arguments = BASE if tool == "submit_training" else {"base": BASE, "grid": {"learning_rate": [1e-4, 2e-4]}}
-    async with Client(build_server(), elicitation_callback=declining(asked)) as client:
+    async with Client(build_server(), elicitation_callback=answering("decline", asked=asked)) as client:
         await client.call_tool(tool, arguments)
     question = asked[0]
     assert question.startswith("It can bill at most $")

@@ -1,48 +1,26 @@
 """submit_training and job_status on HF Jobs, through the MCP tools, against the emulated Jobs API."""
 
 import ast
-import base64
 import json
 import re
 import shlex
 import time
-from typing import Any
 
 import pytest
-from mcp import Client
 
-from hf_train_mcp.app import build_server
 from tests.conftest import READ_TOKEN, WRITE_TOKEN
 from tests.emulator import Emulator, JobPlan, ViewerDataset
+from tests.helpers import CAPYBARA_BASE as BASE
+from tests.helpers import CAPYBARA_ROWS, decoded_script, script_config
+from tests.helpers import call_once as call
 
 pytestmark = pytest.mark.anyio
-
-CAPYBARA_ROWS = [
-    {"messages": [{"role": "user", "content": f"Question {i}?"}, {"role": "assistant", "content": f"Answer {i}."}]}
-    for i in range(40)
-]
-BASE = {"model": "Qwen/Qwen2-0.5B-Instruct", "dataset": "trl-lib/Capybara", "hub_model_id": "emu-user/qwen-sft"}
 
 
 @pytest.fixture(autouse=True)
 def capybara(hub: Emulator) -> Emulator:
     hub.datasets["trl-lib/Capybara"] = ViewerDataset({"default": {"train": CAPYBARA_ROWS, "test": CAPYBARA_ROWS[:5]}})
     return hub
-
-
-async def call(name: str, arguments: dict[str, Any]) -> Any:
-    async with Client(build_server()) as client:
-        return await client.call_tool(name, arguments)
-
-
-def decoded_script(job_spec: dict) -> str:
-    return base64.b64decode(job_spec["environment"]["HFTM_SCRIPT_B64"]).decode()
-
-
-def script_config(script: str) -> dict:
-    """The CONFIG literal of a rendered script, as the job will see it."""
-    node = next(n for n in ast.parse(script).body if isinstance(n, ast.Assign) and n.targets[0].id == "CONFIG")
-    return ast.literal_eval(node.value)
 
 
 def assert_no_token(text: str) -> None:

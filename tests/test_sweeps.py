@@ -24,8 +24,8 @@ from hf_train_mcp.paths import data_home
 from hf_train_mcp.service import Core
 from tests.conftest import needs_training
 from tests.emulator import Emulator, JobPlan, ViewerDataset
-from tests.test_followup import call, refused
-from tests.test_submit_hf import BASE, CAPYBARA_ROWS, decoded_script, script_config
+from tests.helpers import CAPYBARA_BASE as BASE
+from tests.helpers import CAPYBARA_ROWS, answering, call, decoded_script, job_record, refused, script_config
 
 pytestmark = pytest.mark.anyio
 HF_BASE = {**BASE, "flavor": "a10g-large", "timeout": "1h", "max_steps": 10}  # a10g-large: $1.50/h built in
@@ -56,6 +56,23 @@ def loss_lines(losses: list[float], total: int = 10, filler: int = 300) -> list[
     logged = [f'HFTM_LOG {{"step": {step}, "total_steps": {total}, "loss": {loss}}}'
               for step, loss in enumerate(losses, 1)]
     return ["HFTM_START {}", *logged, *(["still training"] * filler)]
+
+
+def sweep_posts(hub: Emulator, sweep_id: str) -> list[dict]:
+    """The jobs posted for this sweep's runs."""
+    return [spec for spec in hub.posted_jobs() if "HFTM_SCRIPT_B64" in spec["environment"]
+            and script_config(decoded_script(spec)).get("project") == sweep_id]
+
+
+async def unsupervised_sweep(hub: Emulator, monkeypatch: pytest.MonkeyPatch, planned: int = 1) -> dict:
+    """A two-run sweep, one run at a time, whose supervisor never comes up (the test makes each look); the first
+    `planned` jobs run until canceled."""
+    monkeypatch.setattr(sweeps, "ensure_supervised", lambda core, sweep: None)
+    for _ in range(planned):
+        hub.plan_next(JobPlan(scheduling_s=0.1, running_s=600))
+    async with Client(build_server()) as client:
+        return await call(client, "submit_sweep", {"base": HF_BASE, "grid": {"learning_rate": [1e-5, 1e-4]},
+                                                   "max_parallel": 1})
 
 
 # --- budgets and retries, against the emulated Hub ---------------------------------------------------------
@@ -139,8 +156,6 @@ def test_two_servers_racing_with_one_key_launch_one_sweep(capybara: Emulator) ->
 
 
 async def test_a_sweep_is_confirmed_once_for_its_whole_worst_case(capybara: Emulator, monkeypatch) -> None:
-    from tests.test_agent_surface import answering
-
     monkeypatch.setenv("HF_TRAIN_CONFIRM_ABOVE_USD", "2")  # one run ($1.50) would not be asked; two ($3.00) are
     asked: list[str] = []
     before = len(capybara.posted_jobs())
@@ -174,19 +189,15 @@ async def test_queued_runs_start_only_as_slots_free(capybara: Emulator, monkeypa
     assert [job["state"] for job in sweep["jobs"]] == ["launched", "launched", "queued"] and started == [sweep_id]
     assert "1 run(s) wait for a free slot" in sweep["next_step"]
 
-    def posted() -> list[dict]:
-        return [spec for spec in capybara.posted_jobs() if "HFTM_SCRIPT_B64" in spec["environment"]
-                and script_config(decoded_script(spec)).get("project") == sweep_id]
-
     time.sleep(0.5)
     assert sweeps.supervise_once(Core(), sweep_id)  # both slots busy: nothing starts
-    assert len(posted()) == 2
+    assert len(sweep_posts(capybara, sweep_id)) == 2
     Core().cancel_job(sweep["jobs"][0]["job_id"])  # a slot frees: two supervisors see it at once
     with ThreadPoolExecutor(2) as pool:
         assert all(pool.map(lambda core: sweeps.supervise_once(core, sweep_id), [Core(), Core()]))
     runs = Ledger().sweep_runs(sweep_id)
     assert runs[2].state == "launched" and runs[2].job_id
-    assert len(posted()) == 3  # run 3 once, though both launched it
+    assert len(sweep_posts(capybara, sweep_id)) == 3  # run 3 once, though both launched it
     pinned = json.loads(runs[2].request_json)  # started later, within what was approved: $1.50 at most
     assert (pinned["backend"], pinned["flavor"], pinned["timeout"], pinned["max_cost_usd"]) == (
         "hf", "a10g-large", 3600, 1.5)
@@ -374,11 +385,7 @@ async def test_a_two_run_local_sweep_completes_one_at_a_time_and_is_ranked(tiny_
 
 
 async def test_a_hub_hiccup_at_launch_leaves_the_run_queued_for_the_next_look(capybara: Emulator, monkeypatch) -> None:
-    monkeypatch.setattr(sweeps, "ensure_supervised", lambda core, sweep: None)
-    capybara.plan_next(JobPlan(scheduling_s=0.1, running_s=600))
-    async with Client(build_server()) as client:
-        sweep = await call(client, "submit_sweep", {"base": HF_BASE, "grid": {"learning_rate": [1e-5, 1e-4]},
-                                                    "max_parallel": 1})
+    sweep = await unsupervised_sweep(capybara, monkeypatch)
     sweep_id = sweep["sweep_id"]
     Core().cancel_job(sweep["jobs"][0]["job_id"])  # a slot frees
     capybara.fail_next("GET", r"/api/whoami-v2", 503, count=20)  # the Hub is down while the next run is planned
@@ -392,11 +399,6 @@ async def test_a_hub_hiccup_at_launch_leaves_the_run_queued_for_the_next_look(ca
 
 
 # --- launches whose outcome is unknown, keys, concurrency, supervisors ------------------------------------------
-def sweep_posts(hub: Emulator, sweep_id: str) -> list[dict]:
-    return [spec for spec in hub.posted_jobs() if "HFTM_SCRIPT_B64" in spec["environment"]
-            and script_config(decoded_script(spec)).get("project") == sweep_id]
-
-
 async def test_a_run_whose_post_may_have_made_its_job_waits_for_the_hubs_word(capybara: Emulator,
                                                                                monkeypatch) -> None:
     from hf_train_mcp import ledger as ledger_module
@@ -446,12 +448,7 @@ async def test_canceling_a_sweep_cancels_the_job_of_a_launch_killed_mid_post(cap
     import subprocess
     import sys
 
-    monkeypatch.setattr(sweeps, "ensure_supervised", lambda core, sweep: None)
-    for _ in range(2):
-        capybara.plan_next(JobPlan(scheduling_s=0.1, running_s=600))
-    async with Client(build_server()) as client:
-        sweep = await call(client, "submit_sweep", {"base": HF_BASE, "grid": {"learning_rate": [1e-5, 1e-4]},
-                                                    "max_parallel": 1})
+    sweep = await unsupervised_sweep(capybara, monkeypatch, planned=2)
     sweep_id = sweep["sweep_id"]
     proc = subprocess.run([sys.executable, "-c", SWEEP_KILLER, sweep_id], env=dict(os.environ), timeout=180,
                           capture_output=True, text=True)
@@ -485,16 +482,11 @@ async def test_a_run_whose_key_names_another_kind_of_job_fails_instead_of_waitin
                                                                                          monkeypatch) -> None:
     from dataclasses import replace
 
-    from tests.test_local_backend import _record
-
-    monkeypatch.setattr(sweeps, "ensure_supervised", lambda core, sweep: None)
-    capybara.plan_next(JobPlan(scheduling_s=0.1, running_s=600))
-    async with Client(build_server()) as client:
-        sweep = await call(client, "submit_sweep", {"base": HF_BASE, "grid": {"learning_rate": [1e-5, 1e-4]},
-                                                    "max_parallel": 1})
+    sweep = await unsupervised_sweep(capybara, monkeypatch)
     sweep_id = sweep["sweep_id"]
     # a ledger written before keys were checked: an evaluation holds run 1's key
-    Ledger().record(replace(_record("job-eval", key=sweeps.run_key(sweep_id, 1)), kind="evaluate", stage="COMPLETED"))
+    Ledger().record(replace(job_record("job-eval", key=sweeps.run_key(sweep_id, 1)), kind="evaluate",
+                            stage="COMPLETED"))
     Core().cancel_job(sweep["jobs"][0]["job_id"])  # a slot frees
     before = len(capybara.posted_jobs())
     sweeps.supervise_once(Core(), sweep_id)

@@ -4,9 +4,6 @@ The script is the exact text submit_training renders (local backend: same templa
 with this Python, as the local backend does.
 """
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +15,7 @@ from hf_train_mcp.logparse import parse_log
 from hf_train_mcp.planning import DataFacts, plan_run
 from hf_train_mcp.request import TrainingRequest
 from tests.conftest import needs_training
+from tests.helpers import run_script
 
 pytestmark = [needs_training, pytest.mark.training]
 
@@ -59,15 +57,6 @@ def rows_for(kind: str) -> list[dict]:
         return [{"instruction": r["messages"][0]["content"], "output": r["messages"][1]["content"]}
                 for r in example_rows("sft", 16)]
     return example_rows(kind, 16)
-
-
-def run_script(tmp_path: Path, text: str, **extra_env: str) -> subprocess.CompletedProcess:
-    (tmp_path / "train.py").write_text(text)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRACKIO_DIR": str(tmp_path / "trackio"), "PYTHONUNBUFFERED": "1",
-           "TOKENIZERS_PARALLELISM": "false", "HF_HUB_DISABLE_PROGRESS_BARS": "1", **extra_env}
-    env.pop("PYTHONWARNINGS", None)
-    return subprocess.run([sys.executable, "train.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=600)
 
 
 @pytest.mark.parametrize("kind", ["sft", "dpo", "grpo", "reward", "kto", "distill", "kto-paired", "sft-sharegpt",

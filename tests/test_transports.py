@@ -13,6 +13,8 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
+from tests.helpers import free_port
+
 pytestmark = pytest.mark.anyio
 
 EXPECTED_TOOLS = {"list_hardware", "validate_dataset", "estimate_cost", "submit_training", "evaluate_model", "export_model",
@@ -27,12 +29,6 @@ def server_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_TOKEN")}
     env.update(HF_ENDPOINT="http://127.0.0.1:9", HF_TRAIN_DATASETS_SERVER="http://127.0.0.1:9")
     return env
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def http_server(*extra: str, host: str = "127.0.0.1") -> Iterator[str]:
