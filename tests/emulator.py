@@ -126,6 +126,7 @@ class ViewerDataset:
 
     configs: dict[str, dict[str, list[dict]]]  # config -> split -> rows
     access: str = "public"  # public | private (needs a token) | gated (401 always) | broken (viewer unavailable)
+    features: dict[str, dict] = field(default_factory=dict)  # column -> its feature type, as the viewer says it
 
 
 class Emulator:
@@ -434,7 +435,8 @@ class Emulator:
                 if config not in ds.configs or split not in ds.configs[config]:
                     return self._error(404, "Not found: config or split")
                 rows = ds.configs[config][split][:100]
-                features = [{"feature_idx": i, "name": k, "type": {}} for i, k in enumerate(rows[0])] if rows else []
+                features = [{"feature_idx": i, "name": k, "type": ds.features.get(k, {"dtype": "string", "_type": "Value"})}
+                            for i, k in enumerate(rows[0])] if rows else []
                 return self._send(200, {"dataset": name, "config": config, "split": split, "features": features,
                                         "rows": [{"row_idx": i, "row": r, "truncated_cells": []}
                                                  for i, r in enumerate(rows)], "truncated": False})

@@ -12,6 +12,7 @@ from mcp import Client
 from mcp.client.subscriptions import ResourceUpdated
 from mcp.types import EmptyResult, ResourceUpdatedNotification, SubscribeRequest, SubscribeRequestParams
 
+from hf_train_mcp import methods
 from hf_train_mcp.app import build_server
 from tests.emulator import Emulator, JobPlan
 from tests.helpers import CHAT_BASE as BASE
@@ -156,7 +157,8 @@ async def test_the_finetune_prompt_walks_the_whole_loop() -> None:
     ({"hub_model_id": "not a repo"}, "hub_model_id has the wrong shape: send a Hub repo id 'owner/name'"),
     ({"epochs": 0}, "epochs should be greater than 0"),
     ({"max_steps": "many"}, "max_steps should be a whole number"),
-    ({"method": "ppo"}, "method should be 'sft', 'dpo', 'grpo', 'reward', 'kto' or 'distill'"),
+    ({"method": "ppo"}, "method should be " + ", ".join(repr(n) for n in methods.NAMES[:-1])
+     + f" or {methods.NAMES[-1]!r}"),  # every method of the registry, in words
     ({"lora_r": 8, "peft": "full"}, "lora_* options need peft='lora' or 'qlora'"),
     ({"dataset_split": "train; rm -rf"}, "dataset_split has the wrong shape: send a split name"),
     ({"unknown_option": 1}, "unknown_option is not a parameter"),

@@ -16,6 +16,7 @@ from hf_train_mcp.app import build_server
 from hf_train_mcp.errors import ERROR_CODE_META
 from hf_train_mcp.tiny import example_rows, write_jsonl
 from tests.emulator import Emulator, ViewerDataset
+from tests.helpers import CHAT_BASE, CHAT_ROWS
 
 pytestmark = pytest.mark.anyio
 
@@ -28,9 +29,9 @@ async def code_of(name: str, arguments: dict[str, Any], access: Access | None = 
 
 
 async def test_mcp_refusals_say_their_kind(hub: Emulator, tmp_path: Path) -> None:
-    hub.datasets["org/chat"] = ViewerDataset({"default": {"train": example_rows("sft", 8)}})
+    hub.datasets["org/chat"] = ViewerDataset({"default": {"train": CHAT_ROWS}})
     before = len(hub.posted_jobs())
-    base = {"model": "Qwen/Qwen2-0.5B-Instruct", "dataset": "org/chat", "hub_model_id": "emu-user/out"}
+    base = {k: CHAT_BASE[k] for k in ("model", "dataset", "hub_model_id")}
     assert await code_of("submit_training", {**base, "flavor": "a10g-small", "timeout": "168h",
                                              "max_cost_usd": 1, "max_steps": 5}) == "budget"
     assert await code_of("job_status", {"job_id": "local-0123456789ab"}) == "not_found"

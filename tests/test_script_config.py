@@ -6,14 +6,13 @@ from pydantic import ValidationError
 
 from hf_train_mcp import methods
 from hf_train_mcp.estimate.hardware import fallback_catalog
-from hf_train_mcp.estimate.sizing import ModelSize
 from hf_train_mcp.planning import DataFacts, plan_run
 from hf_train_mcp.render import render_script
 from hf_train_mcp.request import TrainingRequest
 from hf_train_mcp.script_config import (EvaluateConfig, ExportConfig, TemplateKeyError, TrainingConfig,
                                         check_template_keys, reachable_keys)
+from tests.helpers import RENDER_SIZE as SIZE
 
-SIZE = ModelSize(494_000_000, 24, 896, 151_936, 4864, "test")
 EXTRA = {"grpo": {}, "distill": {"teacher_model": "Qwen/Qwen2-0.5B-Instruct"}}
 
 

@@ -49,12 +49,12 @@ def training_card(config: dict[str, Any], *, flavor: str, usd_per_hour: float | 
         **{f"{spec.title} {key}": value for key, value in spec.card_settings(config).items()},
         "hardware": flavor, "seed": config["seed"],
     }
-    summary = (f"A {spec.summary} of `{config['model']}` on `{config['dataset']}` with TRL"
+    summary = (f"A {spec.summary} of `{config['model']}` on `{config['dataset']}` with {spec.library}"
                + (f" ({'QLoRA' if peft == 'qlora' else 'LoRA'} adapter)" if adapter else " (full fine-tune)")
                + ", trained and submitted by hf-train-mcp.")
     return card_config(
         title=name, summary=summary, base_model=config["model"], datasets=[config["dataset"]],
-        library_name="peft" if adapter else "transformers", tags=["trl", method, *(["lora"] if adapter else [])],
+        library_name="peft" if adapter else "transformers", tags=[spec.library.split()[0].lower(), method, *(["lora"] if adapter else [])],
         settings=settings, estimated_hours=estimated_hours, estimated_cost_usd=estimated_cost_usd,
         usd_per_hour=usd_per_hour, trackio_url=trackio_url,
         pipeline_tag="text-classification" if spec.classifier else "text-generation",

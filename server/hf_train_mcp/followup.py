@@ -354,9 +354,11 @@ def export_dtype(subject: Subject, size: ModelSize) -> str:
 
 def plan_export(req: ExportRequest, subject: Subject, *, backend: str, size: ModelSize, catalog: Catalog,
                 namespace: str | None, warnings: list[str]) -> RunPlan:
-    if subject.method and methods.get(subject.method).classifier:
-        raise TrainError("a reward model is a sequence classifier: GGUF and merged causal-LM exports do not apply; "
-                         "use its repo as it is")
+    classifier = bool(subject.method and methods.get(subject.method).classifier)
+    if classifier and req.format == "gguf":
+        raise TrainError(f"a {methods.get(subject.method).summary} is a sequence classifier, which llama.cpp does "
+                         "not run: GGUF does not apply. format='merged' makes an adapter a standalone model. Nothing "
+                         "was launched.")
     if size.model_type and not size.config_vocab:
         raise TrainError(f"{subject.sized_by} is a {size.model_type!r} model without a vocabulary (no vocab_size in "
                          "its config.json): export_model writes causal language models (merged or GGUF). Nothing "
@@ -382,7 +384,7 @@ def plan_export(req: ExportRequest, subject: Subject, *, backend: str, size: Mod
             f"`{source or subject.ref}` merged into its base `{base}`: a standalone model, no adapter needed")
     config = {
         **_common_config(subject, backend),
-        "format": req.format, "quantization": quantization, "file_stem": stem,
+        "format": req.format, "quantization": quantization, "file_stem": stem, "classifier": classifier,
         "dtype": export_dtype(subject, size), "total_steps": 3 if quantization not in (None, "f16", "q8_0") else 2,
         "llama_cpp_repo": LLAMA_CPP_REPO, "card_source": subject.card_folder or source,
         "push_to_hub": target is not None, "hub_model_id": target, "private": req.private,
@@ -398,7 +400,8 @@ def plan_export(req: ExportRequest, subject: Subject, *, backend: str, size: Mod
         **_estimate_note(estimate), usd_per_hour=price,
         trackio_url=f"{endpoint}/spaces/{training.trackio_space_id}" if training and training.trackio_space_id
         else None,
-        base_model_relation="quantized" if req.format == "gguf" else "merge")
+        base_model_relation="quantized" if req.format == "gguf" else "merge",
+        pipeline_tag="text-classification" if classifier else "text-generation")
     dependencies = ["transformers>=5.0,<6", "peft>=0.15,<1", "accelerate>=1.4,<2", "torch>=2.6,<2.11",
                     "safetensors>=0.4"]
     if req.format == "gguf":

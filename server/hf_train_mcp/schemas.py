@@ -220,12 +220,13 @@ class DatasetReport(BaseModel):
     columns: list[str]
     detected_format: Literal[
         "messages", "text", "prompt_completion", "conversational_prompt_completion", "preference",
-        "implicit_preference", "unpaired_preference", "prompt_only", "unknown",
+        "implicit_preference", "unpaired_preference", "prompt_only", "text_classification", "unknown",
     ]
     issues: list[DatasetIssue]
     suggested_column_mapping: dict[str, str] | None = None
     sample_rows: list[dict[str, Any]] = Field(default_factory=list)
     token_stats: TokenStats | None = None
+    labels: list[str] | None = None  # class names, when the rows have classes
     # why token_stats is None, for the submission's own warning (not part of the tool's result)
     _no_token_stats: str | None = PrivateAttr(default=None)
 

@@ -117,6 +117,7 @@ class EvaluateConfig(DataConfig, FollowupConfig):
 
 class ExportConfig(FollowupConfig):
     format: Literal["merged", "gguf"]
+    classifier: bool
     quantization: str | None
     file_stem: str
     dtype: str

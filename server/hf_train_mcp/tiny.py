@@ -38,8 +38,15 @@ def _unpaired_preference(i: int, topic: str, question: str, answer: str) -> dict
             "completion": f"{topic.capitalize()} is lovely." if kind else f"I hate {topic}.", "label": kind}
 
 
+def _text_classification(i: int, topic: str, question: str, answer: str) -> dict:
+    kind = i % 2 == 0
+    return {"text": f"{topic.capitalize()} is lovely, I enjoy it." if kind else f"I hate {topic}, it is awful.",
+            "label": "positive" if kind else "negative"}
+
+
 ROWS = {"messages": _messages, "preference": _preference, "prompt_only": _prompt_only,
-        "unpaired_preference": _unpaired_preference}  # by dataset format (data/rules.py)
+        "unpaired_preference": _unpaired_preference,
+        "text_classification": _text_classification}  # by dataset format (data/rules.py)
 
 
 def example_rows(method: str, n: int = 16, seed: int = 0) -> list[dict]:

@@ -5,7 +5,7 @@ import json
 import os
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from hf_train_mcp.errors import DatasetError, EnvironmentMissing, NotFoundError
@@ -24,6 +24,7 @@ class Sample:
     rows: list[dict]
     offsets: list[int]  # row index of each sampled row
     num_rows: int | None
+    features: dict[str, dict] = field(default_factory=dict)  # column -> the viewer's feature type (Hub data)
 
 
 def data_files(source: str, allowed: Callable[[Path], bool] = lambda _: True) -> list[Path]:

@@ -14,6 +14,7 @@ FORMAT_COLUMNS: dict[str, tuple[str, ...]] = {
     "preference": ("prompt", "chosen", "rejected"),
     "implicit_preference": ("chosen", "rejected"),
     "unpaired_preference": ("prompt", "completion", "label"),
+    "text_classification": ("text", "label"),
     "conversational_prompt_completion": ("prompt", "completion"),
     "prompt_completion": ("prompt", "completion"),
     "text": ("text",),
@@ -134,6 +135,13 @@ class Checker:
             self.add("warning", f"very long value in '{column}' ({len(value)} chars): it will be truncated at "
                      "max_length", column, row)
 
+    def label(self, row: int, value: Any) -> None:
+        if value is None:
+            self.add("error", "null value in 'label': every row needs its class", "label", row)
+        elif not isinstance(value, str | int | bool):
+            self.add("error", f"'label' must be a class name or id (one per row), got {type(value).__name__}",
+                     "label", row)
+
     def messages(self, row: int, column: str, value: Any, *, need_assistant: bool = True) -> None:
         if not isinstance(value, list) or not value:
             self.add("error", f"'{column}' must be a non-empty list of {{role, content}} messages", column, row)
@@ -202,7 +210,42 @@ def check_rows(method: str, fmt: str, rows: list[dict], offsets: list[int]) -> l
                             "label", index)
         elif fmt == "prompt_only":
             checker.text(index, "prompt", row.get("prompt"))
+        elif fmt == "text_classification":
+            checker.text(index, "text", row.get("text"))
+            checker.label(index, row.get("label"))
+    if fmt in CLASS_FORMATS:
+        label_notes(checker, [row.get("label") for row in rows])
     return checker.issues
+
+
+CLASS_FORMATS = frozenset({"text_classification"})  # one label per row, the classes the model learns
+MANY_CLASSES = 100  # a sample with more distinct labels is likely a free-text or id column
+DOMINANT_SHARE = 0.8  # one class over this share of the sample: accuracy rewards always answering it
+
+
+def label_names(labels: list[Any], feature: dict | None = None) -> list[str]:
+    """The class names: a ClassLabel's own (its ids index them), else the distinct values seen, sorted."""
+    if feature and feature.get("_type") == "ClassLabel" and feature.get("names"):
+        return [str(n) for n in feature["names"]]
+    return sorted({str(v) for v in labels if v is not None and not isinstance(v, list | dict)})
+
+
+def label_notes(checker: "Checker", labels: list[Any]) -> None:
+    """Warnings about the classes as the sample shows them: too many, only one, or one that dominates."""
+    seen = [str(v) for v in labels if v is not None and not isinstance(v, list | dict)]
+    distinct = set(seen)
+    if len(distinct) > MANY_CLASSES:
+        checker.add("warning", f"{len(distinct)} distinct labels in the sample: is 'label' really a class (not a "
+                    "free-text or id column)? Map the class column as label", "label")
+    elif len(distinct) == 1 and len(seen) > 1:
+        checker.add("warning", f"every sampled row has label {seen[0]!r}: a classifier needs at least two classes "
+                    "(the sample may be sorted by label; the job reads the whole split)", "label")
+    elif seen:
+        top = max(distinct, key=seen.count)
+        if seen.count(top) / len(seen) > DOMINANT_SHARE:
+            checker.add("warning", f"imbalanced classes: {seen.count(top) / len(seen):.0%} of sampled rows are "
+                        f"{top!r}; accuracy will look good for a model that always answers it (read macro F1)",
+                        "label")
 
 
 def method_verdict(method: str, fmt: str, columns: set[str]) -> list[DatasetIssue]:

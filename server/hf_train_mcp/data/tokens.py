@@ -23,7 +23,7 @@ def _as_text(tokenizer: Any, value: Any) -> str:
 def _row_text(tokenizer: Any, row: dict, fmt: str) -> str:
     if fmt == "messages":
         return _as_text(tokenizer, row.get("messages"))
-    if fmt == "text":
+    if fmt in ("text", "text_classification"):
         return _as_text(tokenizer, row.get("text"))
     if fmt in ("preference", "implicit_preference"):
         prompt = _as_text(tokenizer, row.get("prompt"))

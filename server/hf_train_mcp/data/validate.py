@@ -77,6 +77,7 @@ def validate_dataset(dataset: str, method: str, *, split: str = "train", config:
         suggested_column_mapping=suggested or None,
         sample_rows=[_short(r) for r in sample.rows[:3]],
         token_stats=stats,
+        labels=_labels(fmt, rows, sample.features.get(suggested.get("label", "label"))),
     )
     report._no_token_stats = no_stats
     return report
@@ -89,6 +90,13 @@ def _from_sharegpt(rows: list[dict]) -> list[dict]:
     return [{**r, "messages": [{"role": SHAREGPT_ROLES.get(str(m.get("from")).lower(), m.get("from")),
                                 "content": m.get("value")} for m in r["messages"]]}
             if rules.is_conversation(r.get("messages")) else r for r in rows]
+
+
+def _labels(fmt: str, rows: list[dict], feature: dict | None) -> list[str] | None:
+    """The class names of classification data (a ClassLabel's, else those the sample shows), at most a hundred."""
+    if fmt not in rules.CLASS_FORMATS:
+        return None
+    return rules.label_names([r.get("label") for r in rows], feature)[:rules.MANY_CLASSES] or None
 
 
 def _token_stats(model: str, token: str | None, rows: list[dict], fmt: str, limit: int, num_rows: int | None,

@@ -116,6 +116,7 @@ def sample_hub(dataset: str, *, config: str | None, split: str, token: str | Non
     chosen = viewer.choose_config(config, split)
     first = viewer.get("first-rows", config=chosen, split=split)
     columns = [f["name"] for f in first.get("features", [])]
+    features = {f["name"]: f.get("type") or {} for f in first.get("features", [])}
     rows = [r["row"] for r in first.get("rows", [])]
     offsets = [r.get("row_idx", i) for i, r in enumerate(first.get("rows", []))]
-    return HubSample(columns, rows, offsets, viewer.num_rows(chosen, split), config=chosen)
+    return HubSample(columns, rows, offsets, viewer.num_rows(chosen, split), features=features, config=chosen)

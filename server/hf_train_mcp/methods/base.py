@@ -65,6 +65,7 @@ class MethodSpec:
     classifier: bool = False  # a sequence-classification head: no language-model logits
     prompt_length: bool = False  # max_length bounds the prompt; completions add max_completion_length
     # --- what the jobs do ---------------------------------------------------------------------------------
+    library: str = "TRL"  # what trains it, as the card says ("transformers' Trainer", ...)
     peft_task: str = "CAUSAL_LM"
     eval_metric: str = "loss"  # evaluation: loss (and perplexity) | preference (accuracy) | reward (mean)
     prompt_required: bool = False  # preference rows need a prompt (DPO), or the shared turns are the prompt

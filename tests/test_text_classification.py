@@ -1,0 +1,90 @@
+"""Text classification (method="text-classification"): validated with its labels, estimated, trained on CPU
+through the tools, evaluated by accuracy, exported merged; a classifier is never exported to GGUF."""
+
+import json
+from pathlib import Path
+
+import pytest
+from mcp import Client
+
+from hf_train_mcp.app import build_server
+from hf_train_mcp.data.validate import validate_dataset
+from hf_train_mcp.tiny import example_rows, write_jsonl
+from tests.conftest import needs_training
+from tests.emulator import Emulator, ViewerDataset
+from tests.helpers import call, finished
+
+pytestmark = pytest.mark.anyio
+METHOD = "text-classification"
+
+
+def test_text_and_label_rows_are_read_as_classes(tmp_path: Path) -> None:
+    rows = [{"sentence": r["text"], "sentiment": r["label"]} for r in example_rows(METHOD, 8)]
+    report = validate_dataset(str(write_jsonl(tmp_path / "reviews.jsonl", rows)), METHOD)
+    assert report.valid, report.issues
+    assert report.detected_format == "text_classification" and report.labels == ["negative", "positive"]
+    assert report.suggested_column_mapping == {"text": "sentence", "label": "sentiment"}
+
+
+def test_bad_class_data_is_refused_or_warned_with_the_fix(tmp_path: Path) -> None:
+    chat = validate_dataset(str(write_jsonl(tmp_path / "chat.jsonl", example_rows("sft", 4))), METHOD)
+    assert not chat.valid and "'text' + 'label'" in chat.issues[0].message
+    nulls = [{"text": "fine", "label": None}, {"text": "bad", "label": "negative"}]
+    report = validate_dataset(str(write_jsonl(tmp_path / "nulls.jsonl", nulls)), METHOD)
+    assert not report.valid and any("null value in 'label'" in i.message for i in report.issues)
+    skewed = [{"text": f"row {i}", "label": "spam" if i else "ham"} for i in range(20)]
+    report = validate_dataset(str(write_jsonl(tmp_path / "skewed.jsonl", skewed)), METHOD)
+    assert report.valid and any("imbalanced classes: 95%" in i.message for i in report.issues)
+    ids = [{"text": f"row {i}", "label": f"user-{i}"} for i in range(150)]
+    report = validate_dataset(str(write_jsonl(tmp_path / "ids.jsonl", ids)), METHOD)
+    assert any("150 distinct labels" in i.message for i in report.issues) and len(report.labels) == 100
+
+
+def test_a_hub_class_label_feature_names_the_classes_without_downloading(hub: Emulator) -> None:
+    rows = [{"text": f"review {i}", "label": i % 3} for i in range(9)]
+    hub.datasets["org/reviews"] = ViewerDataset({"default": {"train": rows}}, features={
+        "label": {"_type": "ClassLabel", "names": ["bad", "ok", "great"]}})
+    report = validate_dataset("org/reviews", METHOD)
+    assert report.valid and report.labels == ["bad", "ok", "great"]
+
+
+@needs_training
+@pytest.mark.training
+async def test_a_text_classifier_trains_evaluates_and_merges_through_the_tools(tiny_model: Path, tmp_path: Path,
+                                                                              offline) -> None:
+    from transformers import AutoModelForSequenceClassification
+
+    data = write_jsonl(tmp_path / "reviews.jsonl", example_rows(METHOD, 24))
+    arguments = {"model": str(tiny_model), "dataset": str(data), "method": METHOD, "backend": "local",
+                 "max_steps": 3, "per_device_batch_size": 4, "gradient_accumulation": 1, "max_length": 64,
+                 "eval_split": 0.25}
+    async with Client(build_server()) as client:
+        estimate = await call(client, "estimate_cost", {"model": str(tiny_model), "method": METHOD,
+                                                        "num_examples": 24, "max_steps": 3})
+        assert estimate["hours"] > 0
+        dry = await call(client, "submit_training", {**arguments, "dry_run": True})
+        assert "AutoModelForSequenceClassification" in dry["script"]
+        trained = await call(client, "submit_training", arguments)
+        report = await finished(client, trained["job_id"])
+        assert report["stage"] == "COMPLETED", report
+        assert "loss" in report["last_metrics"] or "train_loss" in report["last_metrics"]
+        output = Path(trained["model_url"].removeprefix("file://"))
+        assert json.loads((output / "labels.json").read_text())["id2label"] == {"0": "negative", "1": "positive"}
+        card = (output / "README.md").read_text()
+        assert "pipeline_tag: text-classification" in card and "transformers Trainer" in card
+
+        evaluation = await call(client, "evaluate_model", {"model": trained["job_id"], "backend": "local"})
+        report = await finished(client, evaluation["job_id"])
+        assert report["stage"] == "COMPLETED", report
+        metrics = report["last_metrics"]
+        assert metrics["eval_rows"] == 6 and 0 <= metrics["accuracy"] <= 1 and 0 <= metrics["f1"] <= 1
+
+        refused = await client.call_tool("export_model", {"model": trained["job_id"], "format": "gguf",
+                                                          "backend": "local"})
+        assert refused.is_error and "llama.cpp does not run" in refused.content[0].text
+        exported = await call(client, "export_model", {"model": trained["job_id"], "format": "merged",
+                                                       "backend": "local"})
+        report = await finished(client, exported["job_id"])
+        assert report["stage"] == "COMPLETED", report
+    merged = AutoModelForSequenceClassification.from_pretrained(exported["model_url"].removeprefix("file://"))
+    assert merged.config.id2label == {0: "negative", 1: "positive"}
