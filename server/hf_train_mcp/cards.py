@@ -57,6 +57,6 @@ def training_card(config: dict[str, Any], *, flavor: str, usd_per_hour: float | 
         library_name="peft" if adapter else "transformers", tags=[spec.library.split()[0].lower(), method, *(["lora"] if adapter else [])],
         settings=settings, estimated_hours=estimated_hours, estimated_cost_usd=estimated_cost_usd,
         usd_per_hour=usd_per_hour, trackio_url=trackio_url,
-        pipeline_tag="text-classification" if spec.classifier else "text-generation",
+        pipeline_tag=spec.pipeline_tag,
         base_model_relation="adapter" if adapter else "finetune",
     )

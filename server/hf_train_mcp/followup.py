@@ -254,7 +254,9 @@ def _plan(req, *, backend: str, flavor: str, estimate: JobEstimate | None, price
 
 def _common_config(subject: Subject, backend: str) -> dict:
     training = subject.training
+    spec = methods.get(subject.method or "sft")
     return {
+        "auto_class": spec.auto_class, "processor": spec.processor,
         "model": subject.ref, "model_kind": subject.kind,
         "base_model": subject.base_model, "method": subject.method or "sft",
         "peft": training.peft if training else ("lora" if subject.kind == "adapter" else "full"),
@@ -356,10 +358,11 @@ def plan_export(req: ExportRequest, subject: Subject, *, backend: str, size: Mod
                 namespace: str | None, warnings: list[str]) -> RunPlan:
     classifier = bool(subject.method and methods.get(subject.method).classifier)
     if classifier and req.format == "gguf":
-        raise TrainError(f"a {methods.get(subject.method).summary} is a sequence classifier, which llama.cpp does "
+        summary = methods.get(subject.method).summary
+        raise TrainError(f"{'an' if summary[0] in 'aeiou' else 'a'} {summary} is a classifier, which llama.cpp does "
                          "not run: GGUF does not apply. format='merged' makes an adapter a standalone model. Nothing "
                          "was launched.")
-    if size.model_type and not size.config_vocab:
+    if not classifier and size.model_type and not size.config_vocab:
         raise TrainError(f"{subject.sized_by} is a {size.model_type!r} model without a vocabulary (no vocab_size in "
                          "its config.json): export_model writes causal language models (merged or GGUF). Nothing "
                          "was launched.")
@@ -401,7 +404,7 @@ def plan_export(req: ExportRequest, subject: Subject, *, backend: str, size: Mod
         trackio_url=f"{endpoint}/spaces/{training.trackio_space_id}" if training and training.trackio_space_id
         else None,
         base_model_relation="quantized" if req.format == "gguf" else "merge",
-        pipeline_tag="text-classification" if classifier else "text-generation")
+        pipeline_tag=methods.get(subject.method or "sft").pipeline_tag)
     dependencies = ["transformers>=5.0,<6", "peft>=0.15,<1", "accelerate>=1.4,<2", "torch>=2.6,<2.11",
                     "safetensors>=0.4"]
     if req.format == "gguf":

@@ -95,7 +95,8 @@ class FollowupConfig(ScriptConfig):
 
     model_kind: Literal["adapter", "full"]
     base_model: str | None
-
+    auto_class: str  # the transformers class that loads the model (its method's)
+    processor: str  # and its preprocessing
 
 class EvaluateConfig(DataConfig, FollowupConfig):
     eval_metric: str

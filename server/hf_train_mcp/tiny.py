@@ -44,7 +44,12 @@ def _text_classification(i: int, topic: str, question: str, answer: str) -> dict
             "label": "positive" if kind else "negative"}
 
 
-ROWS = {"messages": _messages, "preference": _preference, "prompt_only": _prompt_only,
+def _image_classification(i: int, topic: str, question: str, answer: str) -> dict:
+    label = "red" if i % 2 == 0 else "blue"
+    return {"image": f"images/{label}/{i}.png", "label": label}  # write_images() draws them
+
+
+ROWS = {"image_classification": _image_classification, "messages": _messages, "preference": _preference, "prompt_only": _prompt_only,
         "unpaired_preference": _unpaired_preference,
         "text_classification": _text_classification}  # by dataset format (data/rules.py)
 
@@ -68,6 +73,37 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
+
+
+def write_images(folder: Path, rows: list[dict], size: int = 32) -> None:
+    """The PNGs image rows name (relative to `folder`): each class its own colour, with noise, so a tiny model
+    can learn them apart."""
+    from PIL import Image
+
+    colours = {"red": (200, 30, 30), "blue": (30, 30, 200)}
+    rng = random.Random(0)
+    for row in rows:
+        path = folder / row["image"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        base = colours.get(row["label"], (120, 120, 120))
+        pixels = [tuple(max(0, min(255, c + rng.randint(-40, 40))) for c in base) for _ in range(size * size)]
+        image = Image.new("RGB", (size, size))
+        image.putdata(pixels)
+        image.save(path)
+
+
+def build_tiny_vit(folder: Path) -> Path:
+    """A 2-layer ViT with random weights at 32 px (16 patches) and its image processor, saved to `folder`."""
+    from transformers import ViTConfig, ViTForImageClassification, ViTImageProcessor
+
+    if (folder / "config.json").exists():
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    config = ViTConfig(image_size=32, patch_size=8, num_channels=3, hidden_size=32, num_hidden_layers=2,
+                       num_attention_heads=4, intermediate_size=64, num_labels=3)
+    ViTForImageClassification(config).save_pretrained(folder)
+    ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
+    return folder
 
 
 def build_tiny_model(folder: Path) -> Path:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hf_train_mcp.data.images import image_folder_classes, sample_image_folder
 from hf_train_mcp.errors import DatasetError, EnvironmentMissing, NotFoundError
 
 EXTENSIONS = (".jsonl", ".json", ".csv", ".parquet")
@@ -144,6 +145,14 @@ def _parquet(path: Path) -> Sample:
 
 
 def sample_local(source: str, seed: int = 0, allowed: Callable[[Path], bool] = lambda _: True) -> Sample:
+    classes = image_folder_classes(Path(source).expanduser())
+    if classes is not None:  # <folder>/<label>/*.jpg: what `datasets` reads as an imagefolder
+        try:
+            rows, total = sample_image_folder(Path(source).expanduser(), classes, MAX_WALK_ENTRIES)
+        except ValueError as exc:
+            raise DatasetError(str(exc)) from None
+        return Sample(["image", "label"], rows, list(range(len(rows))), total, features={
+            "image": {"_type": "Image"}, "label": {"_type": "ClassLabel", "names": classes}})
     files = data_files(source, allowed)
     readers = {".jsonl": lambda p: _jsonl(p, seed), ".json": _json, ".csv": _csv, ".parquet": _parquet}
     first = readers[files[0].suffix.lower()](files[0])

@@ -1,10 +1,13 @@
 """Per-method dataset rules (TRL 1.x formats), column-mapping suggestions, and row-level checks."""
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hf_train_mcp import methods
+from hf_train_mcp.data.images import image_cell_problem
 from hf_train_mcp.schemas import DatasetIssue
 
 ROLES = {"system", "user", "assistant", "tool"}
@@ -14,6 +17,7 @@ FORMAT_COLUMNS: dict[str, tuple[str, ...]] = {
     "preference": ("prompt", "chosen", "rejected"),
     "implicit_preference": ("chosen", "rejected"),
     "unpaired_preference": ("prompt", "completion", "label"),
+    "image_classification": ("image", "label"),
     "text_classification": ("text", "label"),
     "conversational_prompt_completion": ("prompt", "completion"),
     "prompt_completion": ("prompt", "completion"),
@@ -173,8 +177,10 @@ class Checker:
                      column, row)
 
 
-def check_rows(method: str, fmt: str, rows: list[dict], offsets: list[int]) -> list[DatasetIssue]:
-    """Issues per row; `offsets` are 0-based, the issues' row numbers 1-based (row N is line N of a JSONL file)."""
+def check_rows(method: str, fmt: str, rows: list[dict], offsets: list[int], *, base: Path | None = None,
+               allowed: Callable[[Path], bool] = lambda _: True) -> list[DatasetIssue]:
+    """Issues per row; `offsets` are 0-based, the issues' row numbers 1-based (row N is line N of a JSONL file).
+    base: the folder relative image paths are read from; allowed: the paths this caller may read."""
     checker = Checker(method)
     spec = methods.get(method)
     for row, offset in zip(rows, offsets, strict=True):
@@ -213,12 +219,17 @@ def check_rows(method: str, fmt: str, rows: list[dict], offsets: list[int]) -> l
         elif fmt == "text_classification":
             checker.text(index, "text", row.get("text"))
             checker.label(index, row.get("label"))
+        elif fmt == "image_classification":
+            problem = image_cell_problem(row.get("image"), base, allowed)
+            if problem:
+                checker.add(*problem, "image", index)
+            checker.label(index, row.get("label"))
     if fmt in CLASS_FORMATS:
         label_notes(checker, [row.get("label") for row in rows])
     return checker.issues
 
 
-CLASS_FORMATS = frozenset({"text_classification"})  # one label per row, the classes the model learns
+CLASS_FORMATS = frozenset({"text_classification", "image_classification"})  # one label per row, the classes the model learns
 MANY_CLASSES = 100  # a sample with more distinct labels is likely a free-text or id column
 DOMINANT_SHARE = 0.8  # one class over this share of the sample: accuracy rewards always answering it
 

@@ -1,6 +1,7 @@
 """validate_dataset end to end: sample (Hub viewer or local files), map columns, detect, check, count tokens."""
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from hf_train_mcp import methods
@@ -57,11 +58,12 @@ def validate_dataset(dataset: str, method: str, *, split: str = "train", config:
         rows = _from_sharegpt(rows)
     issues += rules.method_verdict(method, fmt, mapped_columns)
     if fmt in methods.get(method).formats:
-        issues += rules.check_rows(method, fmt, rows, sample.offsets)
+        issues += rules.check_rows(method, fmt, rows, sample.offsets, allowed=access.allows_path,
+                                   base=Path(dataset).expanduser().parent if is_local(dataset) else None)
     if not sample.rows:
         issues.append(DatasetIssue(severity="error", message="the dataset has no rows"))
     stats, no_stats = None, None
-    if model and rows:
+    if model and rows and methods.get(method).inputs == "text":  # an image's tokens are its patch grid
         step(f"counting tokens with {model}'s tokenizer")
         stats, no_stats = _token_stats(model, token, rows, fmt, max_length or methods.get(method).max_length,
                                        sample.num_rows, issues)

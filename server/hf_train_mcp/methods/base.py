@@ -65,7 +65,10 @@ class MethodSpec:
     classifier: bool = False  # a sequence-classification head: no language-model logits
     prompt_length: bool = False  # max_length bounds the prompt; completions add max_completion_length
     # --- what the jobs do ---------------------------------------------------------------------------------
-    library: str = "TRL"  # what trains it, as the card says ("transformers' Trainer", ...)
+    library: str = "TRL"  # what trains it, as the card says ("transformers Trainer", ...)
+    inputs: str = "text"  # what a row feeds the model: "text" (a tokenizer) or "image" (an image processor)
+    auto_class: str = "AutoModelForCausalLM"  # the transformers class that loads the trained model
+    processor: str = "AutoTokenizer"  # the transformers class that loads its preprocessing
     peft_task: str = "CAUSAL_LM"
     eval_metric: str = "loss"  # evaluation: loss (and perplexity) | preference (accuracy) | reward (mean)
     prompt_required: bool = False  # preference rows need a prompt (DPO), or the shared turns are the prompt
@@ -80,6 +83,13 @@ class MethodSpec:
     data_notes: Callable[[set[str]], list[tuple[str, str, str | None]]] = lambda columns: []  # (severity, text, col)
     dependencies: tuple[str, ...] = ()
     request_dependencies: Callable[[Any], list[str]] = lambda req: []  # PyPI names the request's own code imports
+
+    @property
+    def pipeline_tag(self) -> str:
+        """The Hub's task for the trained model (its card's pipeline_tag)."""
+        if self.inputs == "image":
+            return "image-classification"
+        return "text-classification" if self.classifier else "text-generation"
 
     @property
     def template_name(self) -> str:

@@ -26,7 +26,8 @@ RESERVED_NAMES = frozenset({
     "load_tokenizer", "common_args", "resume_checkpoint", "status_callback", "build_trainer", "main", "time",
     "SCRIPT_STARTED", "rows_per_step", "preflight", "card_text", "_hours", "_dollars", "_evaluation_section",
     "base_license", "write_card", "read_card", "EVALUATION_MARK", "own_gpu", "new_trainer", "truncate_prompts",
-    "truncated_prompt", "teardown", "adapter_labels",
+    "truncated_prompt", "teardown", "adapter_labels", "load_processing",
+    "as_images",
 })
 
 

@@ -19,4 +19,5 @@ METHOD = MethodSpec(
     },
     keep_columns=("text", "label"), classifier=True, peft_task="SEQ_CLS", eval_metric="accuracy",
     template="text-classification", library="transformers Trainer",
+    auto_class="AutoModelForSequenceClassification",
 )
