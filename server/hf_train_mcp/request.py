@@ -29,7 +29,7 @@ from hf_train_mcp.schemas import (
 SplitName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\-\[\]:%]{1,64}$")]
 Label = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\- ]{1,96}$")]
 # Declared once, used by every tool that launches a job
-MaxCost = Annotated[float, Field(gt=0, description="refuse a job whose timeout x price is higher")]
+MaxCost = Annotated[float, Field(gt=0, description="refuse if timeout x price is higher")]
 DryRun = Annotated[bool, Field(description="render and plan only: nothing launched")]
 IdempotencyKey = Annotated[str, Field(min_length=1, max_length=128)]
 TaskName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\-]{1,96}$")]

@@ -64,33 +64,33 @@ class ToolSpec:
 TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
         "validate_dataset", "validate", "Validate a training dataset",
-        "Check a dataset (Hub id, or local .jsonl/.json/.csv/.parquet) against a method: format, errors with "
-        "1-based rows, the column_mapping that fixes it, token stats with `model`.",
+        "Check a dataset (Hub id, local file or image folder) against a method: format, errors with 1-based rows, "
+        "the column_mapping that fixes it, classes, token stats with `model`.",
         ValidateRequest, DatasetReport, lambda core, req, hooks: core.validate_dataset(req, progress=hooks.progress),
         progress=True,
     ),
     ToolSpec(
         "estimate_cost", "estimate", "Estimate time, cost and memory",
-        "Hours, dollars, memory fit and a safe timeout on Jobs hardware (without flavor: the cheapest that fits). "
-        "measure=True times a few real steps as a job: call again once it ended.",
+        "Hours, dollars, memory fit and a safe timeout on Jobs hardware (no flavor: the cheapest fit). "
+        "measure=True times real steps as a job; call again once it ends.",
         EstimateRequest, CostEstimate,
         lambda core, req, hooks: core.estimate_cost(req, progress=hooks.progress, confirm=hooks.confirm),
         read_only=False, progress=True, launches="probe",  # measure=True launches a (short, paid) job
     ),
     ToolSpec(
         "submit_training", "submit", "Submit a training job",
-        "Start a TRL job on HF Jobs (backend='hf': hub_model_id, write token) or this machine ('local'); returns "
-        "job_id and URLs at once. Validates the data first; flavor and timeout default to the cheapest fit and a "
-        "safe timeout. Big spends are confirmed with the user.",
+        "Start a training job on HF Jobs (backend='hf': hub_model_id, write token) or here ('local'); returns "
+        "job_id and URLs at once. Validates the data; flavor and timeout default to the cheapest fit, a safe "
+        "timeout. Big spends are confirmed.",
         TrainingRequest, Submission,
         lambda core, req, hooks: core.submit_training(req, progress=hooks.progress, confirm=hooks.confirm),
         read_only=False, idempotent=False, progress=True, launches="train",
     ),
     ToolSpec(
         "evaluate_model", "evaluate", "Evaluate a model",
-        "Evaluate a finished training job_id (on its held-out split by default), a Hub model or a folder, as a "
-        "job: loss/perplexity, preference accuracy or mean reward, lm-eval `tasks`, base vs tuned samples. Results "
-        "land in job_status last_metrics and the model card.",
+        "Evaluate a finished training job_id (its held-out split by default), a Hub model or a folder, as a job: "
+        "the method's metric (loss, accuracy, reward), lm-eval `tasks`, base vs tuned samples; results in "
+        "job_status last_metrics and the card.",
         EvaluateRequest, Submission,
         lambda core, req, hooks: core.evaluate_model(req, progress=hooks.progress, confirm=hooks.confirm),
         read_only=False, idempotent=False, progress=True, launches="evaluate",
@@ -105,9 +105,9 @@ TOOLS: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         "submit_sweep", "sweep", "Submit a hyperparameter sweep",
-        "One training run per combination of `grid` values over `base` (submit_training arguments), in one Trackio "
-        "project. The sum of worst cases is checked against max_cost_usd first; max_parallel run at once, the rest "
-        "start by themselves.",
+        "One run per combination of `grid` values over `base` (submit_training arguments), one Trackio project. "
+        "The summed worst case is checked against max_cost_usd first; max_parallel at once, the rest start by "
+        "themselves.",
         SweepRequest, SweepResult,
         lambda core, req, hooks: core.submit_sweep(req, progress=hooks.progress, confirm=hooks.confirm),
         read_only=False, idempotent=False, progress=True, launches="sweep",

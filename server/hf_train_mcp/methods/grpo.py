@@ -125,7 +125,7 @@ NUM_GENERATIONS = Option("num_generations", Annotated[int, Field(ge=2, le=64, de
                                                                                           "prompt")], sizing=True,
                          resolves_to=NUM_GENERATIONS_DEFAULT, changes_loss=True)
 MAX_COMPLETION_LENGTH = Option("max_completion_length", Annotated[int, Field(ge=8, le=32_768, description=(
-    "GRPO/distill: tokens generated per completion"))], sizing=True, resolves_to=MAX_COMPLETION_DEFAULT)
+    "GRPO/distill: tokens per completion"))], sizing=True, resolves_to=MAX_COMPLETION_DEFAULT)
 REWARD_FUNCS = Option("reward_funcs", Annotated[list[RewardName], Field(description="GRPO: built-in rewards")],
                       changes_loss=True)
 REWARD_CODE = Option("reward_code", Annotated[str, Field(max_length=20_000, description=(
