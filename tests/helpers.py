@@ -178,3 +178,13 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+async def merged_classifier(client: Client, job_id: str) -> Path:
+    """A classifier's export: GGUF refused with the reason (nothing launched), merged run to COMPLETED; the folder."""
+    refused = await client.call_tool("export_model", {"model": job_id, "format": "gguf", "backend": "local"})
+    assert refused.is_error and "is a classifier, which llama.cpp does not run" in refused.content[0].text
+    exported = await call(client, "export_model", {"model": job_id, "format": "merged", "backend": "local"})
+    report = await finished(client, exported["job_id"])
+    assert report["stage"] == "COMPLETED", report
+    return Path(exported["model_url"].removeprefix("file://"))

@@ -14,7 +14,7 @@ from hf_train_mcp.data.validate import validate_dataset
 from hf_train_mcp.tiny import build_tiny_vit, example_rows, write_images, write_jsonl
 from tests.conftest import needs_training
 from tests.emulator import Emulator, ViewerDataset
-from tests.helpers import call, finished
+from tests.helpers import call, finished, merged_classifier
 
 pytestmark = pytest.mark.anyio
 METHOD = "image-classification"
@@ -95,13 +95,6 @@ async def test_an_image_classifier_trains_evaluates_and_merges_through_the_tools
         report = await finished(client, evaluation["job_id"])
         assert report["stage"] == "COMPLETED", report
         assert report["last_metrics"]["eval_rows"] == 4 and 0 <= report["last_metrics"]["accuracy"] <= 1
-
-        refused = await client.call_tool("export_model", {"model": trained["job_id"], "format": "gguf",
-                                                          "backend": "local"})
-        assert refused.is_error and "GGUF does not apply" in refused.content[0].text
-        exported = await call(client, "export_model", {"model": trained["job_id"], "format": "merged",
-                                                       "backend": "local"})
-        report = await finished(client, exported["job_id"])
-        assert report["stage"] == "COMPLETED", report
-    merged = AutoModelForImageClassification.from_pretrained(exported["model_url"].removeprefix("file://"))
+        folder = await merged_classifier(client, trained["job_id"])
+    merged = AutoModelForImageClassification.from_pretrained(folder)
     assert merged.config.id2label == {0: "blue", 1: "red"}

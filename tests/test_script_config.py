@@ -58,9 +58,10 @@ def test_an_unknown_or_missing_key_fails_at_render() -> None:
 
 
 def test_a_template_that_reads_an_undeclared_key_fails_at_render() -> None:
-    """The SFT template reads CONFIG["packing"]: rendered with a schema that lacks it, the server refuses."""
+    """The SFT template reads CONFIG["packing"] and ["vision"]: rendered with a schema that lacks them, the server
+    refuses."""
     p = plan("dpo")
-    with pytest.raises(TemplateKeyError, match="packing"):
+    with pytest.raises(TemplateKeyError, match=r"CONFIG\['(packing|vision)'\]"):
         render_script("sft", methods.get("dpo").config_schema, context(p, p.config))
 
 

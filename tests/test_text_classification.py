@@ -12,7 +12,7 @@ from hf_train_mcp.data.validate import validate_dataset
 from hf_train_mcp.tiny import example_rows, write_jsonl
 from tests.conftest import needs_training
 from tests.emulator import Emulator, ViewerDataset
-from tests.helpers import call, finished
+from tests.helpers import call, finished, merged_classifier
 
 pytestmark = pytest.mark.anyio
 METHOD = "text-classification"
@@ -78,13 +78,17 @@ async def test_a_text_classifier_trains_evaluates_and_merges_through_the_tools(t
         assert report["stage"] == "COMPLETED", report
         metrics = report["last_metrics"]
         assert metrics["eval_rows"] == 6 and 0 <= metrics["accuracy"] <= 1 and 0 <= metrics["f1"] <= 1
-
-        refused = await client.call_tool("export_model", {"model": trained["job_id"], "format": "gguf",
-                                                          "backend": "local"})
-        assert refused.is_error and "llama.cpp does not run" in refused.content[0].text
-        exported = await call(client, "export_model", {"model": trained["job_id"], "format": "merged",
-                                                       "backend": "local"})
-        report = await finished(client, exported["job_id"])
-        assert report["stage"] == "COMPLETED", report
-    merged = AutoModelForSequenceClassification.from_pretrained(exported["model_url"].removeprefix("file://"))
+        folder = await merged_classifier(client, trained["job_id"])
+    merged = AutoModelForSequenceClassification.from_pretrained(folder)
     assert merged.config.id2label == {0: "negative", 1: "positive"}
+
+
+def test_classifier_runs_are_ranked_by_accuracy_and_language_models_by_loss() -> None:
+    from hf_train_mcp.sweep_results import default_metric, lower_is_better
+
+    classifiers = [{"eval_loss": 0.6, "eval_accuracy": 0.7, "loss": 0.5}, {"eval_loss": 0.5, "eval_accuracy": 0.6}]
+    assert default_metric(classifiers, METHOD) == "eval_accuracy" and not lower_is_better("eval_accuracy")
+    evaluated = [{**c, "evaluation/accuracy": 0.8} for c in classifiers]
+    assert default_metric(evaluated, METHOD) == "evaluation/accuracy"
+    assert default_metric([{"eval_loss": 1.0, "loss": 1.2}], "sft") == "eval_loss"
+    assert default_metric([], "grpo") == "reward"

@@ -252,11 +252,17 @@ def _plan(req, *, backend: str, flavor: str, estimate: JobEstimate | None, price
                    warnings=warnings, template=template, reward_code=reward_code)
 
 
-def _common_config(subject: Subject, backend: str) -> dict:
+VISION_CLASSES = ("AutoModelForImageTextToText", "AutoProcessor")  # a vision-language model and its processor
+
+
+def _common_config(subject: Subject, backend: str, size: ModelSize) -> dict:
+    """What every follow-up script reads of the model; a vision-language model (its config has a vision tower)
+    loads with its processor."""
     training = subject.training
     spec = methods.get(subject.method or "sft")
+    auto_class, processor = VISION_CLASSES if size.image_tokens else (spec.auto_class, spec.processor)
     return {
-        "auto_class": spec.auto_class, "processor": spec.processor,
+        "auto_class": auto_class, "processor": processor, "vision": bool(size.image_tokens),
         "model": subject.ref, "model_kind": subject.kind,
         "base_model": subject.base_model, "method": subject.method or "sft",
         "peft": training.peft if training else ("lora" if subject.kind == "adapter" else "full"),
@@ -300,7 +306,7 @@ def plan_evaluation(req: EvaluateRequest, subject: Subject, data: EvalData | Non
     if pushes and not is_local(subject.ref) and namespace and subject.ref.split("/")[0] == namespace:
         card_repo = subject.ref  # the evaluated model is the caller's: its card gets the results
     config = {
-        **_common_config(subject, backend),
+        **_common_config(subject, backend, size),
         "method": method, "eval_metric": spec.eval_metric, "classifier": spec.classifier,
         "dataset": data.dataset if data else None, "dataset_split": data.split if data else "train",
         "dataset_config": data.config if data else None, "column_mapping": data.column_mapping if data else {},
@@ -354,9 +360,14 @@ def export_dtype(subject: Subject, size: ModelSize) -> str:
     return "bfloat16" if subject.kind == "full" and subject.training is not None else "auto"
 
 
-def plan_export(req: ExportRequest, subject: Subject, *, backend: str, size: ModelSize, catalog: Catalog,
-                namespace: str | None, warnings: list[str]) -> RunPlan:
+def _exportable(req: ExportRequest, subject: Subject, size: ModelSize) -> bool:
+    """Whether the model is a classifier; refused: GGUF of what llama.cpp cannot run or this server cannot convert,
+    and a model this export cannot write."""
     classifier = bool(subject.method and methods.get(subject.method).classifier)
+    if size.image_tokens and req.format == "gguf":
+        raise TrainError("GGUF export of a vision-language model needs its vision projector (mmproj) converted too, "
+                         "which this server does not do yet: export format='merged' and convert with llama.cpp's "
+                         "own tools. Nothing was launched.")
     if classifier and req.format == "gguf":
         summary = methods.get(subject.method).summary
         raise TrainError(f"{'an' if summary[0] in 'aeiou' else 'a'} {summary} is a classifier, which llama.cpp does "
@@ -366,6 +377,12 @@ def plan_export(req: ExportRequest, subject: Subject, *, backend: str, size: Mod
         raise TrainError(f"{subject.sized_by} is a {size.model_type!r} model without a vocabulary (no vocab_size in "
                          "its config.json): export_model writes causal language models (merged or GGUF). Nothing "
                          "was launched.")
+    return classifier
+
+
+def plan_export(req: ExportRequest, subject: Subject, *, backend: str, size: ModelSize, catalog: Catalog,
+                namespace: str | None, warnings: list[str]) -> RunPlan:
+    classifier = _exportable(req, subject, size)
     quantization = (req.quantization or "q4_k_m") if req.format == "gguf" else None
     if req.format == "merged" and subject.kind == "full":
         warnings.append("this model is a full fine-tune, already standalone: the export re-saves it as safetensors "
@@ -386,7 +403,7 @@ def plan_export(req: ExportRequest, subject: Subject, *, backend: str, size: Mod
             if req.format == "gguf" else
             f"`{source or subject.ref}` merged into its base `{base}`: a standalone model, no adapter needed")
     config = {
-        **_common_config(subject, backend),
+        **_common_config(subject, backend, size),
         "format": req.format, "quantization": quantization, "file_stem": stem, "classifier": classifier,
         "dtype": export_dtype(subject, size), "total_steps": 3 if quantization not in (None, "f16", "q8_0") else 2,
         "llama_cpp_repo": LLAMA_CPP_REPO, "card_source": subject.card_folder or source,

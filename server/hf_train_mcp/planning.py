@@ -14,7 +14,7 @@ from hf_train_mcp.backends.base import JobSpec
 from hf_train_mcp.cards import training_card
 from hf_train_mcp.chat_template import CHATML, SHAREGPT_ROLES
 from hf_train_mcp.durations import MAX_TIMEOUT_S, format_duration, header_duration
-from hf_train_mcp.errors import TrainError, BudgetError, NoFitError
+from hf_train_mcp.errors import BudgetError, DatasetError, NoFitError, TrainError
 from hf_train_mcp.estimate import constants as EC
 from hf_train_mcp.estimate.advice import flavor_warnings
 from hf_train_mcp.estimate.cost import FlavorEstimate, Workload, estimate_on, how_to_fit
@@ -32,6 +32,8 @@ from hf_train_mcp.request import Request, RunShape, TrainingRequest
 BASE_DEPENDENCIES = ["trl>=1.0,<2", "transformers>=5.0,<6", "datasets>=4.0,<6", "accelerate>=1.4,<2",
                      "peft>=0.15,<1", "trackio>=0.4,<1", "torch>=2.6,<2.11"]
 BUCKET_MOUNT = "/outputs"
+# LoRA on a vision-language model's language tower alone (TRL's VLM recipes): the vision encoder stays frozen
+LANGUAGE_TOWER = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,8 @@ class DataFacts:
     num_rows: int | None = None
     mean_tokens: float | None = None
     conversational: bool = False  # rows hold lists of messages: the tokenizer needs a chat template
+    vision: bool = False  # rows hold messages and images: a vision-language model's processor reads them
+    images_per_row: float = 0.0  # images a row holds, on average in the sample
 
 
 @dataclass
@@ -166,7 +170,9 @@ class Hyper:
         return Workload(
             method=self.method, peft=self.peft,
             num_examples=data.num_rows or EC.DEFAULT_NUM_EXAMPLES,
-            tokens_per_example=data.mean_tokens or self.spec.tokens_per_example,
+            # an image is its patch grid of tokens beside the text (validation counts the text alone)
+            tokens_per_example=(data.mean_tokens or self.spec.tokens_per_example)
+            + data.images_per_row * size.image_tokens,
             epochs=self.resolved_epochs, max_steps=self.max_steps, max_length=self.resolved_max_length,
             per_device_batch_size=sched.per_device_batch_size, gradient_accumulation=sched.gradient_accumulation,
             **{**physical, "num_generations": self.generations},
@@ -355,7 +361,7 @@ def chosen_timeout(requested: int | None, estimate: "FlavorEstimate | None", def
 
 def _config(req: TrainingRequest, spec: Any, hyper: "Hyper", sched: Any, *, flavor: str, gpus: int,
             output_dir: str, run_name: str, push: bool, trackio_space: str | None, resume_repo: str | None,
-            resume_dir: str | None, probe_only: bool, steps: int | None) -> dict:
+            resume_dir: str | None, probe_only: bool, steps: int | None, data: DataFacts) -> dict:
     """The script's CONFIG: every value a literal, every default resolved."""
     method, generations = req.method, hyper.generations
     lr_full, lr_lora = spec.learning_rate
@@ -378,7 +384,8 @@ def _config(req: TrainingRequest, spec: Any, hyper: "Hyper", sched: Any, *, flav
             "r": req.lora_r or D.LORA["r"],
             "alpha": req.lora_alpha or D.LORA["alpha"],
             "dropout": D.LORA["dropout"] if req.lora_dropout is None else req.lora_dropout,
-            "target_modules": req.lora_target_modules or D.LORA["target_modules"],
+            "target_modules": req.lora_target_modules or (
+                LANGUAGE_TOWER if data.vision else D.LORA["target_modules"]),
         },
         "learning_rate": learning_rate,
         "epochs": hyper.resolved_epochs,
@@ -406,6 +413,7 @@ def _config(req: TrainingRequest, spec: Any, hyper: "Hyper", sched: Any, *, flav
         "chat_template": CHATML if req.chat_template == "chatml" else None,
         "probe": None,
         **spec.config(req),  # what only this method's template reads (beta, reward functions, the teacher, ...)
+        **spec.data_config(data),  # and what it learns from the data (SFT: images)
     }
 
 
@@ -418,6 +426,20 @@ def _run_name_and_folder(req: TrainingRequest, where: type) -> tuple[str, str]:
     return run_name, where.output_dir
 
 
+def _check_models(req: TrainingRequest, spec: methods.MethodSpec, size: ModelSize, teacher: ModelSize | None,
+                  data: DataFacts) -> None:
+    """What the models' configs rule out before anything is launched: the method's own checks (a distillation
+    teacher of another vocabulary size), and images for a model that reads none."""
+    try:
+        spec.check_sizes(req, size, teacher)
+    except ValueError as exc:
+        raise TrainError(str(exc)) from None
+    if data.vision and not size.image_tokens:
+        raise DatasetError(f"the rows hold images, but {req.model} reads no images (its config.json has no vision "
+                           "tower): pick an image-text-to-text model (e.g. Qwen/Qwen2-VL-2B-Instruct), or map the "
+                           "text columns only. Nothing was launched.")
+
+
 def plan_run(req: TrainingRequest, *, backend: str, size: ModelSize, catalog: Catalog, namespace: str | None,
              data: DataFacts, local_cuda: bool = False, resume_repo: str | None = None, resume_dir: str | None = None,
              probe_only: bool = False, measured: dict | None = None, teacher: ModelSize | None = None) -> RunPlan:
@@ -427,10 +449,7 @@ def plan_run(req: TrainingRequest, *, backend: str, size: ModelSize, catalog: Ca
     warnings: list[str] = []
     hyper = Hyper.of(req, teacher_params=teacher.params if teacher else None)
     spec = hyper.spec
-    try:
-        spec.check_sizes(req, size, teacher)  # e.g. a distillation teacher of another vocabulary size
-    except ValueError as exc:
-        raise TrainError(str(exc)) from None
+    _check_models(req, spec, size, teacher, data)
     where = backends.traits(backend)
     generations = hyper.generations
     push = where.pushes_to_hub and not probe_only
@@ -461,7 +480,7 @@ def plan_run(req: TrainingRequest, *, backend: str, size: ModelSize, catalog: Ca
     run_name, output_dir = _run_name_and_folder(req, where)
     config = _config(req, spec, hyper, sched, flavor=flavor, gpus=gpus, output_dir=output_dir, run_name=run_name,
                      push=push, trackio_space=trackio_space, resume_repo=resume_repo, resume_dir=resume_dir,
-                     probe_only=probe_only, steps=steps)
+                     probe_only=probe_only, steps=steps, data=data)
     if probe_only or req.preflight:
         config["probe"] = probe_config(size, hyper.workload(size, gpus, data), gpus, estimate, timeout,
                                         probe_only=probe_only)

@@ -220,7 +220,7 @@ class DatasetReport(BaseModel):
     columns: list[str]
     detected_format: Literal[
         "messages", "text", "prompt_completion", "conversational_prompt_completion", "preference",
-        "implicit_preference", "unpaired_preference", "prompt_only", "text_classification", "image_classification",
+        "implicit_preference", "unpaired_preference", "prompt_only", "text_classification", "image_classification", "vision_messages",
         "unknown",
     ]
     issues: list[DatasetIssue]

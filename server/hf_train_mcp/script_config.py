@@ -97,6 +97,7 @@ class FollowupConfig(ScriptConfig):
     base_model: str | None
     auto_class: str  # the transformers class that loads the model (its method's)
     processor: str  # and its preprocessing
+    vision: bool  # a vision-language model: images go through its processor
 
 class EvaluateConfig(DataConfig, FollowupConfig):
     eval_metric: str

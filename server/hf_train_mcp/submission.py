@@ -60,6 +60,13 @@ def refusal(report: DatasetReport, dataset: str, problem: str) -> str:
             "launched.")
 
 
+def images_per_row(rows: list[dict], column: str) -> float:
+    """The mean number of images the sampled rows hold in `column` (a list of images, or one)."""
+    counts = [len(r[column]) if isinstance(r.get(column), list) else int(r.get(column) is not None)
+              for r in rows if column in r]
+    return sum(counts) / len(counts) if counts else 0.0
+
+
 class Planner:
     def __init__(self, host: Host) -> None:
         self.host = host
@@ -127,14 +134,17 @@ class Planner:
         if req.dataset_config is None and report.config and report.config != "default":
             req = req.model_copy(update={"dataset_config": report.config})
         first = report.sample_rows[0] if report.sample_rows else {}
-        conversational = report.detected_format in ("messages", "conversational_prompt_completion") or any(
+        conversational = report.detected_format in ("messages", "vision_messages",
+                                                    "conversational_prompt_completion") or any(
             rules.is_conversation(first.get(c)) for c in ("prompt", "chosen", "rejected", "completion"))
         if report.token_stats is None:
             why = report.no_token_stats or "no tokenizer"
             warnings.append(f"{why}: the estimate and default timeout assume "
                             f"{methods.get(req.method).tokens_per_example} tokens per row; pass timeout= for longer rows")
         data = DataFacts(num_rows=report.num_rows, mean_tokens=report.token_stats.mean if report.token_stats else None,
-                         conversational=conversational)
+                         conversational=conversational, vision=report.detected_format == "vision_messages",
+                         images_per_row=images_per_row(report.sample_rows, (req.column_mapping or {}).get(
+                             "images", "images")))
         return req, data, warnings
 
     @staticmethod

@@ -49,9 +49,16 @@ def lower_is_better(metric: str) -> bool:
 
 
 EVALUATION = "evaluation/"  # the metrics of a run's evaluation job, kept apart from its training numbers
-# the default ranking metric: the first that every run with metrics reports
+# the default ranking metric: the first that every run with metrics reports (a classifier's accuracy before its
+# loss: what the family is judged by)
 DEFAULT_METRICS = (EVALUATION + "eval_loss", EVALUATION + "preference_accuracy", EVALUATION + "mean_reward",
-                   "eval_loss")
+                   EVALUATION + "accuracy", "eval_accuracy", "eval_loss")
+
+
+def default_metric(measured: list[dict[str, float]], method: str) -> str:
+    """The first of DEFAULT_METRICS that every measured run reports, else what the method's runs are watched by."""
+    return next((m for m in DEFAULT_METRICS if measured and all(m in metrics for metrics in measured)),
+                watched(method)[0])
 
 
 def compare(core: Host, req: CompareRequest) -> Comparison:
@@ -87,8 +94,7 @@ def compare(core: Host, req: CompareRequest) -> Comparison:
         core.ledger.set_sweep_state(sweep.sweep_id, "finished", only_if_state="running")
         sweep = core.ledger.sweep(sweep.sweep_id)
     measured = [row for row in rows if row.metrics]
-    metric = req.metric or next((m for m in DEFAULT_METRICS if measured and all(m in r.metrics for r in measured)),
-                                watched(method)[0])
+    metric = req.metric or default_metric([row.metrics for row in measured], method)
     lower = lower_is_better(metric)
     scored = [row for row in rows if metric in row.metrics and math.isfinite(row.metrics[metric])]
     scored.sort(key=lambda row: row.metrics[metric] if lower else -row.metrics[metric])

@@ -49,7 +49,14 @@ def _image_classification(i: int, topic: str, question: str, answer: str) -> dic
     return {"image": f"images/{label}/{i}.png", "label": label}  # write_images() draws them
 
 
-ROWS = {"image_classification": _image_classification, "messages": _messages, "preference": _preference, "prompt_only": _prompt_only,
+def _vision_messages(i: int, topic: str, question: str, answer: str) -> dict:
+    colour = "red" if i % 2 == 0 else "blue"
+    return {"messages": [{"role": "user", "content": "What colour is this picture?"},
+                         {"role": "assistant", "content": f"It is {colour}."}],
+            "images": [f"images/{colour}/{i}.png"]}  # write_images() draws them
+
+
+ROWS = {"image_classification": _image_classification, "vision_messages": _vision_messages, "messages": _messages, "preference": _preference, "prompt_only": _prompt_only,
         "unpaired_preference": _unpaired_preference,
         "text_classification": _text_classification}  # by dataset format (data/rules.py)
 
@@ -83,9 +90,10 @@ def write_images(folder: Path, rows: list[dict], size: int = 32) -> None:
     colours = {"red": (200, 30, 30), "blue": (30, 30, 200)}
     rng = random.Random(0)
     for row in rows:
-        path = folder / row["image"]
+        name = row["image"] if "image" in row else row["images"][0]
+        path = folder / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        base = colours.get(row["label"], (120, 120, 120))
+        base = colours.get(Path(name).parent.name, (120, 120, 120))
         pixels = [tuple(max(0, min(255, c + rng.randint(-40, 40))) for c in base) for _ in range(size * size)]
         image = Image.new("RGB", (size, size))
         image.putdata(pixels)
@@ -104,6 +112,41 @@ def build_tiny_vit(folder: Path) -> Path:
     ViTForImageClassification(config).save_pretrained(folder)
     ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
     return folder
+
+
+def build_tiny_vlm(folder: Path, text_model: Path) -> Path:
+    """A LLaVA-style vision-language model with random weights: a 2-layer CLIP vision tower at 32 px (16 patches
+    and the class token), a projector and the tiny Qwen2 text model's shape and tokenizer (plus `<image>`), with
+    its processor and a chat template that places image parts; saved to `folder`."""
+    from transformers import (AutoTokenizer, CLIPImageProcessor, CLIPVisionConfig, LlavaConfig,
+                              LlavaForConditionalGeneration, LlavaProcessor, Qwen2Config)
+
+    if (folder / "config.json").exists():
+        return folder
+    tokenizer = AutoTokenizer.from_pretrained(text_model)
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    vision = CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                              image_size=32, patch_size=8, projection_dim=32)
+    text = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                       tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id,
+                       pad_token_id=tokenizer.pad_token_id)
+    config = LlavaConfig(vision_config=vision, text_config=text, vision_feature_layer=-1,
+                         image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
+                         vision_feature_select_strategy="full")
+    LlavaForConditionalGeneration(config).save_pretrained(folder)
+    images = CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
+    LlavaProcessor(image_processor=images, tokenizer=tokenizer, patch_size=8, num_additional_image_tokens=1,
+                   vision_feature_select_strategy="full", chat_template=VISION_CHAT, image_token="<image>"
+                   ).save_pretrained(folder)
+    return folder
+
+
+VISION_CHAT = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' }}{% if message['content'] is string %}"
+    "{{ message['content'] }}{% else %}{% for part in message['content'] %}{% if part['type'] == 'image' %}"
+    "{{ '<image>' }}{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}"
+    "{{ '<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
 
 
 def build_tiny_model(folder: Path) -> Path:

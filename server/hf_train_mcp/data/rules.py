@@ -13,6 +13,7 @@ from hf_train_mcp.schemas import DatasetIssue
 ROLES = {"system", "user", "assistant", "tool"}
 # the columns each format is made of (after mapping), in the order layouts are read when no method says otherwise
 FORMAT_COLUMNS: dict[str, tuple[str, ...]] = {
+    "vision_messages": ("messages", "images"),
     "messages": ("messages",),
     "preference": ("prompt", "chosen", "rejected"),
     "implicit_preference": ("chosen", "rejected"),
@@ -38,7 +39,8 @@ def suggest_mapping(method: str, columns: list[str], rows: list[dict]) -> dict[s
     spec = methods.get(method)
     cols = set(columns)
     first = rows[0] if rows else {}
-    for fmt in spec.formats:
+    # images first: a conversation column beside an image column is vision data (messages alone would drop them)
+    for fmt in sorted(spec.formats, key=lambda f: f != "vision_messages"):
         mapping: dict[str, str] = {}
         for target in FORMAT_COLUMNS[fmt]:
             if target in cols:
@@ -103,6 +105,8 @@ def detect_format(columns: set[str], first: dict, method: str | None = None) -> 
     found = candidate_formats(columns, first)
     if "preference" in found:
         found.remove("implicit_preference")
+    if "vision_messages" in found:  # the images are the point: messages alone would drop them
+        found.remove("messages")
     preferred = [f for f in (methods.get(method).formats if method else ()) if f in found]
     return (preferred or found or ["unknown"])[0]
 
@@ -139,6 +143,13 @@ class Checker:
             self.add("warning", f"very long value in '{column}' ({len(value)} chars): it will be truncated at "
                      "max_length", column, row)
 
+    def images(self, row: int, value: Any, base: Path | None, allowed: Callable[[Path], bool]) -> None:
+        """A row's images: a list (or one image), each a viewer cell or a readable file."""
+        for image in value if isinstance(value, list) else [value]:
+            problem = image_cell_problem(image, base, allowed)
+            if problem:
+                self.add(problem[0], problem[1].replace("'image'", "'images'"), "images", row)
+
     def label(self, row: int, value: Any) -> None:
         if value is None:
             self.add("error", "null value in 'label': every row needs its class", "label", row)
@@ -162,6 +173,9 @@ class Checker:
             role, content = turn.get("role"), turn.get("content")
             if role not in ROLES:
                 self.add("error", f"unknown role {role!r} in '{column}' (use system/user/assistant/tool)", column, row)
+            if isinstance(content, list):  # TRL's multimodal turns: [{"type": "image"}, {"type": "text", ...}]
+                content = "".join(str(p.get("text") or "") for p in content if isinstance(p, dict)) or (
+                    "<image>" if any(isinstance(p, dict) and p.get("type") == "image" for p in content) else "")
             if not isinstance(content, str):
                 self.add("error", f"message content in '{column}' must be a string, got {type(content).__name__}",
                          column, row)
@@ -185,8 +199,10 @@ def check_rows(method: str, fmt: str, rows: list[dict], offsets: list[int], *, b
     spec = methods.get(method)
     for row, offset in zip(rows, offsets, strict=True):
         index = offset + 1
-        if fmt == "messages":
+        if fmt in ("messages", "vision_messages"):
             checker.messages(index, "messages", row.get("messages"))
+        if fmt == "vision_messages":
+            checker.images(index, row.get("images"), base, allowed)
         elif fmt == "text":
             checker.text(index, "text", row.get("text"))
         elif fmt in ("prompt_completion", "conversational_prompt_completion"):

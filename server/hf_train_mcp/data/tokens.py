@@ -20,9 +20,17 @@ def _as_text(tokenizer: Any, value: Any) -> str:
     return "" if value is None else str(value)
 
 
+def _part_text(content: Any) -> str:
+    if isinstance(content, list):
+        return " ".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
+    return "" if content is None else str(content).replace("<image>", "")
+
+
 def _row_text(tokenizer: Any, row: dict, fmt: str) -> str:
     if fmt == "messages":
         return _as_text(tokenizer, row.get("messages"))
+    if fmt == "vision_messages":  # the text alone: an image's tokens come from the model's patch grid
+        return "\n".join(_part_text(m.get("content")) for m in row.get("messages") or [] if isinstance(m, dict))
     if fmt in ("text", "text_classification"):
         return _as_text(tokenizer, row.get("text"))
     if fmt in ("preference", "implicit_preference"):

@@ -54,7 +54,7 @@ def validate_dataset(dataset: str, method: str, *, split: str = "train", config:
     renamed = {source: target for target, source in suggested.items()}
     mapped_columns = {renamed.get(c, c) for c in columns} | set().union(*(r.keys() for r in rows))
     fmt = rules.detect_format(mapped_columns, rows[0] if rows else {}, method)
-    if fmt == "messages":  # ShareGPT turns are converted by the script: check them as they will be
+    if fmt in ("messages", "vision_messages"):  # ShareGPT turns are converted by the script: check them so
         rows = _from_sharegpt(rows)
     issues += rules.method_verdict(method, fmt, mapped_columns)
     if fmt in methods.get(method).formats:

@@ -33,6 +33,7 @@ class ModelSize:
     config_vocab: int | None = None  # the vocab_size config.json declares (None: guessed, or no vocabulary)
     dtype: str | None = None  # the dtype config.json says the weights are saved in ("bfloat16", "float32", ...)
     model_type: str | None = None  # config.json's model_type ("qwen2", "gemma2", "vit", ...)
+    image_tokens: int = 0  # a vision-language model: the tokens one image becomes (0: it reads no images)
 
     @property
     def billions(self) -> float:
@@ -125,7 +126,24 @@ def _from_config(cfg: dict, params: int | None, source: str) -> ModelSize:
         config_vocab=vocab,
         dtype=str(dtype).removeprefix("torch.") if dtype else None,
         model_type=cfg.get("model_type"),
+        image_tokens=image_tokens(cfg),
     )
+
+
+# Qwen2-VL style dynamic resolution has no fixed image size: a 448x448 image in 14 px patches, merged 2x2
+DYNAMIC_IMAGE_TOKENS = 256
+
+
+def image_tokens(cfg: dict) -> int:
+    """Tokens per image of a vision-language model (its vision_config's patch grid), 0 for a text model. An image
+    encoder alone (ViT) has a vision config of its own, not a `vision_config`: it is no vision-language model."""
+    vision = cfg.get("vision_config")
+    if not isinstance(vision, dict) or not isinstance(cfg.get("text_config"), dict):
+        return 0
+    size, patch = vision.get("image_size"), vision.get("patch_size")
+    if isinstance(size, int) and isinstance(patch, int) and patch:
+        return (size // patch) ** 2
+    return DYNAMIC_IMAGE_TOKENS
 
 
 def _guess_architecture(params: int, source: str) -> ModelSize:

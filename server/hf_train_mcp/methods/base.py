@@ -75,6 +75,7 @@ class MethodSpec:
     template: str = ""  # templates/<template>.py.j2; the method's name by default
     config: Callable[[Any], dict[str, Any]] = no_config  # the CONFIG keys only this method's template reads
     config_schema: type[TrainingConfig] = TrainingConfig  # their types: a subclass declared in the method's module
+    data_config: Callable[[Any], dict[str, Any]] = no_config  # CONFIG keys it derives from the data (DataFacts)
     check: Callable[[Any], None] = no_check  # request checks beyond the options' own (raise ValueError)
     # checks that need the models' sizes (req, ModelSize, teacher ModelSize or None): planning calls it before
     # anything is launched (raise ValueError)

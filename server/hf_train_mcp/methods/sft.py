@@ -13,10 +13,11 @@ PACKING = Option("packing", Annotated[bool, Field(description="SFT: pack rows in
 
 class SftConfig(TrainingConfig):
     packing: bool
+    vision: bool  # messages with images: the processor, the collator for images, no max_length cut
 
 METHOD = MethodSpec(
     name="sft", title="SFT", summary="supervised fine-tune",
-    formats=("messages", "text", "prompt_completion", "conversational_prompt_completion"),
+    formats=("messages", "vision_messages", "text", "prompt_completion", "conversational_prompt_completion"),
     needs="'messages' (list of {role, content}), 'text', or 'prompt' + 'completion'",
     # LoRA trains few parameters from zero-initialised adapters: ~10x the full rate (TRL's PEFT examples 1e-4..2e-4)
     learning_rate=(2e-5, 2e-4), epochs=3.0, max_length=1024, tokens_per_example=512,
@@ -24,7 +25,9 @@ METHOD = MethodSpec(
         "messages": ("conversations", "conversation", "chat", "dialogue", "dialog", "turns"),
         "prompt": ("instruction", "question", "input", "query", "problem", "prompt_text"),
         "completion": ("output", "response", "answer", "target", "completion_text", "solution"),
+        "images": ("image", "pictures", "photos", "image_paths", "images_path"),
     },
     options=(PACKING,),
     config=lambda req: {"packing": req.packing}, config_schema=SftConfig,
+    data_config=lambda data: {"vision": data.vision},
 )

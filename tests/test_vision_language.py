@@ -1,0 +1,98 @@
+"""Vision-language SFT: messages + images (TRL's vision format) on an image-text-to-text model: validated without
+downloading an image, image tokens counted in the estimate, trained on CPU through the tools with the model's
+processor, evaluated by held-out loss, exported merged; images for a text-only model are refused."""
+
+from pathlib import Path
+
+import pytest
+from mcp import Client
+
+from hf_train_mcp.app import build_server
+from hf_train_mcp.data.validate import validate_dataset
+from hf_train_mcp.planning import DataFacts, Hyper
+from hf_train_mcp.request import TrainingRequest
+from hf_train_mcp.tiny import build_tiny_vlm, example_rows, write_images, write_jsonl
+from tests.conftest import needs_training
+from tests.helpers import RENDER_SIZE, call, finished
+
+pytestmark = pytest.mark.anyio
+
+
+def vision_rows(folder: Path, n: int = 8) -> list[dict]:
+    from hf_train_mcp.tiny import ROWS, TOPICS
+
+    rows = [ROWS["vision_messages"](i, TOPICS[0], "", "") for i in range(n)]
+    write_images(folder, rows)
+    return rows
+
+
+def test_messages_with_images_are_read_as_vision_rows(tmp_path: Path) -> None:
+    rows = vision_rows(tmp_path)
+    report = validate_dataset(str(write_jsonl(tmp_path / "data.jsonl", rows)), "sft")
+    assert report.valid and report.detected_format == "vision_messages", report.issues
+    text = validate_dataset(str(write_jsonl(tmp_path / "text.jsonl", example_rows("sft", 4))), "sft")
+    assert text.detected_format == "messages"  # no images: the text path, unchanged
+
+
+def test_llava_style_conversations_are_mapped_and_missing_images_warned(tmp_path: Path) -> None:
+    rows = [{"conversations": [{"from": "human", "value": "<image>\nWhat colour?"}, {"from": "gpt", "value": "red"}],
+             "image": r["images"][0]} for r in vision_rows(tmp_path, 4)]
+    rows[2]["image"] = "images/red/gone.png"
+    report = validate_dataset(str(write_jsonl(tmp_path / "llava.jsonl", rows)), "sft")
+    assert report.detected_format == "vision_messages"
+    assert report.suggested_column_mapping == {"messages": "conversations", "images": "image"}
+    assert any("missing image file 'images/red/gone.png'" in i.message for i in report.issues)
+
+
+def test_the_estimate_counts_each_images_tokens() -> None:
+    vlm = RENDER_SIZE.__class__(**{**RENDER_SIZE.__dict__, "image_tokens": 256})
+    hyper = Hyper.of(TrainingRequest(model="m", dataset="d", max_length=2048))
+    text = hyper.workload(vlm, 1, DataFacts(num_rows=100, mean_tokens=200)).tokens_per_example
+    seen = hyper.workload(vlm, 1, DataFacts(num_rows=100, mean_tokens=200, vision=True, images_per_row=2))
+    assert text == 200 and seen.tokens_per_example == 200 + 2 * 256
+
+
+@needs_training
+@pytest.mark.training
+async def test_images_for_a_text_only_model_are_refused_before_anything_runs(tiny_model: Path, tmp_path: Path,
+                                                                           offline) -> None:
+    data = write_jsonl(tmp_path / "data.jsonl", vision_rows(tmp_path))
+    async with Client(build_server()) as client:
+        result = await client.call_tool("submit_training", {"model": str(tiny_model), "dataset": str(data),
+                                                            "backend": "local", "max_steps": 1})
+    assert result.is_error and "reads no images" in result.content[0].text
+    assert result.meta["hf-train-mcp/error-code"] == "dataset"
+
+
+@needs_training
+@pytest.mark.training
+async def test_a_vision_language_model_trains_evaluates_and_merges_through_the_tools(tiny_model: Path,
+                                                                                   tmp_path: Path, offline) -> None:
+    from transformers import AutoModelForImageTextToText
+
+    model = build_tiny_vlm(tmp_path / "vlm", tiny_model)
+    data = write_jsonl(tmp_path / "data.jsonl", vision_rows(tmp_path, 12))
+    async with Client(build_server()) as client:
+        dry = await call(client, "submit_training", {"model": str(model), "dataset": str(data), "backend": "local",
+                                                     "max_steps": 2, "dry_run": True})
+        assert "AutoProcessor" in dry["script"] and "language_model" in dry["script"]
+        trained = await call(client, "submit_training", {"model": str(model), "dataset": str(data), "backend": "local",
+                                                         "max_steps": 2, "per_device_batch_size": 2,
+                                                         "gradient_accumulation": 1, "eval_split": 0.25})
+        report = await finished(client, trained["job_id"])
+        assert report["stage"] == "COMPLETED", report
+        assert "loss" in report["last_metrics"] or "train_loss" in report["last_metrics"]
+        evaluation = await call(client, "evaluate_model", {"model": trained["job_id"], "backend": "local"})
+        report = await finished(client, evaluation["job_id"])
+        assert report["stage"] == "COMPLETED", report
+        assert report["last_metrics"]["eval_rows"] == 3 and report["last_metrics"]["eval_loss"] > 0
+        refused = await client.call_tool("export_model", {"model": trained["job_id"], "format": "gguf",
+                                                          "backend": "local"})
+        assert refused.is_error and "vision projector" in refused.content[0].text
+        exported = await call(client, "export_model", {"model": trained["job_id"], "format": "merged",
+                                                       "backend": "local"})
+        report = await finished(client, exported["job_id"])
+        assert report["stage"] == "COMPLETED", report
+    merged = Path(exported["model_url"].removeprefix("file://"))
+    assert AutoModelForImageTextToText.from_pretrained(merged).config.model_type == "llava"
+    assert (merged / "processor_config.json").exists()
