@@ -92,3 +92,29 @@ async def test_a_lost_ledger_does_not_launch_a_keyed_sweep_again(hub: Emulator, 
     assert len(hub.posted_jobs()) == posted  # its runs' jobs were found on the Hub by their keys' labels
     ids = lambda result: sorted(j["job_id"] for j in result.structured_content["jobs"] if j["job_id"])  # noqa: E731
     assert ids(again) == ids(first)
+
+
+def test_servers_opening_a_new_ledger_at_once_all_open_it(tmp_path, monkeypatch) -> None:
+    """The switch to WAL is a race SQLite answers "database is locked" at once: every opener must still get in."""
+    import threading
+
+    from hf_train_mcp.ledger import Ledger
+
+    failures: list[BaseException] = []
+    for round_ in range(12):
+        monkeypatch.setenv("HF_TRAIN_HOME", str(tmp_path / f"home-{round_}"))
+        start = threading.Barrier(6)
+
+        def open_one() -> None:
+            start.wait()
+            try:
+                Ledger().get("nothing")
+            except BaseException as exc:  # noqa: BLE001 - collected and asserted below
+                failures.append(exc)
+
+        threads = [threading.Thread(target=open_one) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not failures, failures[:1]

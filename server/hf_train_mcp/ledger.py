@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_train_mcp.errors import ConflictError
-from hf_train_mcp.ledger_file import Connection, make_private
+from hf_train_mcp.ledger_file import Connection, make_private, wal_mode
 from hf_train_mcp.paths import data_home
 from hf_train_mcp.stages import SETTLED_STAGES
 
@@ -237,8 +237,8 @@ class Ledger:
         db = getattr(self._local, "db", None)
         if db is None:
             db = sqlite3.connect(self.path, timeout=30, isolation_level=None, factory=Connection)
-            db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA busy_timeout=30000")
+            wal_mode(db)
             self._local.db = db
         return db
 

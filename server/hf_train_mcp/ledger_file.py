@@ -2,6 +2,7 @@
 
 import os
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,20 @@ def _worded(run: Any, args: tuple) -> sqlite3.Cursor:
         if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in _CORRUPT:
             raise unreadable(exc) from None
         raise
+
+
+def wal_mode(db: sqlite3.Connection, attempts: int = 50) -> None:
+    """Switch to WAL. Two servers opening a new ledger at once race for the switch, and SQLite answers the loser
+    "database is locked" at once, without waiting out the busy timeout: it waits and tries again."""
+    for attempt in range(attempts):
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            busy = (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+            if not busy or attempt == attempts - 1:
+                raise
+            time.sleep(0.05 * (attempt + 1))
 
 
 def make_private(path: Path, *, home: Path | None) -> None:
