@@ -292,7 +292,7 @@ async def test_jobs_bill_started_minutes_and_a_flavor_without_a_price_is_refused
 
 def test_the_largest_timeout_that_fits_really_fits() -> None:
     from hf_train_mcp.estimate.hardware import fallback_catalog
-    from hf_train_mcp.planning import _fits, largest_timeout, worst_case_usd
+    from hf_train_mcp.budget import _fits, largest_timeout, worst_case_usd
 
     for flavor in fallback_catalog().flavors.values():
         for cents in range(1, 5001, 7):

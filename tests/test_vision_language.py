@@ -76,6 +76,7 @@ async def test_a_vision_language_model_trains_evaluates_and_merges_through_the_t
         dry = await call(client, "submit_training", {"model": str(model), "dataset": str(data), "backend": "local",
                                                      "max_steps": 2, "dry_run": True})
         assert "AutoProcessor" in dry["script"] and "language_model" in dry["script"]
+        assert '"torchvision>=0.21,<0.26"' in dry["script"]  # the processors of real VLMs need it
         trained = await call(client, "submit_training", {"model": str(model), "dataset": str(data), "backend": "local",
                                                          "max_steps": 2, "per_device_batch_size": 2,
                                                          "gradient_accumulation": 1, "eval_split": 0.25})

@@ -31,15 +31,8 @@ from hf_train_mcp.estimate.jobs import (
 from hf_train_mcp.estimate.sizing import DTYPE_BYTES, ModelSize
 from hf_train_mcp.hub import hub_endpoint
 from hf_train_mcp.ledger import JobRecord
-from hf_train_mcp.planning import (
-    BASE_DEPENDENCIES,
-    expects_gpu,
-    DataFacts,
-    RunPlan,
-    chosen_timeout,
-    within_budget,
-    worst_case_usd,
-)
+from hf_train_mcp.budget import chosen_timeout, within_budget, worst_case_usd
+from hf_train_mcp.planning import BASE_DEPENDENCIES, DataFacts, RunPlan, expects_gpu
 from hf_train_mcp.request import EvaluateRequest, ExportRequest, TrainingRequest
 from hf_train_mcp.schemas import DatasetReport
 from hf_train_mcp import backends, methods

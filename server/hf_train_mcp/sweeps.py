@@ -37,7 +37,7 @@ from hf_train_mcp.ledger import SweepRunRecord, now_iso
 from hf_train_mcp.measure import PROBE_KEY_PREFIX, is_probe_key
 from hf_train_mcp.paths import data_home
 from hf_train_mcp.prepared import Prepared
-from hf_train_mcp.planning import operator_cap, worst_case_usd
+from hf_train_mcp.budget import operator_cap, worst_case_usd
 from hf_train_mcp.request import SweepRequest, TrainingRequest
 
 
