@@ -66,8 +66,13 @@ class MethodSpec:
     prompt_length: bool = False  # max_length bounds the prompt; completions add max_completion_length
     # --- what the jobs do ---------------------------------------------------------------------------------
     library: str = "TRL"  # what trains it, as the card says ("transformers' Trainer", ...)
+    # what loads the trained model: "transformers" (an AutoModel class), or "sentence-transformers" (a
+    # SentenceTransformer: its modules and pooling beside the weights; evaluation and export load it so)
+    model_library: str = "transformers"
     peft_task: str = "CAUSAL_LM"
-    eval_metric: str = "loss"  # evaluation: loss (and perplexity) | preference (accuracy) | reward (mean)
+    # evaluation: loss (and perplexity) | preference (accuracy) | reward (mean) | accuracy (a classifier's) |
+    # embedding (cosine accuracy of triplets, Spearman of scored pairs, the loss)
+    eval_metric: str = "loss"
     prompt_required: bool = False  # preference rows need a prompt (DPO), or the shared turns are the prompt
     template: str = ""  # templates/<template>.py.j2; the method's name by default
     config: Callable[[Any], dict[str, Any]] = no_config  # the CONFIG keys only this method's template reads
@@ -80,6 +85,13 @@ class MethodSpec:
     data_notes: Callable[[set[str]], list[tuple[str, str, str | None]]] = lambda columns: []  # (severity, text, col)
     dependencies: tuple[str, ...] = ()
     request_dependencies: Callable[[Any], list[str]] = lambda req: []  # PyPI names the request's own code imports
+
+    @property
+    def pipeline_tag(self) -> str:
+        """The Hub's task for the trained model (its card's pipeline_tag)."""
+        if self.model_library == "sentence-transformers":
+            return "sentence-similarity"
+        return "text-classification" if self.classifier else "text-generation"
 
     @property
     def template_name(self) -> str:
