@@ -97,11 +97,14 @@ def main() -> None:
         for peft in args.pefts.split(","):
             if peft == "qlora" and not gpu:
                 continue
+            try:
+                request = TrainingRequest(model=model, dataset=str(data), method=method, peft=peft, backend="local",
+                                          max_steps=args.steps, per_device_batch_size=args.batch,
+                                          gradient_accumulation=1, max_length=256, **options(method, model))
+            except ValueError:  # a peft the method does not offer (embedding: no QLoRA)
+                continue
             folder = workdir / f"{method}-{peft}"
             folder.mkdir()
-            request = TrainingRequest(model=model, dataset=str(data), method=method, peft=peft, backend="local",
-                                      max_steps=args.steps, per_device_batch_size=args.batch,
-                                      gradient_accumulation=1, max_length=256, **options(method, model))
             plan = plan_run(request, backend="local", size=size, catalog=fallback_catalog(), namespace=None,
                             data=DataFacts(), local_cuda=gpu)
             (folder / "train.py").write_text(plan.render().text)

@@ -92,3 +92,6 @@ def test_classifier_runs_are_ranked_by_accuracy_and_language_models_by_loss() ->
     assert default_metric(evaluated, METHOD) == "evaluation/accuracy"
     assert default_metric([{"eval_loss": 1.0, "loss": 1.2}], "sft") == "eval_loss"
     assert default_metric([], "grpo") == "reward"
+    embedded = [{"eval_loss": 0.3, "evaluation/eval_loss": 0.3, "evaluation/spearman": 0.8}]
+    assert default_metric(embedded, "embedding") == "evaluation/eval_loss"  # an evaluation's loss comes first
+    assert default_metric([{"evaluation/spearman": 0.8, "loss": 1.0}], "embedding") == "evaluation/spearman"

@@ -52,11 +52,14 @@ def training_card(config: dict[str, Any], *, flavor: str, usd_per_hour: float | 
     summary = (f"A {spec.summary} of `{config['model']}` on `{config['dataset']}` with {spec.library}"
                + (f" ({'QLoRA' if peft == 'qlora' else 'LoRA'} adapter)" if adapter else " (full fine-tune)")
                + ", trained and submitted by hf-train-mcp.")
+    library = "peft" if adapter else "transformers"
+    if spec.model_library != "transformers":  # a SentenceTransformer folder loads as one, adapter or not
+        library = spec.model_library
     return card_config(
         title=name, summary=summary, base_model=config["model"], datasets=[config["dataset"]],
-        library_name="peft" if adapter else "transformers", tags=[spec.library.split()[0].lower(), method, *(["lora"] if adapter else [])],
+        library_name=library,
+        tags=[spec.library.split()[0].lower(), method, *(["lora"] if adapter else [])],
         settings=settings, estimated_hours=estimated_hours, estimated_cost_usd=estimated_cost_usd,
         usd_per_hour=usd_per_hour, trackio_url=trackio_url,
-        pipeline_tag=spec.pipeline_tag,
-        base_model_relation="adapter" if adapter else "finetune",
+        pipeline_tag=spec.pipeline_tag, base_model_relation="adapter" if adapter else "finetune",
     )

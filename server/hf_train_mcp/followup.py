@@ -174,6 +174,8 @@ def method_for_format(report: DatasetReport) -> str:
     found = candidate_formats(columns, report.sample_rows[0] if report.sample_rows else {})
     if set(found) & set(PREFERENCE_FORMATS):
         return "dpo"
+    if set(found) & set(methods.get("embedding").formats):  # texts to embed: an embedding model's data
+        return "embedding"
     if "prompt_only" in found and columns & set(REFERENCE_COLUMNS):
         return "grpo"
     return "sft"
@@ -271,6 +273,10 @@ def plan_evaluation(req: EvaluateRequest, subject: Subject, data: EvalData | Non
                     warnings: list[str]) -> RunPlan:
     method = data.method if data else (subject.method or "sft")
     spec = methods.get(method)
+    if req.tasks and spec.classifier:
+        raise TrainError(f"benchmarks (tasks) score a language model's answers, and a {spec.summary} writes none: "
+                         "evaluate it on held-out rows (dataset and split, or its training job's). Nothing was "
+                         "launched.")
     training = subject.training
     rows = min(req.num_samples or EVAL_ROWS, facts.num_rows or EVAL_ROWS) if data else 0
     tokens = facts.mean_tokens or spec.tokens_per_example
@@ -318,7 +324,8 @@ def plan_evaluation(req: EvaluateRequest, subject: Subject, data: EvalData | Non
         "push_to_hub": False, "hub_model_id": None,
     }
     reward_code = getattr(training, "reward_code", None) if training else None  # re-run: it needs its imports
-    dependencies = [*BASE_DEPENDENCIES, *([LM_EVAL] if req.tasks else []), *reward_code_dependencies(reward_code)]
+    dependencies = [*BASE_DEPENDENCIES, *spec.dependencies, *([LM_EVAL] if req.tasks else []),
+                    *reward_code_dependencies(reward_code)]
     return _plan(req, backend=backend, flavor=flavor, estimate=estimate, price=price, timeout=timeout, config=config,
                  dependencies=dependencies, namespace=namespace, template="evaluate", warnings=warnings,
                  trackio_space=trackio_space, reward_code=getattr(training, "reward_code", None) if training else None)
@@ -361,6 +368,11 @@ def _exportable(req: ExportRequest, subject: Subject, size: ModelSize) -> bool:
         raise TrainError("GGUF export of a vision-language model needs its vision projector (mmproj) converted too, "
                          "which this server does not do yet: export format='merged' and convert with llama.cpp's "
                          "own tools. Nothing was launched.")
+    spec = methods.get(subject.method) if subject.method else None
+    if spec and spec.model_library == "sentence-transformers" and req.format == "gguf":
+        raise TrainError("this server does not export embedding models to GGUF yet (llama.cpp's converter handles "
+                         "BERT-style encoders; this export writes causal language models). format='merged' makes an "
+                         "adapter a standalone SentenceTransformer. Nothing was launched.")
     if classifier and req.format == "gguf":
         summary = methods.get(subject.method).summary
         raise TrainError(f"{'an' if summary[0] in 'aeiou' else 'a'} {summary} is a classifier, which llama.cpp does "
@@ -376,6 +388,8 @@ def _exportable(req: ExportRequest, subject: Subject, size: ModelSize) -> bool:
 def plan_export(req: ExportRequest, subject: Subject, *, backend: str, size: ModelSize, catalog: Catalog,
                 namespace: str | None, warnings: list[str]) -> RunPlan:
     classifier = _exportable(req, subject, size)
+    spec = methods.get(subject.method) if subject.method else None
+    library = spec.model_library if spec else "transformers"
     quantization = (req.quantization or "q4_k_m") if req.format == "gguf" else None
     if req.format == "merged" and subject.kind == "full":
         warnings.append("this model is a full fine-tune, already standalone: the export re-saves it as safetensors "
@@ -398,6 +412,7 @@ def plan_export(req: ExportRequest, subject: Subject, *, backend: str, size: Mod
     config = {
         **_common_config(subject, backend, size),
         "format": req.format, "quantization": quantization, "file_stem": stem, "classifier": classifier,
+        "model_library": library,
         "dtype": export_dtype(subject, size), "total_steps": 3 if quantization not in (None, "f16", "q8_0") else 2,
         "llama_cpp_repo": LLAMA_CPP_REPO, "card_source": subject.card_folder or source,
         "push_to_hub": target is not None, "hub_model_id": target, "private": req.private,
@@ -406,17 +421,18 @@ def plan_export(req: ExportRequest, subject: Subject, *, backend: str, size: Mod
     config["card"] = card_config(
         title=target or stem, summary=what + ", exported by hf-train-mcp.",
         base_model=(source or base) if req.format == "gguf" else base,
-        datasets=[training.dataset] if training else [], library_name=None if req.format == "gguf" else "transformers",
-        tags=["gguf", "llama.cpp", quantization] if req.format == "gguf" else ["merged", "trl"],
+        datasets=[training.dataset] if training else [], library_name=None if req.format == "gguf" else library,
+        tags=["gguf", "llama.cpp", quantization] if req.format == "gguf" else
+        ["merged", "trl" if library == "transformers" else library],
         settings={"format": req.format, "quantization": quantization, "source": source or subject.ref,
                   "base model": base, "hardware": flavor},
         **_estimate_note(estimate), usd_per_hour=price,
         trackio_url=f"{endpoint}/spaces/{training.trackio_space_id}" if training and training.trackio_space_id
         else None,
         base_model_relation="quantized" if req.format == "gguf" else "merge",
-        pipeline_tag=methods.get(subject.method or "sft").pipeline_tag)
+        pipeline_tag=spec.pipeline_tag if spec else "text-generation")
     dependencies = ["transformers>=5.0,<6", "peft>=0.15,<1", "accelerate>=1.4,<2", "torch>=2.6,<2.11",
-                    "safetensors>=0.4"]
+                    "safetensors>=0.4", *(spec.dependencies if spec else ())]
     if req.format == "gguf":
         dependencies += GGUF_DEPENDENCIES + ([CMAKE] if config["total_steps"] == 3 else [])
     return _plan(req, backend=backend, flavor=flavor, estimate=estimate, price=price, timeout=timeout, config=config,

@@ -220,8 +220,8 @@ class DatasetReport(BaseModel):
     columns: list[str]
     detected_format: Literal[
         "messages", "text", "prompt_completion", "conversational_prompt_completion", "preference",
-        "implicit_preference", "unpaired_preference", "prompt_only", "text_classification", "image_classification", "vision_messages",
-        "unknown",
+        "implicit_preference", "unpaired_preference", "prompt_only", "text_classification", "image_classification",
+        "vision_messages", "sentence_triplets", "scored_pairs", "sentence_pairs", "unknown",
     ]
     issues: list[DatasetIssue]
     suggested_column_mapping: dict[str, str] | None = None

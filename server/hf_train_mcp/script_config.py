@@ -120,6 +120,7 @@ class EvaluateConfig(DataConfig, FollowupConfig):
 class ExportConfig(FollowupConfig):
     format: Literal["merged", "gguf"]
     classifier: bool
+    model_library: Literal["transformers", "sentence-transformers"]  # what loads and saves the model (its method's)
     quantization: str | None
     file_stem: str
     dtype: str

@@ -52,7 +52,8 @@ EVALUATION = "evaluation/"  # the metrics of a run's evaluation job, kept apart 
 # the default ranking metric: the first that every run with metrics reports (a classifier's accuracy before its
 # loss: what the family is judged by)
 DEFAULT_METRICS = (EVALUATION + "eval_loss", EVALUATION + "preference_accuracy", EVALUATION + "mean_reward",
-                   EVALUATION + "accuracy", "eval_accuracy", "eval_loss")
+                   EVALUATION + "accuracy", EVALUATION + "cosine_accuracy", EVALUATION + "spearman", "eval_accuracy",
+                   "eval_loss")
 
 
 def default_metric(measured: list[dict[str, float]], method: str) -> str:

@@ -56,17 +56,39 @@ def _vision_messages(i: int, topic: str, question: str, answer: str) -> dict:
             "images": [f"images/{colour}/{i}.png"]}  # write_images() draws them
 
 
-ROWS = {"image_classification": _image_classification, "vision_messages": _vision_messages, "messages": _messages, "preference": _preference, "prompt_only": _prompt_only,
-        "unpaired_preference": _unpaired_preference,
-        "text_classification": _text_classification}  # by dataset format (data/rules.py)
+def _other(topic: str) -> str:
+    return TOPICS[(TOPICS.index(topic) + 3) % len(TOPICS)]
 
 
-def example_rows(method: str, n: int = 16, seed: int = 0) -> list[dict]:
-    """Small, well-formed rows in the first format a method accepts (its registry entry says which)."""
+def _sentence_triplets(i: int, topic: str, question: str, answer: str) -> dict:
+    return {"anchor": f"Tell me about {topic}.", "positive": f"A short note on {topic}, number {i}.",
+            "negative": f"A short note on {_other(topic)}, number {i}."}
+
+
+def _sentence_pairs(i: int, topic: str, question: str, answer: str) -> dict:
+    return {"anchor": f"Tell me about {topic}.", "positive": f"A short note on {topic}, number {i}."}
+
+
+def _scored_pairs(i: int, topic: str, question: str, answer: str) -> dict:
+    same = i % 2 == 0
+    return {"sentence1": f"A short note on {topic}.",
+            "sentence2": f"Something about {topic if same else _other(topic)}, number {i}.",
+            "score": 0.9 if same else 0.1}
+
+
+ROWS = {"image_classification": _image_classification, "vision_messages": _vision_messages, "messages": _messages,
+        "preference": _preference, "prompt_only": _prompt_only, "unpaired_preference": _unpaired_preference,
+        "text_classification": _text_classification, "sentence_triplets": _sentence_triplets,
+        "sentence_pairs": _sentence_pairs, "scored_pairs": _scored_pairs}  # by dataset format (data/rules.py)
+
+
+def example_rows(method: str, n: int = 16, seed: int = 0, data_format: str | None = None) -> list[dict]:
+    """Small, well-formed rows in the first format a method accepts (its registry entry says which), or in
+    `data_format`, another one it accepts."""
     from hf_train_mcp import methods
 
-    data_format = methods.get(method).formats[0]
-    if data_format not in ROWS:
+    data_format = data_format or methods.get(method).formats[0]
+    if data_format not in ROWS or data_format not in methods.get(method).formats:
         raise ValueError(f"no tiny rows for the {data_format} format of method {method!r}")
     return _rows(data_format, n, seed)
 

@@ -20,6 +20,9 @@ FORMAT_COLUMNS: dict[str, tuple[str, ...]] = {
     "unpaired_preference": ("prompt", "completion", "label"),
     "image_classification": ("image", "label"),
     "text_classification": ("text", "label"),
+    "sentence_triplets": ("anchor", "positive", "negative"),
+    "scored_pairs": ("sentence1", "sentence2", "score"),
+    "sentence_pairs": ("anchor", "positive"),
     "conversational_prompt_completion": ("prompt", "completion"),
     "prompt_completion": ("prompt", "completion"),
     "text": ("text",),
@@ -157,6 +160,29 @@ class Checker:
             self.add("error", f"'label' must be a class name or id (one per row), got {type(value).__name__}",
                      "label", row)
 
+    def sentence(self, row: int, column: str, value: Any) -> None:
+        """One text of an embedding row: a non-empty string (the trainer embeds each column's text as it is)."""
+        if isinstance(value, list):
+            self.add("error", f"'{column}' holds a list: one text per row (give each {column} its own row, "
+                     "repeating the others)", column, row)
+        elif value is None or isinstance(value, str) and not value.strip():
+            self.add("error", f"{'null value' if value is None else 'empty string'} in '{column}': every row needs "
+                     "its text (drop such rows)", column, row)
+        elif not isinstance(value, str):
+            self.add("error", f"'{column}' must be a string, got {type(value).__name__}", column, row)
+        elif len(value) > LONG_CHARS:
+            self.add("warning", f"very long value in '{column}' ({len(value)} chars): it will be truncated at "
+                     "max_length", column, row)
+
+    def score(self, row: int, value: Any) -> None:
+        if value is None:
+            self.add("error", "null value in 'score': every pair needs its similarity", "score", row)
+        elif isinstance(value, bool) or not isinstance(value, int | float):
+            self.add("error", f"'score' must be a number (a similarity such as 0.8), got {type(value).__name__}: "
+                     "cast the column to float, or map the column that holds the similarity as score", "score", row)
+        elif value != value:  # NaN
+            self.add("error", "'score' is NaN: fill it or drop the row", "score", row)
+
     def messages(self, row: int, column: str, value: Any, *, need_assistant: bool = True) -> None:
         if not isinstance(value, list) or not value:
             self.add("error", f"'{column}' must be a non-empty list of {{role, content}} messages", column, row)
@@ -240,9 +266,45 @@ def check_rows(method: str, fmt: str, rows: list[dict], offsets: list[int], *, b
             if problem:
                 checker.add(*problem, "image", index)
             checker.label(index, row.get("label"))
+        elif fmt in SENTENCE_FORMATS:
+            sentence_row(checker, index, fmt, row)
     if fmt in CLASS_FORMATS:
         label_notes(checker, [row.get("label") for row in rows])
+    if fmt == "scored_pairs":
+        score_notes(checker, [row.get("score") for row in rows])
     return checker.issues
+
+
+SENTENCE_FORMATS = frozenset({"sentence_pairs", "sentence_triplets", "scored_pairs"})  # texts to embed, per row
+
+
+def sentence_row(checker: "Checker", index: int, fmt: str, row: dict) -> None:
+    for column in FORMAT_COLUMNS[fmt]:
+        if column == "score":
+            checker.score(index, row.get(column))
+        else:
+            checker.sentence(index, column, row.get(column))
+    if fmt != "scored_pairs" and isinstance(row.get("anchor"), str) and row.get("anchor") == row.get("positive"):
+        checker.add("warning", "anchor and positive are the same text: the row teaches nothing", "positive", index)
+    if fmt == "sentence_triplets" and isinstance(row.get("positive"), str) and row["positive"] == row.get("negative"):
+        checker.add("warning", "positive and negative are the same text: the row contradicts itself (drop it, or "
+                    "mine another negative)", "negative", index)
+
+
+def score_notes(checker: "Checker", scores: list[Any]) -> None:
+    """Scores outside 0..1 train as they are (CoSENTLoss and Spearman read only their order), which the caller
+    may not expect; one score for every row gives nothing to rank."""
+    numbers = [v for v in scores if isinstance(v, int | float) and not isinstance(v, bool) and v == v]
+    if not numbers:
+        return
+    low, high = min(numbers), max(numbers)
+    if low == high and len(numbers) > 1:
+        checker.add("warning", f"every sampled pair has score {low}: CoSENTLoss learns from which pairs score "
+                    "higher, and there is nothing to rank (the sample may be sorted by score)", "score")
+    elif low < 0 or high > 1:
+        checker.add("warning", f"scores range {low}..{high}, outside 0..1: CoSENTLoss and Spearman read only their "
+                    "order, so this trains as it is; rescale them (e.g. score / 5 for STS-B) to read them as cosine "
+                    "similarities", "score")
 
 
 CLASS_FORMATS = frozenset({"text_classification", "image_classification"})  # one label per row, the classes the model learns

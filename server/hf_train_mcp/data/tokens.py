@@ -5,7 +5,7 @@ import math
 import os
 from typing import Any
 
-from hf_train_mcp.data.rules import is_conversation
+from hf_train_mcp.data.rules import FORMAT_COLUMNS, SENTENCE_FORMATS, is_conversation
 from hf_train_mcp.schemas import TokenStats
 
 log = logging.getLogger(__name__)
@@ -33,6 +33,8 @@ def _row_text(tokenizer: Any, row: dict, fmt: str) -> str:
         return "\n".join(_part_text(m.get("content")) for m in row.get("messages") or [] if isinstance(m, dict))
     if fmt in ("text", "text_classification"):
         return _as_text(tokenizer, row.get("text"))
+    if fmt in SENTENCE_FORMATS:  # each text is its own sequence: the longest is what max_length cuts
+        return max((_as_text(tokenizer, row.get(c)) for c in FORMAT_COLUMNS[fmt] if c != "score"), key=len)
     if fmt in ("preference", "implicit_preference"):
         prompt = _as_text(tokenizer, row.get("prompt"))
         longer = max((_as_text(tokenizer, row.get(k)) for k in ("chosen", "rejected")), key=len)

@@ -7,7 +7,8 @@ from importlib import import_module
 
 from hf_train_mcp.methods.base import MethodSpec, Option
 
-MODULES = ("sft", "dpo", "grpo", "reward", "kto", "distill", "text_classification", "image_classification")
+MODULES = ("sft", "dpo", "grpo", "reward", "kto", "distill", "text_classification", "image_classification",
+           "embedding")
 REGISTRY: dict[str, MethodSpec] = {spec.name: spec for spec in (
     import_module(f"hf_train_mcp.methods.{module}").METHOD for module in MODULES)}
 NAMES: tuple[str, ...] = tuple(REGISTRY)

@@ -69,8 +69,13 @@ class MethodSpec:
     inputs: str = "text"  # what a row feeds the model: "text" (a tokenizer) or "image" (an image processor)
     auto_class: str = "AutoModelForCausalLM"  # the transformers class that loads the trained model
     processor: str = "AutoTokenizer"  # the transformers class that loads its preprocessing
+    # what loads the trained model: "transformers" (an AutoModel class), or "sentence-transformers" (a
+    # SentenceTransformer: its modules and pooling beside the weights; evaluation and export load it so)
+    model_library: str = "transformers"
     peft_task: str = "CAUSAL_LM"
-    eval_metric: str = "loss"  # evaluation: loss (and perplexity) | preference (accuracy) | reward (mean)
+    # evaluation: loss (and perplexity) | preference (accuracy) | reward (mean) | accuracy (a classifier's) |
+    # embedding (cosine accuracy of triplets, Spearman of scored pairs, the loss)
+    eval_metric: str = "loss"
     prompt_required: bool = False  # preference rows need a prompt (DPO), or the shared turns are the prompt
     template: str = ""  # templates/<template>.py.j2; the method's name by default
     config: Callable[[Any], dict[str, Any]] = no_config  # the CONFIG keys only this method's template reads
@@ -90,6 +95,8 @@ class MethodSpec:
         """The Hub's task for the trained model (its card's pipeline_tag)."""
         if self.inputs == "image":
             return "image-classification"
+        if self.model_library == "sentence-transformers":
+            return "sentence-similarity"
         return "text-classification" if self.classifier else "text-generation"
 
     @property
