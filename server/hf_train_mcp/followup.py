@@ -268,6 +268,20 @@ def _common_config(subject: Subject, backend: str, size: ModelSize) -> dict:
     }
 
 
+def _result_targets(subject: Subject, backend: str, namespace: str | None) -> tuple[bool, str | None, str | None]:
+    """(pushes, Trackio space, card repo) of an evaluation: its training run's Trackio project, and the evaluated
+    model's card when that model is the caller's own repo."""
+    pushes, training = backends.traits(backend).pushes_to_hub, subject.training
+    trackio_space = None
+    if pushes:
+        trackio_space = (training.trackio_space_id if training else None) or (
+            f"{namespace}/trackio" if namespace else None)
+    card_repo = None
+    if pushes and not is_local(subject.ref) and namespace and subject.ref.split("/")[0] == namespace:
+        card_repo = subject.ref
+    return pushes, trackio_space, card_repo
+
+
 def plan_evaluation(req: EvaluateRequest, subject: Subject, data: EvalData | None, facts: DataFacts, *,
                     backend: str, size: ModelSize, catalog: Catalog, namespace: str | None,
                     warnings: list[str]) -> RunPlan:
@@ -296,14 +310,7 @@ def plan_evaluation(req: EvaluateRequest, subject: Subject, data: EvalData | Non
     flavor, estimate, price = _place(req, "evaluation", evaluation_options(size, work, catalog),
                                      lambda info: evaluation_on(size, work, info), catalog, backend, warnings)
     timeout = _timeout(req, estimate, backend, flavor, price, warnings)
-    pushes = backends.traits(backend).pushes_to_hub
-    trackio_space = None
-    if pushes:
-        trackio_space = (training.trackio_space_id if training else None) or (
-            f"{namespace}/trackio" if namespace else None)
-    card_repo = None
-    if pushes and not is_local(subject.ref) and namespace and subject.ref.split("/")[0] == namespace:
-        card_repo = subject.ref  # the evaluated model is the caller's: its card gets the results
+    pushes, trackio_space, card_repo = _result_targets(subject, backend, namespace)
     config = {
         **_common_config(subject, backend, size),
         "method": method, "eval_metric": spec.eval_metric, "classifier": spec.classifier,
