@@ -188,3 +188,18 @@ async def merged_classifier(client: Client, job_id: str) -> Path:
     report = await finished(client, exported["job_id"])
     assert report["stage"] == "COMPLETED", report
     return Path(exported["model_url"].removeprefix("file://"))
+
+
+async def estimated_then_trained(client: Client, arguments: dict[str, Any], rows: int, script_has: str
+                                 ) -> tuple[dict, dict, dict]:
+    """A family's first half through the tools: an estimate, a dry run whose script holds `script_has`, and the
+    job run to COMPLETED. (dry run, submission, final report)."""
+    estimate = await call(client, "estimate_cost", {"model": arguments["model"], "method": arguments["method"],
+                                                    "num_examples": rows, "max_steps": arguments["max_steps"]})
+    assert estimate["hours"] > 0
+    dry = await call(client, "submit_training", {**arguments, "dry_run": True})
+    assert script_has in dry["script"]
+    trained = await call(client, "submit_training", arguments)
+    report = await finished(client, trained["job_id"])
+    assert report["stage"] == "COMPLETED", report
+    return dry, trained, report

@@ -21,7 +21,7 @@ from hf_train_mcp.estimate.hardware import fallback_catalog
 from hf_train_mcp.request import TrainingRequest
 from hf_train_mcp.tiny import example_rows, write_jsonl
 from tests.conftest import needs_training
-from tests.helpers import QWEN_05B, call, finished, refused
+from tests.helpers import QWEN_05B, call, estimated_then_trained, finished, refused
 
 pytestmark = pytest.mark.anyio
 METHOD = "embedding"
@@ -129,14 +129,8 @@ async def test_triplets_train_evaluate_and_merge_through_the_tools(tiny_model: P
                  "max_steps": 3, "per_device_batch_size": 8, "gradient_accumulation": 1, "max_length": 64,
                  "eval_split": 0.25}
     async with Client(build_server()) as client:
-        estimate = await call(client, "estimate_cost", {"model": str(tiny_model), "method": METHOD,
-                                                        "num_examples": 24, "max_steps": 3})
-        assert estimate["hours"] > 0
-        dry = await call(client, "submit_training", {**arguments, "dry_run": True})
-        assert "SentenceTransformerTrainer" in dry["script"] and "sentence-transformers>=5,<6" in dry["script"]
-        trained = await call(client, "submit_training", arguments)
-        report = await finished(client, trained["job_id"])
-        assert report["stage"] == "COMPLETED", report
+        dry, trained, report = await estimated_then_trained(client, arguments, 24, "SentenceTransformerTrainer")
+        assert "sentence-transformers>=5,<6" in dry["script"]
         assert "loss" in report["last_metrics"] and 0 <= report["last_metrics"]["eval_cosine_accuracy"] <= 1
         output = Path(trained["model_url"].removeprefix("file://"))
         assert (output / "adapter_config.json").exists() and (output / "modules.json").exists()

@@ -12,7 +12,7 @@ from hf_train_mcp.data.validate import validate_dataset
 from hf_train_mcp.tiny import example_rows, write_jsonl
 from tests.conftest import needs_training
 from tests.emulator import Emulator, ViewerDataset
-from tests.helpers import call, finished, merged_classifier
+from tests.helpers import call, estimated_then_trained, finished, merged_classifier
 
 pytestmark = pytest.mark.anyio
 METHOD = "text-classification"
@@ -59,14 +59,7 @@ async def test_a_text_classifier_trains_evaluates_and_merges_through_the_tools(t
                  "max_steps": 3, "per_device_batch_size": 4, "gradient_accumulation": 1, "max_length": 64,
                  "eval_split": 0.25}
     async with Client(build_server()) as client:
-        estimate = await call(client, "estimate_cost", {"model": str(tiny_model), "method": METHOD,
-                                                        "num_examples": 24, "max_steps": 3})
-        assert estimate["hours"] > 0
-        dry = await call(client, "submit_training", {**arguments, "dry_run": True})
-        assert "AutoModelForSequenceClassification" in dry["script"]
-        trained = await call(client, "submit_training", arguments)
-        report = await finished(client, trained["job_id"])
-        assert report["stage"] == "COMPLETED", report
+        _, trained, report = await estimated_then_trained(client, arguments, 24, "AutoModelForSequenceClassification")
         assert "loss" in report["last_metrics"] or "train_loss" in report["last_metrics"]
         output = Path(trained["model_url"].removeprefix("file://"))
         assert json.loads((output / "labels.json").read_text())["id2label"] == {"0": "negative", "1": "positive"}
