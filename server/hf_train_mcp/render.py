@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import pprint
+import threading
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -70,6 +71,12 @@ def templates_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "templates"
 
 
+# CPython 3.11/3.12 keep the AST builder's recursion depth in shared state: two threads compiling at once (two
+# HTTP callers, two sweeps planned in parallel) can fail with "SystemError: AST constructor recursion depth
+# mismatch" (python/cpython#106905). One script is compiled at a time.
+_COMPILING = threading.Lock()
+
+
 @cache
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
@@ -96,8 +103,9 @@ def render_script(method: str, schema: type[ScriptConfig], context: dict[str, An
     guaranteed to compile and to read no CONFIG key its schema lacks."""
     validate_config(context["config"], schema)
     text = _environment().get_template(f"{method}.py.j2").render(**context)
-    compile(text, f"{method}.py", "exec", dont_inherit=True)  # more than ast.parse: placement rules too
-    check_template_keys(text, schema)
+    with _COMPILING:
+        compile(text, f"{method}.py", "exec", dont_inherit=True)  # more than ast.parse: placement rules too
+        check_template_keys(text, schema)
     return Script(text=text, sha256=hashlib.sha256(text.encode()).hexdigest())
 
 
