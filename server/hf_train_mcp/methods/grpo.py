@@ -28,6 +28,7 @@ RESERVED_NAMES = frozenset({
     "base_license", "write_card", "read_card", "EVALUATION_MARK", "own_gpu", "new_trainer", "truncate_prompts",
     "truncated_prompt", "teardown", "adapter_labels", "load_processing",
     "as_images", "vision_rows", "vision_loss",
+
 })
 
 
