@@ -30,6 +30,7 @@ from hf_train_mcp.access import STDIO, Access
 from hf_train_mcp.compact_schema import compact_tool_schema, declare_once
 from hf_train_mcp.errors import ERROR_CODE_META, BudgetError, ErrorCode, TrainError, unexpected
 from hf_train_mcp.readable import readable
+from hf_train_mcp.request import nested_options, options_description
 from hf_train_mcp.tools import TOOLS, Hooks, ToolSpec
 from hf_train_mcp.watch import JOB_URI, JobWatcher, register_subscriptions
 
@@ -85,9 +86,13 @@ class CompactMCPServer(MCPServer):
     """MCPServer whose tools/list carries compacted schemas (arguments are still validated by the full models),
     and whose argument errors say what to send instead of pydantic's text."""
 
+    # per tool: parameters it accepts but does not list (method options, listed inside its `options` object)
+    unlisted: dict[str, set[str]]
+
     async def list_tools(self) -> list[MCPTool]:
         tools = await super().list_tools()
-        inputs = declare_once([compact_tool_schema(tool.input_schema) for tool in tools])
+        inputs = declare_once([compact_tool_schema(_unlisted(tool.input_schema, self.unlisted.get(tool.name, set())))
+                               for tool in tools])
         return [
             tool.model_copy(update={
                 "input_schema": schema,
@@ -111,6 +116,11 @@ class CompactMCPServer(MCPServer):
             if isinstance(exc.__cause__, ValidationError):
                 return coded_result(f"invalid arguments for {name}: {readable(exc.__cause__)}", "invalid", name)
             return coded_result(str(exc), _code_of(exc), name)
+
+
+def _unlisted(schema: dict[str, Any], names: set[str]) -> dict[str, Any]:
+    properties = {k: v for k, v in schema.get("properties", {}).items() if k not in names}
+    return {**schema, "properties": properties} if names else schema
 
 
 def _code_of(exc: ToolError) -> ErrorCode:
@@ -143,6 +153,10 @@ def _parameters(spec: ToolSpec) -> list[inspect.Parameter]:
         annotation = Annotated[(info.annotation, *info.metadata, Field(description=info.description))]
         default = inspect.Parameter.empty if info.is_required() else info.default
         out.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation))
+    nested = nested_options(spec.request)
+    if nested:  # one object instead of a parameter each: every agent turn pays for the schema
+        annotation = Annotated[dict[str, Any] | None, Field(description=options_description(nested))]
+        out.append(inspect.Parameter("options", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation))
     return out
 
 
@@ -173,6 +187,7 @@ def build_server(core: Any | None = None, access: Access = STDIO, *, watch_inter
     watcher = JobWatcher(get_core, interval_s=watch_interval_s)
     mcp = CompactMCPServer("hf-train-mcp", instructions=INSTRUCTIONS, lifespan=_lifespan(watcher, get_core),
                            subscriptions=watcher.bus)
+    mcp.unlisted = {spec.name: set(nested_options(spec.request)) for spec in TOOLS}
     mcp.watcher = watcher  # type: ignore[attr-defined]  # tests drive polls by hand
     register_subscriptions(mcp, watcher)
     runner = _Runner(get_core, access)
@@ -303,7 +318,7 @@ def _register_resources(mcp: MCPServer, watcher: JobWatcher, runner: _Runner) ->
 def _confirmation_resolver(spec: ToolSpec, get_core: Callable[[], Any]) -> Callable[..., Any]:
     """Resolves a launching tool's hidden `confirmation`: plans the submission (kept for the body, which does not
     plan again) and, when its worst case is over the threshold and the client can ask, asks the user."""
-    names = list(spec.request.model_fields)
+    names = [parameter.name for parameter in _parameters(spec)]
 
     async def resolver(ctx: Context, **arguments: Any) -> Elicit[Confirm] | None:
         try:

@@ -2,16 +2,16 @@
 
 Pydantic's schemas repeat a title on every property and spell optional values as
 `anyOf: [{type: X}, {type: null}], default: null`. Without titles, with optional arguments typed by what to send
-(leaving them out is how to say "none"), and with sanity bounds dropped (still enforced on call), the list is
-about half the size without changing what is accepted. Results keep their structure (objects, lists and their
-field names) but not the types of scalars: the names say what they hold, and the agent reads the values.
+(leaving them out is how to say "none"), with bounds dropped (still enforced on call, with an error that states
+them), and results listed by their field names, the list is about a third of the size without changing what is
+accepted.
 """
 
 import json
 from typing import Any
 
-# bounds from this size up are sanity limits (1,000,000 steps), not advice an agent needs
-SANITY_BOUND = 500
+LONG_ENUM = 80  # characters: shorter lists of choices (peft, backend) cost less than a reader's detour
+NUMERIC_BOUNDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
 
 
 def inline_single_refs(schema: dict[str, Any]) -> dict[str, Any]:
@@ -40,14 +40,19 @@ def inline_single_refs(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def compact_tool_schema(schema: Any, *, output: bool = False) -> Any:
-    """What tools/list carries for one tool's input or output schema."""
-    return compact(inline_single_refs(schema), output=output, root=True)
+    """What tools/list carries for one tool's input or output schema. A result is listed by its top-level
+    field names only: the agent reads the result itself (the model APIs agents run on pass no output schema to
+    the model), and a client's UI needs the names, not the shape of every nested list."""
+    out = compact(inline_single_refs(schema), output=output, root=True)
+    if output and isinstance(out.get("properties"), dict):
+        out["properties"] = {name: {} for name in out["properties"]}
+    return out
 
 
 def compact(schema: Any, *, output: bool = False, root: bool = False) -> Any:
-    """Drops titles, string length limits and patterns (descriptions give the shape), null and false defaults,
-    the 0/1 floors of counts and large upper bounds of arguments. `output=True` also drops defaults, `required`, enums and descriptions, which
-    describe arguments, not results."""
+    """Drops titles, string length limits and patterns (descriptions give the shape), null and false defaults
+    and numeric bounds. `output=True` also drops defaults, `required`, enums and descriptions, which describe
+    arguments, not results."""
     if isinstance(schema, list):
         return [compact(item, output=output) for item in schema]
     if not isinstance(schema, dict):
@@ -58,16 +63,14 @@ def compact(schema: Any, *, output: bool = False, root: bool = False) -> Any:
             continue
         if key == "default" and (value is None or output):
             continue
+        if key == "additionalProperties" and value is True:
+            continue  # the default
         if key in ("maxLength", "minLength", "pattern") or (
             output and key in ("required", "enum", "additionalProperties", "description")
         ):
             continue
-        if key in ("maximum", "exclusiveMaximum") and isinstance(value, int | float) and value >= SANITY_BOUND:
-            continue
-        if key == "minimum" and value in (0, 1) and schema.get("type") in ("integer", ["integer", "null"]):
-            continue  # counts start at 0 or 1: no need to say so
-        if key in ("minimum", "exclusiveMinimum") and value == 0:
-            continue  # rates, fractions and budgets are positive: the name says so
+        if key in NUMERIC_BOUNDS:
+            continue  # sanity limits, enforced on call with an error that states them
         if key == "default" and value is False:
             continue  # a flag is off unless sent
         if key in ("properties", "$defs"):
@@ -99,9 +102,10 @@ def compact(schema: Any, *, output: bool = False, root: bool = False) -> Any:
 
 
 def declare_once(schemas: list[Any]) -> list[Any]:
-    """Input schemas where a parameter described by an earlier tool in the list, with the same name and words,
-    keeps its type but not the repeated description: the agent reads the whole list, so once is enough."""
-    seen: set[tuple[str, str]] = set()
+    """Input schemas where a parameter described by an earlier tool in the list, with the same name and words
+    (or the same long list of choices, such as `method`'s), keeps its type but not the repetition: the agent
+    reads the whole list, so once is enough (and the call is still validated against the choices)."""
+    seen: set[tuple[str, str, str]] = set()
     out = []
     for schema in schemas:
         properties = schema.get("properties") if isinstance(schema, dict) else None
@@ -110,11 +114,14 @@ def declare_once(schemas: list[Any]) -> list[Any]:
             continue
         trimmed = {}
         for name, prop in properties.items():
-            said = prop.get("description") if isinstance(prop, dict) else None
-            if said is not None and (name, said) in seen:
-                prop = {k: v for k, v in prop.items() if k != "description"}
-            elif said is not None:
-                seen.add((name, said))
+            for key in ("description", "enum"):
+                said = json.dumps(prop.get(key)) if isinstance(prop, dict) and key in prop else None
+                if said is None or (key == "enum" and len(said) < LONG_ENUM):
+                    continue
+                if (name, key, said) in seen:
+                    prop = {k: v for k, v in prop.items() if k != key} | ({"type": "string"} if key == "enum" else {})
+                else:
+                    seen.add((name, key, said))
             trimmed[name] = prop
         out.append({**schema, "properties": trimmed})
     return out

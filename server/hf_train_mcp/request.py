@@ -53,6 +53,44 @@ def with_method_options(base: type[Request], *, sizing_only: bool) -> Any:
                         **fields)
 
 
+def nested_options(request: type[Request]) -> list[str]:
+    """The method options a request takes inside its `options` object (the tool schema lists them there)."""
+    return [name for name, option in methods.options().items() if name in request.model_fields and not option.top_level]
+
+
+def options_description(names: list[str]) -> str:
+    """What the `options` parameter says: each nested option with its own words (and choices), from methods/."""
+    from pydantic import TypeAdapter
+
+    said = []
+    for name in names:
+        option = methods.options()[name]
+        schema = TypeAdapter(option.annotation).json_schema()
+        choices = schema.get("enum") or schema.get("items", {}).get("enum")
+        words = schema.get("description", "") + (f" ({'|'.join(choices)})" if choices else "")
+        said.append(f"{name}: {words}")
+    return "the method's own settings by name; " + "; ".join(said)
+
+
+def lift_options(data: Any, accepted: list[str]) -> Any:
+    """The `options` object of a tool call as the flat fields a request holds (so that stored requests, sweep
+    grids and CLI flags name each option directly)."""
+    if not isinstance(data, dict) or "options" not in data:
+        return data
+    nested, rest = data["options"], {k: v for k, v in data.items() if k != "options"}
+    if nested is None:
+        return rest
+    if not isinstance(nested, dict):
+        raise ValueError('options must be an object such as {"beta": 0.1}')
+    unknown = sorted(set(nested) - set(accepted))
+    if unknown:
+        raise ValueError(f"options takes {', '.join(accepted) or 'nothing here'}, not {', '.join(unknown)}")
+    twice = sorted(name for name in nested if rest.get(name) is not None)
+    if twice:
+        raise ValueError(f"{', '.join(twice)} sent both inside options and beside it: send it once")
+    return rest | nested
+
+
 class _RunShape(Request):
     """What sizes a run: shared by estimate_cost and submit_training, declared once."""
 
@@ -69,6 +107,11 @@ class _RunShape(Request):
     dataset_split: SplitName = "train"
     backend: BackendName | None = None
     max_cost_usd: MaxCost | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lift_options(cls, data: Any) -> Any:
+        return lift_options(data, [name for name in methods.options() if name in cls.model_fields])
 
     @model_validator(mode="after")
     def _method_options(self) -> "_RunShape":
@@ -191,6 +234,20 @@ class SweepRequest(Request):
         = False
     dry_run: DryRun = False
     idempotency_key: IdempotencyKey | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_options(cls, data: Any) -> Any:
+        """The base's `options` as flat parameters (what the runs' params, pruning and the ledger name); a grid
+        names an option itself."""
+        if not isinstance(data, dict):
+            return data
+        if isinstance(data.get("grid"), dict) and "options" in data["grid"]:
+            raise ValueError('a grid varies one method option by name: name the option itself, e.g. {"beta": '
+                             '[0.1, 0.2]}, not options')
+        if isinstance(data.get("base"), dict):
+            data = {**data, "base": lift_options(data["base"], list(methods.options()))}
+        return data
 
     @model_validator(mode="after")
     def _runs(self) -> "SweepRequest":

@@ -26,6 +26,7 @@ class Option:
     default: Any = None
     resolves_to: Any = None  # the value a job runs with when the caller sends none (None: the default's)
     changes_loss: bool = False  # runs that differ in it have losses that mean different things (sweep pruning)
+    top_level: bool = False  # a parameter of its own in the tool schema; else sent inside `options` (smaller)
 
     def resolve(self, value: Any) -> Any:
         if value is not None:

@@ -8,7 +8,7 @@ from hf_train_mcp.methods.base import MethodSpec, Option
 from hf_train_mcp.script_config import TrainingConfig
 
 PACKING = Option("packing", Annotated[bool, Field(description="SFT: pack rows into max_length sequences")],
-                 sizing=True, default=False)
+                 sizing=True, default=False, top_level=True)  # the tool contract names it
 
 
 class SftConfig(TrainingConfig):
