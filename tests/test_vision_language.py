@@ -13,7 +13,7 @@ from hf_train_mcp.planning import DataFacts, Hyper
 from hf_train_mcp.request import TrainingRequest
 from hf_train_mcp.tiny import build_tiny_vlm, example_rows, write_images, write_jsonl
 from tests.conftest import needs_training
-from tests.helpers import RENDER_SIZE, call, finished
+from tests.helpers import RENDER_SIZE, call, finished, script_config
 
 pytestmark = pytest.mark.anyio
 
@@ -97,3 +97,51 @@ async def test_a_vision_language_model_trains_evaluates_and_merges_through_the_t
     merged = Path(exported["model_url"].removeprefix("file://"))
     assert AutoModelForImageTextToText.from_pretrained(merged).config.model_type == "llava"
     assert (merged / "processor_config.json").exists()
+
+
+def vision_pairs(folder: Path, n: int = 8) -> list[dict]:
+    from hf_train_mcp.tiny import ROWS, TOPICS
+
+    rows = [ROWS["vision_preference"](i, TOPICS[0], "", "") for i in range(n)]
+    write_images(folder, rows)
+    return rows
+
+
+def test_preference_pairs_with_images_are_read_as_vision_preference(tmp_path: Path) -> None:
+    rows = vision_pairs(tmp_path)
+    report = validate_dataset(str(write_jsonl(tmp_path / "pairs.jsonl", rows)), "dpo")
+    assert report.valid and report.detected_format == "vision_preference", report.issues
+    # RLAIF-V's layout: one `image` and text prompt/answers
+    flat = [{"image": r["images"][0], "question": "What colour?", "chosen": r["chosen"][0]["content"],
+             "rejected": r["rejected"][0]["content"]} for r in rows]
+    flat[1]["image"] = "images/red/gone.png"
+    report = validate_dataset(str(write_jsonl(tmp_path / "flat.jsonl", flat)), "dpo")
+    assert report.detected_format == "vision_preference"
+    assert report.suggested_column_mapping == {"prompt": "question", "images": "image"}
+    assert any("missing image file 'images/red/gone.png'" in i.message for i in report.issues)
+    text = validate_dataset(str(write_jsonl(tmp_path / "text.jsonl", example_rows("dpo", 4))), "dpo")
+    assert text.detected_format == "preference"  # no images: the text path, unchanged
+
+
+@needs_training
+@pytest.mark.training
+async def test_a_vision_language_model_trains_with_dpo_and_is_evaluated_through_the_tools(
+        tiny_model: Path, tmp_path: Path, offline) -> None:
+    model = build_tiny_vlm(tmp_path / "vlm", tiny_model)
+    data = write_jsonl(tmp_path / "pairs.jsonl", vision_pairs(tmp_path, 12))
+    request = {"model": str(model), "dataset": str(data), "method": "dpo", "backend": "local", "max_steps": 2}
+    async with Client(build_server()) as client:
+        estimate = await call(client, "estimate_cost", {"model": str(model), "dataset": str(data), "method": "dpo"})
+        dry = await call(client, "submit_training", {**request, "dry_run": True})
+        assert "vision_processor()" in dry["script"] and "language_model" in dry["script"]
+        assert script_config(dry["script"])["vision"] is True
+        trained = await call(client, "submit_training", {**request, "per_device_batch_size": 2,
+                                                         "gradient_accumulation": 1, "eval_split": 0.25})
+        report = await finished(client, trained["job_id"])
+        assert report["stage"] == "COMPLETED", report
+        assert "loss" in report["last_metrics"] or "train_loss" in report["last_metrics"]
+        evaluation = await call(client, "evaluate_model", {"model": trained["job_id"], "backend": "local"})
+        report = await finished(client, evaluation["job_id"])
+    assert report["stage"] == "COMPLETED", report
+    assert report["last_metrics"]["eval_rows"] == 3 and 0 <= report["last_metrics"]["preference_accuracy"] <= 1
+    assert estimate["assumptions"]["image_tokens_per_example"] == 16  # the tiny tower's 4x4 patch grid, one image

@@ -12,7 +12,7 @@ from hf_train_mcp import backends, methods
 from hf_train_mcp.estimate.advice import flavor_warnings
 from hf_train_mcp.stages import TERMINAL_STAGES
 from hf_train_mcp.backends.local import has_cuda
-from hf_train_mcp.data.validate import validate_dataset
+from hf_train_mcp.data.validate import image_facts, validate_dataset
 from hf_train_mcp.durations import MAX_TIMEOUT_S
 from hf_train_mcp.errors import TrainError, NoFitError
 from hf_train_mcp.estimate import constants as EC
@@ -85,11 +85,11 @@ class Estimator:
         """Rows and mean tokens per row: as stated, else from the dataset (its tokenizer), else the method's
         default (said in warnings); and where the token count came from."""
         rows, mean = req.num_examples, req.tokens_per_example
-        token_source = "stated" if mean else None
-        if req.dataset and (rows is None or mean is None):
+        token_source, images = ("stated" if mean else None), {}
+        if req.dataset:  # also for the rows' images, which a stated token count leaves out
             report = validate_dataset(req.dataset, hyper.method, model=req.model, max_length=hyper.max_length,
                                       token=token, access=self.host.access, progress=progress)
-            rows = rows or report.num_rows
+            rows, images = rows or report.num_rows, image_facts(report)
             if mean is None and report.token_stats:
                 mean, token_source = report.token_stats.mean, f"{report.token_stats.sampled_rows} sampled rows"
             if not report.valid:
@@ -101,7 +101,7 @@ class Estimator:
             mean, token_source = hyper.spec.tokens_per_example, "default for the method"
             warnings.append(f"no token statistics: assumed {mean} tokens per example; pass tokens_per_example or a "
                             "dataset with a reachable tokenizer")
-        return DataFacts(num_rows=rows, mean_tokens=mean), token_source
+        return DataFacts(num_rows=rows, mean_tokens=mean, **images), token_source
 
     def _measurements(self, key: str) -> list[JobRecord]:
         """The measurement jobs of these settings, newest first (kind 'probe' only: a key is not proof)."""
@@ -239,6 +239,7 @@ def _assumptions(chosen: FlavorEstimate, size: Any, work: Workload, data: DataFa
         **({"active_params_billions": round(size.compute_params / 1e9, 3)} if size.active else {}),
         "num_examples": data.num_rows, "tokens_per_example": data.mean_tokens, "tokens_source": token_source,
         "tokens_total": int(chosen.tokens), "tokens_per_second": int(chosen.tokens_per_second),
+        **({"image_tokens_per_example": round(data.images_per_row * size.image_tokens, 1)} if data.vision else {}),
         "throughput": "measured" if chosen.measured else "modelled",
         "per_device_batch_size": work.per_device_batch_size,
         "gradient_accumulation": work.gradient_accumulation, "max_length": work.max_length,

@@ -15,7 +15,7 @@ from hf_train_mcp.access import is_local
 from hf_train_mcp.backends.local import has_cuda
 from hf_train_mcp.chat_template import has_chat_template
 from hf_train_mcp.data import rules
-from hf_train_mcp.data.validate import validate_dataset
+from hf_train_mcp.data.validate import image_facts, validate_dataset
 from hf_train_mcp.durations import format_duration
 from hf_train_mcp.errors import TrainError, DatasetError, HubError
 from hf_train_mcp.estimate.hardware import get_catalog
@@ -58,13 +58,6 @@ def refusal(report: DatasetReport, dataset: str, problem: str) -> str:
                if report.suggested_column_mapping else "")
     return (f"dataset {dataset!r} {problem}: {errors}.{mapping} Fix the data or pass column_mapping; nothing was "
             "launched.")
-
-
-def images_per_row(rows: list[dict], column: str) -> float:
-    """The mean number of images the sampled rows hold in `column` (a list of images, or one)."""
-    counts = [len(r[column]) if isinstance(r.get(column), list) else int(r.get(column) is not None)
-              for r in rows if column in r]
-    return sum(counts) / len(counts) if counts else 0.0
 
 
 class Planner:
@@ -142,9 +135,7 @@ class Planner:
             warnings.append(f"{why}: the estimate and default timeout assume "
                             f"{methods.get(req.method).tokens_per_example} tokens per row; pass timeout= for longer rows")
         data = DataFacts(num_rows=report.num_rows, mean_tokens=report.token_stats.mean if report.token_stats else None,
-                         conversational=conversational, vision=report.detected_format == "vision_messages",
-                         images_per_row=images_per_row(report.sample_rows, (req.column_mapping or {}).get(
-                             "images", "images")))
+                         conversational=conversational, **image_facts(report))
         return req, data, warnings
 
     @staticmethod

@@ -56,6 +56,14 @@ def _vision_messages(i: int, topic: str, question: str, answer: str) -> dict:
             "images": [f"images/{colour}/{i}.png"]}  # write_images() draws them
 
 
+def _vision_preference(i: int, topic: str, question: str, answer: str) -> dict:
+    colour, other = ("red", "blue") if i % 2 == 0 else ("blue", "red")
+    return {"prompt": [{"role": "user", "content": "What colour is this picture?"}],
+            "chosen": [{"role": "assistant", "content": f"It is {colour}."}],
+            "rejected": [{"role": "assistant", "content": f"It is {other}."}],
+            "images": [f"images/{colour}/{i}.png"]}
+
+
 def _other(topic: str) -> str:
     return TOPICS[(TOPICS.index(topic) + 3) % len(TOPICS)]
 
@@ -77,6 +85,7 @@ def _scored_pairs(i: int, topic: str, question: str, answer: str) -> dict:
 
 
 ROWS = {"image_classification": _image_classification, "vision_messages": _vision_messages, "messages": _messages,
+        "vision_preference": _vision_preference,
         "preference": _preference, "prompt_only": _prompt_only, "unpaired_preference": _unpaired_preference,
         "text_classification": _text_classification, "sentence_triplets": _sentence_triplets,
         "sentence_pairs": _sentence_pairs, "scored_pairs": _scored_pairs}  # by dataset format (data/rules.py)

@@ -72,3 +72,4 @@ def image_cell_problem(value: Any, base: Path | None,
     except Exception as exc:  # PIL raises many kinds for a damaged file
         return "warning", f"unreadable image {value!r} ({type(exc).__name__}): remove it or replace it"
     return None
+

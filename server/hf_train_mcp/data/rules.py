@@ -15,6 +15,7 @@ ROLES = {"system", "user", "assistant", "tool"}
 FORMAT_COLUMNS: dict[str, tuple[str, ...]] = {
     "vision_messages": ("messages", "images"),
     "messages": ("messages",),
+    "vision_preference": ("prompt", "chosen", "rejected", "images"),
     "preference": ("prompt", "chosen", "rejected"),
     "implicit_preference": ("chosen", "rejected"),
     "unpaired_preference": ("prompt", "completion", "label"),
@@ -28,6 +29,8 @@ FORMAT_COLUMNS: dict[str, tuple[str, ...]] = {
     "text": ("text",),
     "prompt_only": ("prompt",),
 }
+# formats whose rows hold images beside their text: read first (the text alone would drop the images)
+VISION_FORMATS: dict[str, str] = {"vision_messages": "messages", "vision_preference": "preference"}  # -> text one
 LONG_CHARS = 32_000
 MIN_SHARED_PROMPT_CHARS = 8
 
@@ -43,7 +46,7 @@ def suggest_mapping(method: str, columns: list[str], rows: list[dict]) -> dict[s
     cols = set(columns)
     first = rows[0] if rows else {}
     # images first: a conversation column beside an image column is vision data (messages alone would drop them)
-    for fmt in sorted(spec.formats, key=lambda f: f != "vision_messages"):
+    for fmt in sorted(spec.formats, key=lambda f: f not in VISION_FORMATS):
         mapping: dict[str, str] = {}
         for target in FORMAT_COLUMNS[fmt]:
             if target in cols:
@@ -108,8 +111,9 @@ def detect_format(columns: set[str], first: dict, method: str | None = None) -> 
     found = candidate_formats(columns, first)
     if "preference" in found:
         found.remove("implicit_preference")
-    if "vision_messages" in found:  # the images are the point: messages alone would drop them
-        found.remove("messages")
+    for vision, text in VISION_FORMATS.items():
+        if vision in found:  # the images are the point: the text alone would drop them
+            found.remove(text)
     preferred = [f for f in (methods.get(method).formats if method else ()) if f in found]
     return (preferred or found or ["unknown"])[0]
 
@@ -223,18 +227,19 @@ def check_rows(method: str, fmt: str, rows: list[dict], offsets: list[int], *, b
     base: the folder relative image paths are read from; allowed: the paths this caller may read."""
     checker = Checker(method)
     spec = methods.get(method)
+    kind = VISION_FORMATS.get(fmt, fmt)  # the text beside a row's images is checked as the text format's
     for row, offset in zip(rows, offsets, strict=True):
         index = offset + 1
-        if fmt in ("messages", "vision_messages"):
-            checker.messages(index, "messages", row.get("messages"))
-        if fmt == "vision_messages":
+        if fmt in VISION_FORMATS:
             checker.images(index, row.get("images"), base, allowed)
-        elif fmt == "text":
+        if kind == "messages":
+            checker.messages(index, "messages", row.get("messages"))
+        elif kind == "text":
             checker.text(index, "text", row.get("text"))
-        elif fmt in ("prompt_completion", "conversational_prompt_completion"):
+        elif kind in ("prompt_completion", "conversational_prompt_completion"):
             checker.text(index, "prompt", row.get("prompt"))
             checker.text(index, "completion", row.get("completion"))
-        elif fmt in ("preference", "implicit_preference"):
+        elif kind in ("preference", "implicit_preference"):
             if "prompt" in row:
                 checker.text(index, "prompt", row.get("prompt"), required=spec.prompt_required)
             chosen, rejected = row.get("chosen"), row.get("rejected")
@@ -242,7 +247,7 @@ def check_rows(method: str, fmt: str, rows: list[dict], offsets: list[int], *, b
             checker.text(index, "rejected", rejected)
             if chosen is not None and chosen == rejected:
                 checker.add("warning", "chosen and rejected are identical: the row teaches nothing", "chosen", index)
-            if fmt == "implicit_preference" and spec.prompt_required and not _shared_prompt(chosen, rejected):
+            if kind == "implicit_preference" and spec.prompt_required and not _shared_prompt(chosen, rejected):
                 checker.add("error", f"{spec.title} without a 'prompt' column needs chosen/rejected that start with "
                             "the same prompt (turns, or text as in Anthropic/hh-rlhf); add a 'prompt' column or map "
                             "one", "prompt", index)
@@ -250,24 +255,24 @@ def check_rows(method: str, fmt: str, rows: list[dict], offsets: list[int], *, b
                 checker.add("warning", "'prompt' is text but chosen/rejected are conversations: the job drops 'prompt' "
                             "and takes the turns chosen and rejected share as the prompt (as TRL does)", "prompt",
                             index)
-        elif fmt == "unpaired_preference":
+        elif kind == "unpaired_preference":
             checker.text(index, "prompt", row.get("prompt"))
             checker.text(index, "completion", row.get("completion"))
             if not isinstance(row.get("label"), bool) and row.get("label") not in (0, 1):
                 checker.add("error", f"'label' must be true/false (desirable or not), got {row.get('label')!r}",
                             "label", index)
-        elif fmt == "prompt_only":
+        elif kind == "prompt_only":
             checker.text(index, "prompt", row.get("prompt"))
-        elif fmt == "text_classification":
+        elif kind == "text_classification":
             checker.text(index, "text", row.get("text"))
             checker.label(index, row.get("label"))
-        elif fmt == "image_classification":
+        elif kind == "image_classification":
             problem = image_cell_problem(row.get("image"), base, allowed)
             if problem:
                 checker.add(*problem, "image", index)
             checker.label(index, row.get("label"))
-        elif fmt in SENTENCE_FORMATS:
-            sentence_row(checker, index, fmt, row)
+        elif kind in SENTENCE_FORMATS:
+            sentence_row(checker, index, kind, row)
     if fmt in CLASS_FORMATS:
         label_notes(checker, [row.get("label") for row in rows])
     if fmt == "scored_pairs":

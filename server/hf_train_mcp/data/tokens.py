@@ -35,7 +35,7 @@ def _row_text(tokenizer: Any, row: dict, fmt: str) -> str:
         return _as_text(tokenizer, row.get("text"))
     if fmt in SENTENCE_FORMATS:  # each text is its own sequence: the longest is what max_length cuts
         return max((_as_text(tokenizer, row.get(c)) for c in FORMAT_COLUMNS[fmt] if c != "score"), key=len)
-    if fmt in ("preference", "implicit_preference"):
+    if fmt in ("preference", "implicit_preference", "vision_preference"):  # images: the model's patch grid
         prompt = _as_text(tokenizer, row.get("prompt"))
         longer = max((_as_text(tokenizer, row.get(k)) for k in ("chosen", "rejected")), key=len)
         return prompt + longer

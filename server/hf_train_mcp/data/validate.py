@@ -115,3 +115,14 @@ def _token_stats(model: str, token: str | None, rows: list[dict], fmt: str, limi
                                    f"exceed max_length={limit} tokens (p95 {stats.p95}): raise max_length or accept "
                                    "truncation"))
     return stats, None
+
+
+def image_facts(report: Any) -> dict[str, Any]:
+    """What a report says of the rows' images, as DataFacts fields: whether the rows hold images beside their text,
+    and how many a sampled row holds on average (in the column its mapping names `images`)."""
+    if report.detected_format not in rules.VISION_FORMATS:
+        return {"vision": False, "images_per_row": 0.0}
+    column = (report.suggested_column_mapping or {}).get("images", "images")
+    counts = [len(r[column]) if isinstance(r.get(column), list) else int(r.get(column) is not None)
+              for r in report.sample_rows if column in r]
+    return {"vision": True, "images_per_row": sum(counts) / len(counts) if counts else 0.0}

@@ -5,6 +5,7 @@ from typing import Annotated
 from pydantic import Field
 
 from hf_train_mcp.methods.base import MethodSpec, Option
+from hf_train_mcp.methods.sft import IMAGE_ALIASES
 from hf_train_mcp.script_config import TrainingConfig
 
 BETA_DEFAULT = 0.1  # TRL's DPO and KTO default
@@ -12,8 +13,13 @@ BETA = Option("beta", Annotated[float, Field(ge=0, le=10, description="DPO/KTO: 
                                                                         "1 rev KL")], changes_loss=True)
 
 
-class DpoConfig(TrainingConfig):
+class BetaConfig(TrainingConfig):
     beta: float
+
+
+class DpoConfig(BetaConfig):
+    vision: bool  # prompts with images: the processor, TRL's vision collator, no max_length cut
+
 # target column <- the paired-answer layouts of popular preference datasets (Intel/orca_dpo_pairs: question;
 # lvwerra/stack-exchange-paired: response_j/response_k; argilla: chosen_response/rejected_response, ...)
 PAIR_ALIASES = {
@@ -32,13 +38,16 @@ def positive_beta(req) -> None:
 
 METHOD = MethodSpec(
     name="dpo", title="DPO", summary="DPO preference fine-tune",
-    formats=("preference", "implicit_preference"),
-    needs="'prompt' + 'chosen' + 'rejected' (or conversational 'chosen'/'rejected' sharing the prompt turns)",
+    formats=("preference", "implicit_preference", "vision_preference"),
+    needs="'prompt' + 'chosen' + 'rejected' (or conversational 'chosen'/'rejected' sharing the prompt turns), "
+          "with 'images' for a vision-language model",
     # a policy moved away from its reference diverges at SFT rates: TRL's 1e-6, ~5x for LoRA
     learning_rate=(1e-6, 5e-6), epochs=1.0, max_length=1024, tokens_per_example=640,
-    aliases=PAIR_ALIASES, options=(BETA,), keep_columns=("prompt", "chosen", "rejected"),
+    aliases={**PAIR_ALIASES, "images": IMAGE_ALIASES}, options=(BETA,),
+    keep_columns=("prompt", "chosen", "rejected", "images"),
     sequences_per_example=2, reference_passes=1.0, full_reference_copy=True, eval_metric="preference",
     prompt_required=True, check=positive_beta,
     config=lambda req: {"beta": BETA_DEFAULT if req.beta is None else req.beta}, config_schema=DpoConfig,
+    data_config=lambda data: {"vision": data.vision},
     card_settings=lambda config: {"beta": config["beta"]},
 )

@@ -27,8 +27,7 @@ RESERVED_NAMES = frozenset({
     "SCRIPT_STARTED", "rows_per_step", "preflight", "card_text", "_hours", "_dollars", "_evaluation_section",
     "base_license", "write_card", "read_card", "EVALUATION_MARK", "own_gpu", "new_trainer", "truncate_prompts",
     "truncated_prompt", "teardown", "adapter_labels", "load_processing",
-    "as_images", "vision_rows", "vision_loss",
-
+    "as_images", "vision_rows", "vision_loss", "image_path", "as_turns", "vision_processor",
 })
 
 

@@ -11,13 +11,13 @@ from typing import Annotated
 from pydantic import Field
 
 from hf_train_mcp.methods.base import MethodSpec, Option
-from hf_train_mcp.methods.dpo import BETA, BETA_DEFAULT, PAIR_ALIASES, DpoConfig, positive_beta
+from hf_train_mcp.methods.dpo import BETA, BETA_DEFAULT, PAIR_ALIASES, BetaConfig, positive_beta
 
 DESIRABLE_WEIGHT = Option("desirable_weight", Annotated[float, Field(gt=0, le=100, description=(
     "KTO: weight of desirable rows"))], changes_loss=True)
 
 
-class KtoConfig(DpoConfig):
+class KtoConfig(BetaConfig):
     desirable_weight: float
 
 

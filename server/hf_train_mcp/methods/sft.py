@@ -11,6 +11,9 @@ PACKING = Option("packing", Annotated[bool, Field(description="SFT: pack rows in
                  sizing=True, default=False, top_level=True)  # the tool contract names it
 
 
+IMAGE_ALIASES = ("image", "pictures", "photos", "image_paths", "images_path")  # what a row's images are called
+
+
 class SftConfig(TrainingConfig):
     packing: bool
     vision: bool  # messages with images: the processor, the collator for images, no max_length cut
@@ -25,7 +28,7 @@ METHOD = MethodSpec(
         "messages": ("conversations", "conversation", "chat", "dialogue", "dialog", "turns"),
         "prompt": ("instruction", "question", "input", "query", "problem", "prompt_text"),
         "completion": ("output", "response", "answer", "target", "completion_text", "solution"),
-        "images": ("image", "pictures", "photos", "image_paths", "images_path"),
+        "images": IMAGE_ALIASES,
     },
     options=(PACKING,),
     config=lambda req: {"packing": req.packing}, config_schema=SftConfig,
