@@ -145,3 +145,32 @@ async def test_a_vision_language_model_trains_with_dpo_and_is_evaluated_through_
     assert report["stage"] == "COMPLETED", report
     assert report["last_metrics"]["eval_rows"] == 3 and 0 <= report["last_metrics"]["preference_accuracy"] <= 1
     assert estimate["assumptions"]["image_tokens_per_example"] == 16  # the tiny tower's 4x4 patch grid, one image
+
+
+@needs_training
+@pytest.mark.training
+async def test_a_vision_language_model_trains_with_grpo_on_prompts_with_images(tiny_model: Path, tmp_path: Path,
+                                                                             offline) -> None:
+    from hf_train_mcp.tiny import ROWS, TOPICS
+
+    model = build_tiny_vlm(tmp_path / "vlm", tiny_model)
+    rows = [ROWS["vision_prompt_only"](i, TOPICS[0], "", "") for i in range(8)]
+    write_images(tmp_path, rows)
+    layout = [{"prompt": r["prompt"], "answer": r["answer"], "image": r["images"][0]} for r in rows]  # one `image`
+    data = write_jsonl(tmp_path / "prompts.jsonl", layout)
+    report = validate_dataset(str(data), "grpo")
+    assert report.detected_format == "vision_prompt_only" and report.suggested_column_mapping == {"images": "image"}
+    request = {"model": str(model), "dataset": str(data), "method": "grpo", "backend": "local", "max_steps": 1,
+               "per_device_batch_size": 2, "gradient_accumulation": 1,
+               "options": {"num_generations": 2, "max_completion_length": 8, "reward_funcs": ["accuracy", "length"]}}
+    async with Client(build_server()) as client:
+        dry = await call(client, "submit_training", {**request, "dry_run": True})
+        assert script_config(dry["script"])["vision"] is True
+        trained = await call(client, "submit_training", request)
+        report = await finished(client, trained["job_id"])
+        assert report["stage"] == "COMPLETED", report
+        evaluation = await call(client, "evaluate_model", {"model": trained["job_id"], "backend": "local",
+                                                            "dataset": str(data), "num_samples": 2})
+        report = await finished(client, evaluation["job_id"])
+    assert report["stage"] == "COMPLETED", report
+    assert report["last_metrics"]["eval_rows"] == 2 and "mean_reward" in report["last_metrics"]

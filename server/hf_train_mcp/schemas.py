@@ -221,7 +221,7 @@ class DatasetReport(BaseModel):
     detected_format: Literal[
         "messages", "text", "prompt_completion", "conversational_prompt_completion", "preference",
         "implicit_preference", "unpaired_preference", "prompt_only", "text_classification", "image_classification",
-        "vision_messages", "vision_preference", "sentence_triplets", "scored_pairs", "sentence_pairs", "unknown",
+        "vision_messages", "vision_preference", "vision_prompt_only", "sentence_triplets", "scored_pairs", "sentence_pairs", "unknown",
     ]
     issues: list[DatasetIssue]
     suggested_column_mapping: dict[str, str] | None = None

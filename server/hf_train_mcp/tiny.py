@@ -64,6 +64,12 @@ def _vision_preference(i: int, topic: str, question: str, answer: str) -> dict:
             "images": [f"images/{colour}/{i}.png"]}
 
 
+def _vision_prompt_only(i: int, topic: str, question: str, answer: str) -> dict:
+    colour = "red" if i % 2 == 0 else "blue"
+    return {"prompt": "What colour is this picture? Answer in one word.", "answer": colour,
+            "images": [f"images/{colour}/{i}.png"]}
+
+
 def _other(topic: str) -> str:
     return TOPICS[(TOPICS.index(topic) + 3) % len(TOPICS)]
 
@@ -85,7 +91,7 @@ def _scored_pairs(i: int, topic: str, question: str, answer: str) -> dict:
 
 
 ROWS = {"image_classification": _image_classification, "vision_messages": _vision_messages, "messages": _messages,
-        "vision_preference": _vision_preference,
+        "vision_preference": _vision_preference, "vision_prompt_only": _vision_prompt_only,
         "preference": _preference, "prompt_only": _prompt_only, "unpaired_preference": _unpaired_preference,
         "text_classification": _text_classification, "sentence_triplets": _sentence_triplets,
         "sentence_pairs": _sentence_pairs, "scored_pairs": _scored_pairs}  # by dataset format (data/rules.py)

@@ -27,10 +27,12 @@ FORMAT_COLUMNS: dict[str, tuple[str, ...]] = {
     "conversational_prompt_completion": ("prompt", "completion"),
     "prompt_completion": ("prompt", "completion"),
     "text": ("text",),
+    "vision_prompt_only": ("prompt", "images"),
     "prompt_only": ("prompt",),
 }
 # formats whose rows hold images beside their text: read first (the text alone would drop the images)
-VISION_FORMATS: dict[str, str] = {"vision_messages": "messages", "vision_preference": "preference"}  # -> text one
+VISION_FORMATS: dict[str, str] = {"vision_messages": "messages", "vision_preference": "preference",
+                                  "vision_prompt_only": "prompt_only"}  # -> the text format beside the images
 LONG_CHARS = 32_000
 MIN_SHARED_PROMPT_CHARS = 8
 

@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field
 
 from hf_train_mcp.methods.base import MethodSpec, Option
+from hf_train_mcp.methods.sft import IMAGE_ALIASES
 from hf_train_mcp.script_config import TrainingConfig
 
 NUM_GENERATIONS_DEFAULT = 8
@@ -27,7 +28,8 @@ RESERVED_NAMES = frozenset({
     "SCRIPT_STARTED", "rows_per_step", "preflight", "card_text", "_hours", "_dollars", "_evaluation_section",
     "base_license", "write_card", "read_card", "EVALUATION_MARK", "own_gpu", "new_trainer", "truncate_prompts",
     "truncated_prompt", "teardown", "adapter_labels", "load_processing",
-    "as_images", "vision_rows", "vision_loss", "image_path", "as_turns", "vision_processor",
+    "as_images", "vision_rows", "vision_loss", "image_path", "as_turns", "vision_processor", "vision_generate",
+    "vision_preference_accuracy",
 })
 
 
@@ -141,6 +143,7 @@ class GeneratingConfig(TrainingConfig):
 class GrpoConfig(GeneratingConfig):
     num_generations: int
     reward_funcs: list[str]
+    vision: bool  # prompts with images: the processor, completions sampled from prompt and images
 
 
 def notes(columns: set[str]) -> list[tuple[str, str, str | None]]:
@@ -157,13 +160,15 @@ def reward_functions(req) -> list[str]:
 
 METHOD = MethodSpec(
     name="grpo", title="GRPO", summary="GRPO reinforcement fine-tune",
-    formats=("prompt_only", "prompt_completion", "conversational_prompt_completion"),
-    needs="'prompt' (string or list of messages), plus a reference column such as 'answer' for accuracy rewards",
+    formats=("prompt_only", "prompt_completion", "conversational_prompt_completion", "vision_prompt_only"),
+    needs="'prompt' (string or list of messages; with 'images' for a vision-language model), plus a reference "
+          "column such as 'answer' for accuracy rewards",
     learning_rate=(1e-6, 1e-5), epochs=1.0, max_length=512, tokens_per_example=160,
-    aliases={"prompt": PROMPT_ALIASES},
+    aliases={"prompt": PROMPT_ALIASES, "images": IMAGE_ALIASES},
     options=(NUM_GENERATIONS, MAX_COMPLETION_LENGTH, REWARD_FUNCS, REWARD_CODE),
     generates=True, grouped=True, prompt_length=True, eval_metric="reward", data_notes=notes,
     config=lambda req: {**METHOD.sizing_options(req), "reward_funcs": reward_functions(req)}, config_schema=GrpoConfig,
+    data_config=lambda data: {"vision": data.vision},
     request_dependencies=lambda req: reward_code_dependencies(getattr(req, "reward_code", None)),
     card_settings=lambda config: {"generations": config["num_generations"], "rewards": ", ".join(
         config["reward_funcs"]) or "reward_code"},
