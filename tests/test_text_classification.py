@@ -88,3 +88,30 @@ def test_classifier_runs_are_ranked_by_accuracy_and_language_models_by_loss() ->
     embedded = [{"eval_loss": 0.3, "evaluation/eval_loss": 0.3, "evaluation/spearman": 0.8}]
     assert default_metric(embedded, "embedding") == "evaluation/eval_loss"  # an evaluation's loss comes first
     assert default_metric([{"evaluation/spearman": 0.8, "loss": 1.0}], "embedding") == "evaluation/spearman"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("labelled", "method"), [(True, "text-classification"), (False, "reward")])
+async def test_a_bare_classifier_adapter_is_told_from_a_reward_model_by_its_labels(
+        hub: Emulator, tmp_path: Path, labelled: bool, method: str) -> None:
+    """A sequence-classification adapter is a text classifier when it names its classes (labels.json, which the
+    classifiers write beside it), else a reward model: in a folder and in a Hub repo alike."""
+    from hf_train_mcp.access import STDIO
+    from hf_train_mcp.followup import subject_from_ref
+    from hf_train_mcp.hub import adapter_config, repo_has_file
+
+    config = json.dumps({"base_model_name_or_path": "org/encoder", "peft_type": "LORA", "task_type": "SEQ_CLS"})
+    folder = tmp_path / "adapter"
+    folder.mkdir()
+    (folder / "adapter_config.json").write_text(config)
+    hub.files[("someone/classifier", "adapter_config.json")] = config.encode()
+    if labelled:
+        (folder / "labels.json").write_text(json.dumps({"id2label": {"0": "negative", "1": "positive"}}))
+        hub.files[("someone/classifier", "labels.json")] = b'{"id2label": {"0": "negative", "1": "positive"}}'
+    hub.models.setdefault("someone/classifier", 1_000_000)
+    readers = {"adapter_config": lambda repo: adapter_config(repo, None),
+               "labelled": lambda repo: repo_has_file(repo, "labels.json", None)}
+    here = subject_from_ref(str(folder), access=STDIO, backend_name="local", **readers)
+    there = subject_from_ref("someone/classifier", access=STDIO, backend_name="hf", **readers)
+    assert (here.kind, here.method) == ("adapter", method)
+    assert (there.kind, there.method) == ("adapter", method)

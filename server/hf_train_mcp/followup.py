@@ -87,7 +87,8 @@ def _from_folder(folder: Path, method: str | None, access: Access) -> tuple[str,
     if adapter.exists():
         config = json.loads(adapter.read_text())
         task = config.get("task_type")
-        return "adapter", config.get("base_model_name_or_path"), method or methods.for_peft_task(task)
+        labelled = (folder / "labels.json").exists()
+        return "adapter", config.get("base_model_name_or_path"), method or methods.for_peft_task(task, labelled=labelled)
     if (folder / "config.json").exists():
         return "full", None, method
     raise TrainError(f"{access.shown(folder)} holds neither an adapter (adapter_config.json) nor a model "
@@ -129,9 +130,10 @@ def subject_from_job(record: JobRecord, stage: str, backend_name: str, access: A
                    job=record, training=training)
 
 
-def subject_from_ref(ref: str, *, access: Access, backend_name: str, adapter_config) -> Subject:
+def subject_from_ref(ref: str, *, access: Access, backend_name: str, adapter_config, labelled) -> Subject:
     """A local folder (stdio, or a folder the operator allowed over HTTP) or a Hub repo.
-    adapter_config(repo) -> dict | None reads a Hub repo's adapter_config.json."""
+    adapter_config(repo) -> dict | None reads a Hub repo's adapter_config.json, and labelled(repo) -> bool whether it
+    holds labels.json (a classifier's classes)."""
     access.check_ref(ref, "model")
     if is_local(ref):
         if not backends.traits(backend_name).reads_local_paths:
@@ -149,7 +151,7 @@ def subject_from_ref(ref: str, *, access: Access, backend_name: str, adapter_con
     if config is None:
         return Subject(ref=ref, kind="full", base_model=None, method=None)
     return Subject(ref=ref, kind="adapter", base_model=config.get("base_model_name_or_path"),
-                   method=methods.for_peft_task(config.get("task_type")))
+                   method=methods.for_peft_task(config.get("task_type"), labelled=labelled(ref)))
 
 
 @dataclass(frozen=True)

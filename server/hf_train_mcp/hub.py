@@ -241,6 +241,10 @@ def adapter_config(repo: str, token: str | None) -> dict | None:
     return bounded(f"reading {repo}", read, token)
 
 
+def repo_has_file(repo: str, name: str, token: str | None) -> bool:
+    return bounded(f"reading {repo}", lambda: hub_api(token).file_exists(repo, name), token)
+
+
 def existing_repo(repo: str, token: str | None) -> str | None:
     """What a model repo holds before something is pushed there: "adapter", "model" (anything else), or None
     when there is no such repo."""

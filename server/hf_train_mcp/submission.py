@@ -23,7 +23,7 @@ from hf_train_mcp.estimate.sizing import ModelSize, model_size
 from hf_train_mcp.followup import EvalData, Subject, job_data, method_for_format, plan_evaluation, plan_export
 from hf_train_mcp.followup import check_job_inputs, subject_from_job, subject_from_ref
 from hf_train_mcp.host import Host
-from hf_train_mcp.hub import adapter_config, existing_repo, hub_endpoint, hub_token, resolve_identity
+from hf_train_mcp.hub import adapter_config, existing_repo, hub_endpoint, hub_token, repo_has_file, resolve_identity
 from hf_train_mcp.measure import config_key
 from hf_train_mcp.planning import DataFacts, plan_run
 from hf_train_mcp.prepared import Prepared, Progress
@@ -284,7 +284,8 @@ class Planner:
                 self.host.access.check_local_jobs()
             return subject_from_job(record, self.host.job_stage(record.job_id), backend_name, self.host.access)
         return subject_from_ref(ref.strip(), access=self.host.access, backend_name=backend_name,
-                                adapter_config=lambda repo: adapter_config(repo, token))
+                                adapter_config=lambda repo: adapter_config(repo, token),
+                                labelled=lambda repo: repo_has_file(repo, "labels.json", token))
 
     def _followup_start(self, req: Any, backend_name: str, progress: Progress
                         ) -> tuple[str | None, str | None, Subject, ModelSize, Any]:

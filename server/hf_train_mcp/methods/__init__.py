@@ -21,10 +21,12 @@ def get(name: str) -> MethodSpec:
         raise ValueError(f"unknown method {name!r}; one of {', '.join(NAMES)}") from None
 
 
-def for_peft_task(task: str | None) -> str | None:
-    """The method a saved adapter was trained with, as far as its PEFT task type tells (a classifier head)."""
+def for_peft_task(task: str | None, *, labelled: bool = False) -> str | None:
+    """The method a saved adapter was trained with, as far as its PEFT task type tells (a classifier head), and
+    whether its folder names classes (labels.json, which the classifiers write and a reward model does not)."""
     found = [name for name, spec in REGISTRY.items() if spec.peft_task == task and spec.classifier]
-    return found[0] if found else None
+    named = [name for name in found if (REGISTRY[name].eval_metric == "accuracy") == labelled]
+    return (named or found or [None])[0]
 
 
 def options() -> dict[str, Option]:
