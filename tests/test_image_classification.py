@@ -98,3 +98,25 @@ async def test_an_image_classifier_trains_evaluates_and_merges_through_the_tools
         folder = await merged_classifier(client, trained["job_id"])
     merged = AutoModelForImageClassification.from_pretrained(folder)
     assert merged.config.id2label == {0: "blue", 1: "red"}
+
+
+VIT_BASE = {"architectures": ["ViTForImageClassification"], "model_type": "vit", "hidden_size": 768,
+            "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072, "image_size": 224,
+            "patch_size": 16, "num_channels": 3}
+
+
+@pytest.mark.anyio
+async def test_the_estimate_of_the_hubs_vit_on_food101_run_is_near_its_published_hour(tmp_path: Path,
+                                                                                    offline) -> None:
+    """The Hub's "Train models on Jobs" page: ViT-base, 75,750 Food-101 images, 3 epochs ~ 1 h on a10g-small. The
+    model counts 86M parameters (an encoder's MLP is two matrices) and 197 tokens an image, unpadded."""
+    (tmp_path / "vit-base").mkdir()
+    (tmp_path / "vit-base" / "config.json").write_text(json.dumps(VIT_BASE))
+    async with Client(build_server()) as client:
+        estimate = await call(client, "estimate_cost", {
+            "model": str(tmp_path / "vit-base"), "method": METHOD, "peft": "full", "num_examples": 75_750,
+            "epochs": 3, "flavor": "a10g-small", "per_device_batch_size": 16, "gradient_accumulation": 1})
+    assert 0.08 <= estimate["assumptions"]["params_billions"] <= 0.09
+    assert abs(estimate["assumptions"]["tokens_total"] - 75_750 * 3 * 197) <= 3 * 16 * 197  # whole batches
+    assert 0.65 <= estimate["hours"] <= 1.35, estimate["hours"]
+    assert estimate["fits"]

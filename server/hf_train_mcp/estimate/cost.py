@@ -112,7 +112,10 @@ class Workload:
 
 
 def padded_length(work: Workload, rows: int) -> float:
-    """Tokens of a row in a micro-batch of `rows` unpacked rows: the batch pads to its longest (up to max_length)."""
+    """Tokens of a row in a micro-batch of `rows` unpacked rows: the batch pads to its longest (up to max_length).
+    Images are their patch grid, all alike: nothing to pad."""
+    if work.spec.inputs == "image":
+        return float(work.tokens_per_example)
     longest = work.tokens_per_example * (1 + C.LENGTH_CV * expected_max_normal(max(1, rows)))
     return min(float(work.max_length), max(work.mean_length, longest))
 

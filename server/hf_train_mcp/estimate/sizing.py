@@ -79,6 +79,12 @@ def _shape(cfg: dict) -> tuple[int, int, int]:
     return h, layers, _first(cfg, _INTERMEDIATE) or 4 * h
 
 
+# encoders whose MLP is up and down projections only (decoders since LLaMA gate theirs: three matrices); ViT-base
+# counts 86M this way, as published, against 113M as a gated MLP
+UNGATED_MLP = frozenset({"vit", "deit", "beit", "dinov2", "bert", "roberta", "xlm-roberta", "distilbert", "electra",
+                         "deberta", "deberta-v2", "mpnet", "clip_vision_model", "siglip_vision_model"})
+
+
 def param_counts(cfg: dict) -> tuple[int, int | None]:
     """(total, active per token or None when dense) from a transformers config: embeddings, attention with GQA,
     gated MLP, and routed plus shared experts for a mixture of experts."""
@@ -92,7 +98,8 @@ def param_counts(cfg: dict) -> tuple[int, int | None]:
     embeddings = vocab * h * (1 if cfg.get("tie_word_embeddings", False) else 2)
     moe = _experts(cfg)
     if moe is None:
-        return embeddings + layers * (attention + 3 * h * inter), None
+        mlp = 2 if cfg.get("model_type") in UNGATED_MLP else 3  # up and down, or gate, up and down
+        return embeddings + layers * (attention + mlp * h * inter), None
     experts, per_token, width = moe
     shared = 3 * h * (cfg.get("shared_expert_intermediate_size") or width * (cfg.get("n_shared_experts") or 0))
     router = h * experts
