@@ -31,7 +31,7 @@ from hf_train_mcp.detach import spawn
 from hf_train_mcp.errors import TrainError, BudgetError
 from hf_train_mcp.host import Host
 from hf_train_mcp.hub import HubUnreachable, hub_token, scrub
-from hf_train_mcp.stages import SETTLED_STAGES
+from hf_train_mcp.stages import SETTLED_STAGES, TERMINAL_STAGES
 from hf_train_mcp.ledger import PENDING, SUBMITTING, KeyConflict, SubmissionInProgress, SweepRecord
 from hf_train_mcp.ledger import SweepRunRecord, now_iso
 from hf_train_mcp.measure import PROBE_KEY_PREFIX, is_probe_key
@@ -363,7 +363,7 @@ def supervise_once(core: Host, sweep_id: str) -> bool:
             active.append(run)  # unreachable for now: it still holds its slot
             unreachable += 1
             continue
-        if report.stage in SETTLED_STAGES or report.stage == "DELETED":
+        if report.stage in TERMINAL_STAGES:
             continue
         active.append(run)
         step, total, value = report.progress.step, report.progress.total_steps, report.last_metrics.get(name)
