@@ -16,6 +16,7 @@ from mcp import Client
 from mcp.client import ClientRequestContext
 from mcp.types import ElicitRequestParams, ElicitResult
 
+from hf_train_mcp import pysource
 from hf_train_mcp.access import Access
 from hf_train_mcp.app import build_server
 from hf_train_mcp.estimate.hardware import fallback_catalog
@@ -103,8 +104,9 @@ def decoded_script(job_spec: dict) -> str:
 
 def script_config(script: str) -> dict:
     """The CONFIG literal of a rendered script, as the job will see it."""
-    node = next(n for n in ast.parse(script).body if isinstance(n, ast.Assign) and n.targets[0].id == "CONFIG")
-    return ast.literal_eval(node.value)
+    with pysource.LOCK:  # the server's threads may be parsing too (CPython 3.11's AST builder is not thread-safe)
+        node = next(n for n in ast.parse(script).body if isinstance(n, ast.Assign) and n.targets[0].id == "CONFIG")
+        return ast.literal_eval(node.value)
 
 
 # --- the core, the ledger and the local backend -----------------------------------------------------------------

@@ -4,11 +4,11 @@ Reads the HFTM_ status lines our templates print, and falls back to what any tra
 (`{'loss': 1.2, ...}` dicts and tqdm `12/200 [..]` bars), so jobs not rendered by us still get a progress.
 """
 
-import ast
 import json
 import re
 from dataclasses import dataclass, field
 
+from hf_train_mcp import pysource
 from hf_train_mcp.schemas import Progress
 
 # a Trainer progress bar (no description before the percentage; datasets' bars say "Map: 100%|..")
@@ -107,7 +107,7 @@ def parse_log(lines: list[str]) -> ParsedLog:
             continue
         if line.startswith("{") and ("'loss'" in line or "'eval_loss'" in line or "'train_runtime'" in line):
             try:
-                record = ast.literal_eval(line)
+                record = pysource.literal(line)
             except (ValueError, SyntaxError):
                 record = None
             if isinstance(record, dict):

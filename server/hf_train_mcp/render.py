@@ -7,12 +7,10 @@ header takes values only through `toml_literal`, whose output never holds a newl
 compiled before it is returned, so a template bug surfaces here and not on a paid GPU.
 """
 
-import ast
 import hashlib
 import json
 import math
 import pprint
-import threading
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -21,6 +19,7 @@ from typing import Any
 
 import jinja2
 
+from hf_train_mcp import pysource
 from hf_train_mcp.script_config import ScriptConfig, check_template_keys, validate_config
 
 _PLAIN_SCALARS = (str, int, float, bool, type(None))
@@ -48,7 +47,7 @@ def python_literal(value: Any) -> str:
     """Source text that evaluates to `value`, for plain data only (str, numbers, bool, None, list, dict)."""
     _check_plain(value)
     text = pprint.pformat(value, width=100, sort_dicts=False)
-    if ast.literal_eval(text) != value:  # pragma: no cover - pprint guarantees this for plain data
+    if pysource.literal(text) != value:  # pragma: no cover - pprint guarantees this for plain data
         raise ValueError("value does not survive as a Python literal")
     return text
 
@@ -69,12 +68,6 @@ def templates_dir() -> Path:
     if packaged.is_dir():
         return Path(str(packaged))
     return Path(__file__).resolve().parents[2] / "templates"
-
-
-# CPython 3.11/3.12 keep the AST builder's recursion depth in shared state: two threads compiling at once (two
-# HTTP callers, two sweeps planned in parallel) can fail with "SystemError: AST constructor recursion depth
-# mismatch" (python/cpython#106905). One script is compiled at a time.
-_COMPILING = threading.Lock()
 
 
 @cache
@@ -102,9 +95,9 @@ def render_script(method: str, schema: type[ScriptConfig], context: dict[str, An
     """Render templates/<method>.py.j2 with `context`, whose "config" must be a valid `schema`; the result is
     guaranteed to compile and to read no CONFIG key its schema lacks."""
     validate_config(context["config"], schema)
-    text = _environment().get_template(f"{method}.py.j2").render(**context)
-    with _COMPILING:
-        compile(text, f"{method}.py", "exec", dont_inherit=True)  # more than ast.parse: placement rules too
+    with pysource.LOCK:  # Jinja compiles a template to Python on first use
+        text = _environment().get_template(f"{method}.py.j2").render(**context)
+        pysource.check_compiles(text, f"{method}.py")
         check_template_keys(text, schema)
     return Script(text=text, sha256=hashlib.sha256(text.encode()).hexdigest())
 

@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from hf_train_mcp import pysource
+
 Peft = Literal["lora", "qlora", "full"]
 
 
@@ -166,7 +168,7 @@ def _reads(nodes: list[ast.AST]) -> tuple[dict[str, bool], set[str]]:
 def reachable_keys(source: str) -> dict[str, bool]:
     """The CONFIG keys the code that can run reads: module-level code and every function or class it reaches by
     name (a helper of _base.py.j2 that this script never calls does not count). Value: read with a subscript."""
-    tree = ast.parse(source)
+    tree = pysource.parse(source)
     defined = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)}
     keys, pending = _reads([n for n in tree.body if n.__class__ not in (ast.FunctionDef, ast.AsyncFunctionDef,
                                                                          ast.ClassDef)])

@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field
 
+from hf_train_mcp import pysource
 from hf_train_mcp.methods.base import MethodSpec, Option
 from hf_train_mcp.methods.sft import IMAGE_ALIASES
 from hf_train_mcp.script_config import TrainingConfig
@@ -52,7 +53,7 @@ def _plain_annotation(node: ast.expr) -> bool:
 def check_reward_code(source: str) -> str:
     """User reward code must be one function definition (plus imports): nothing that runs at import time."""
     try:
-        tree = ast.parse(source)
+        tree = pysource.parse(source)
     except SyntaxError as exc:
         raise ValueError(f"reward_code does not parse: {exc.msg} (line {exc.lineno})") from None
     functions = []
@@ -114,7 +115,7 @@ def reward_code_dependencies(source: str | None) -> list[str]:
     if not source:
         return []
     names: list[str] = []
-    for node in ast.parse(source).body:
+    for node in pysource.parse(source).body:
         if isinstance(node, ast.Import):
             names += [alias.name.split(".")[0] for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
