@@ -233,3 +233,153 @@ async def test_the_guide_s_warnings_are_given(hub: Emulator) -> None:
     dry = await call_once("run_script", {"image": "axolotlai/axolotl", "command": ["axolotl", "train", "x.yml"],
                                          "dry_run": True})
     assert "not pinned to a tag" in " ".join(dry.structured_content["warnings"])
+
+
+# --- a URL, a local file, a folder --------------------------------------------------------------------------------
+@pytest.fixture
+def served(monkeypatch: pytest.MonkeyPatch):
+    """Scripts served over plain http from 127.0.0.1, which the server may read only because this test's
+    HF_TRAIN_HTTP_SCRIPT_HOSTS names that loopback host (real URLs must be https)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    files: dict[str, bytes] = {}
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            body = files.get(self.path)
+            self.send_response(200 if body is not None else 404)
+            self.send_header("Content-Length", str(len(body or b"")))
+            self.end_headers()
+            self.wfile.write(body or b"")
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("HF_TRAIN_HTTP_SCRIPT_HOSTS", "127.0.0.1")
+    yield files, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+async def test_a_url_script_is_read_for_its_header_and_fetched_by_the_job(hub: Emulator, served) -> None:
+    import hashlib
+
+    files, base = served
+    files["/org/repo/refs/heads/main/sft.py"] = HEADED.encode()
+    url = base + "/org/repo/refs/heads/main/sft.py"
+    before = len(hub.posted_jobs())
+    hub.plan_next(JobPlan(**QUICK, log_lines=TRAINER_LINES))
+    async with Client(build_server()) as client:
+        job = await call(client, "run_script", {"script": url, "script_args": ["--push_to_hub"],
+                                                "dependencies": ["peft"]})
+        report = await finished(client, job["job_id"], 30)
+    spec = only_job(hub, before)
+    assert spec["command"] == ["uv", "run", "--with", "peft", url, "--push_to_hub"]
+    assert "HFTM_SCRIPT_B64" not in spec["environment"] and (spec["flavor"], spec["timeoutSeconds"]) == ("a10g-small", 3600)
+    assert job["script_sha256"] == hashlib.sha256(HEADED.encode()).hexdigest()
+    assert any("pin a commit" in w for w in job["warnings"])
+    token_nowhere_but_secrets(spec, job, report)
+    assert report["stage"] == "COMPLETED"
+
+
+async def test_a_plain_http_url_is_refused_unless_its_loopback_host_is_allowed(hub: Emulator, served,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    files, base = served
+    files["/x.py"] = b"print(1)\n"
+    monkeypatch.delenv("HF_TRAIN_HTTP_SCRIPT_HOSTS")
+    before = len(hub.posted_jobs())
+    result = await call_once("run_script", {"script": base + "/x.py"})
+    assert result.is_error and "https" in result.content[0].text
+    result = await call_once("run_script", {"script": "https://user:pw@example.com/x.py"})
+    assert result.is_error and "credentials" in result.content[0].text
+    assert len(hub.posted_jobs()) == before
+
+
+async def test_a_local_py_file_travels_inside_the_job(hub: Emulator, tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(HEADED)
+    before = len(hub.posted_jobs())
+    hub.plan_next(JobPlan(**QUICK))
+    async with Client(build_server()) as client:
+        job = await call(client, "run_script", {"script": str(script)})
+        report = await finished(client, job["job_id"], 30)
+    spec = only_job(hub, before)
+    assert decoded_script(spec) == HEADED and spec["flavor"] == "a10g-small"
+    assert report["stage"] == "COMPLETED"
+    (tmp_path / "cfg.yaml").write_text("lr: 1\n")
+    result = await call_once("run_script", {"script": str(script), "script_args": [str(tmp_path / "cfg.yaml")]})
+    assert result.is_error and "folder=" in result.content[0].text
+
+
+async def test_a_folder_is_synced_to_the_bucket_mounted_and_run_in_a_copy(hub: Emulator, tmp_path: Path) -> None:
+    project = tmp_path / "my-project"
+    (project / "configs").mkdir(parents=True)
+    (project / "train.py").write_text(HEADED)
+    (project / "helpers.py").write_text("STEPS = 10\n")
+    (project / "configs" / "run.yaml").write_text("push_to_hub: true\n")
+    before = len(hub.posted_jobs())
+    hub.plan_next(JobPlan(**QUICK, log_lines=TRAINER_LINES))
+    async with Client(build_server()) as client:
+        job = await call(client, "run_script", {"folder": str(project), "script": "train.py",
+                                                "script_args": ["--config", "configs/run.yaml"]})
+        report = await finished(client, job["job_id"], 30)
+    spec = only_job(hub, before)
+    volume = spec["volumes"][0]
+    assert (volume["type"], volume["source"], volume["mountPath"], volume["readOnly"]) == (
+        "bucket", "emu-user/jobs-artifacts", "/code", True)
+    uploaded = {p.split("/", 1)[1] for p in hub.buckets["emu-user/jobs-artifacts"]["files"] if p.startswith(volume["path"])}
+    assert uploaded == {"train.py", "helpers.py", "configs/run.yaml"}
+    assert spec["command"][:4] == ["/bin/sh", "-c", 'cp -r /code /tmp/project && cd /tmp/project && exec "$@"', "sh"]
+    assert spec["command"][4:] == ["uv", "run", "train.py", "--config", "configs/run.yaml"]
+    assert spec["flavor"] == "a10g-small"  # the entry's header
+    token_nowhere_but_secrets(spec, job, report)
+    assert report["stage"] == "COMPLETED"
+
+
+async def test_an_axolotl_folder_has_its_yaml_checked(hub: Emulator, tmp_path: Path) -> None:
+    (tmp_path / "lora.yml").write_text("base_model: microsoft/Phi-3.5-mini-instruct\n")
+    dry = await call_once("run_script", {"folder": str(tmp_path), "image": "axolotlai/axolotl:0.19.0-py3.12-cu130-2.13.0",
+                                         "command": ["axolotl", "train", "lora.yml"], "flavor": "a10g-largex2",
+                                         "dry_run": True})
+    warnings = " ".join(dry.structured_content["warnings"])
+    assert "lora.yml sets no hub_model_id, hub_strategy" in warnings and "max_steps" in warnings
+    assert "use a launcher" not in warnings  # axolotl starts one process per GPU itself
+
+
+# --- on this machine, and from the CLI ----------------------------------------------------------------------------
+LOCAL_SCRIPT = '''# /// script
+# dependencies = []
+# ///
+import os, sys
+print("token given:", bool(os.environ.get("HF_TOKEN")), "args:", sys.argv[1:])
+for step in (5, 10):
+    print(f"{step * 10}%|#####     | {step}/10 [00:01<00:01,  4.00it/s]", flush=True)
+print("{'loss': 0.75, 'learning_rate': 1e-05, 'epoch': 1.0}")
+'''
+
+
+async def test_a_local_run_of_an_inline_script_completes_with_parsed_progress(offline: None) -> None:
+    async with Client(build_server()) as client:
+        job = await call(client, "run_script", {"script": LOCAL_SCRIPT, "script_args": ["--x", "a b"],
+                                                "backend": "local"})
+        report = await finished(client, job["job_id"], 120)
+    assert report["stage"] == "COMPLETED", report
+    assert report["progress"]["step"] == 10 and report["progress"]["percent"] == 100
+    assert report["last_metrics"]["loss"] == 0.75
+    assert "token given: False args: ['--x', 'a b']" in report["log_tail"]
+
+
+def test_the_cli_runs_a_script_with_its_arguments_after_a_double_dash(hub: Emulator, tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture) -> None:
+    from hf_train_mcp.cli import main
+
+    script = tmp_path / "train.py"
+    script.write_text(HEADED)
+    main(["run", "--script", str(script), "--dry-run", "--json", "--", "--max_steps", "10"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["command"][-3:] == ["/tmp/script.py", "--max_steps", "10"] and out["flavor"] == "a10g-small"
+    main(["run", "--image", "python:3.12", "--dry-run", "--json", "--", "python", "-c", "print(1)"])
+    assert json.loads(capsys.readouterr().out)["command"] == ["python", "-c", "print(1)"]

@@ -358,6 +358,11 @@ class ScriptRequest(Request):
     idempotency_key: IdempotencyKey | None = None
     dry_run: DryRun = False
 
+    @staticmethod
+    def argv_field(given: dict) -> str:
+        """Which argument list the CLI's words after `--` fill: the script's arguments, else the command."""
+        return "script_args" if given.get("script") else "command"
+
     @model_validator(mode="after")
     def _one_program(self) -> "ScriptRequest":
         from hf_train_mcp.scripts import source_kind
