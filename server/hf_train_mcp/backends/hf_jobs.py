@@ -120,7 +120,7 @@ class HfJobsBackend:
         return ["/bin/sh", "-c", f"{decode} && {run}"]
 
     def environment(self, script: Script, spec: JobSpec | None = None) -> dict[str, str]:
-        if spec is not None and spec.run is not None:  # the caller's own variables; its progress bars are what job_status parses
+        if spec is not None and spec.run is not None:  # the caller's variables, bars left on
             inline = {SCRIPT_ENV: _inline(script, "send it as an https URL or in a folder")} \
                 if spec.run.script is not None else {}
             return {**dict(spec.run.env), **inline, "PYTHONUNBUFFERED": "1"}
@@ -135,8 +135,8 @@ class HfJobsBackend:
         return [Volume(type="bucket", source=spec.output_bucket, mount_path=spec.output_mount, read_only=False)]
 
     def secrets(self, spec: JobSpec) -> dict[str, str]:
-        """HF_TOKEN always (the only way the token reaches a job), and a run_script job's other secrets by
-        name, read from this server's environment."""
+        """HF_TOKEN always (the only way the token reaches a job), and a run_script job's other secrets by name,
+        read from this server's environment."""
         out = {"HF_TOKEN": self._token}
         for name in spec.run.secrets if spec.run else ():
             if name not in out:
