@@ -19,7 +19,7 @@ from tests.helpers import free_port
 pytestmark = pytest.mark.anyio
 
 EXPECTED_TOOLS = {"list_hardware", "validate_dataset", "estimate_cost", "submit_training", "evaluate_model", "export_model",
-                  "submit_sweep", "compare_runs", "job_status", "job_logs", "cancel_job", "list_jobs"}
+                  "run_script", "submit_sweep", "compare_runs", "job_status", "job_logs", "cancel_job", "list_jobs"}
 
 
 INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {

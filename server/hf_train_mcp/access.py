@@ -73,11 +73,13 @@ class Access:
     local_jobs: bool = True
     reward_code: bool = True
     over: str = "stdio"
+    scripts: bool = True  # run_script: the caller's own code, run beside this server's token
 
     @classmethod
     def http(cls, *, local_dirs: list[str] | tuple[str, ...] = (), local_jobs: bool = False,
-             reward_code: bool = False) -> "Access":
-        return cls(tuple(Path(d).expanduser().resolve() for d in local_dirs), local_jobs, reward_code, "HTTP")
+             reward_code: bool = False, scripts: bool = False) -> "Access":
+        return cls(tuple(Path(d).expanduser().resolve() for d in local_dirs), local_jobs, reward_code, "HTTP",
+                   scripts)
 
     @property
     def remote(self) -> bool:
@@ -131,6 +133,26 @@ class Access:
             raise AccessError(f"reward_code is code that runs inside the job, next to this server's Hugging Face token, "
                              f"which callers over {self.over} may not send unless the operator starts the server "
                              "with --allow-reward-code; use the built-in reward_funcs instead")
+
+    def check_scripts(self) -> None:
+        if not self.scripts:
+            raise AccessError(f"run_script runs your own code in a job, next to this server's Hugging Face token, "
+                              f"which callers over {self.over} may not do unless the operator starts the server with "
+                              "--allow-scripts; use submit_training instead. Nothing was launched.")
+
+    def check_path(self, ref: str, kind: str) -> None:
+        """A script file or project folder the caller names: over HTTP, an absolute path inside the folders the
+        operator allowed (a relative one would resolve against the server's working directory)."""
+        if not self.remote:
+            return
+        path = PurePath(ref)
+        if path.is_absolute() and ".." not in path.parts and self.allows_path(Path(ref)):
+            return
+        where = ("no local folder is allowed" if not self.local_dirs
+                 else "only absolute paths inside the folders the operator allowed")
+        raise AccessError(f"{kind} {ref[:120]!r} is a path on the server, which callers over {self.over} may not "
+                          f"read ({where}; the operator adds one with --allow-local-files DIR). Send the script's "
+                          "source or an https URL instead.")
 
     def check_local_jobs(self) -> None:
         if not self.local_jobs:

@@ -95,6 +95,9 @@ class CompactMCPServer(MCPServer):
                                for tool in tools])
         return [
             tool.model_copy(update={
+                # no title: model APIs pass agents the name and description only, and every turn pays for the
+                # list; the CLI's help still shows each ToolSpec's title
+                "title": None,
                 "input_schema": schema,
                 "output_schema": compact_tool_schema(tool.output_schema, output=True) if tool.output_schema else None,
             })

@@ -66,7 +66,7 @@ def serve(args: argparse.Namespace) -> None:
         logging.warning("serving on %s without --auth-token: anyone who reaches this port can launch paid jobs "
                         "with this server's Hugging Face token", args.host)
     access = Access.http(local_dirs=args.allow_local_files, local_jobs=args.allow_local_jobs,
-                         reward_code=args.allow_reward_code)
+                         reward_code=args.allow_reward_code, scripts=args.allow_scripts)
     extra_hosts = [h.strip() for value in args.allowed_hosts for h in value.split(",") if h.strip()]
     uvicorn.run(_http_app(args.host, token, access, extra_hosts), host=args.host, port=args.port,
                 log_level="warning", lifespan="on")
@@ -241,6 +241,10 @@ def run_tool(spec: Any, args: argparse.Namespace) -> None:
     from hf_train_mcp.tools import Hooks
 
     given = {name: getattr(args, name) for name in spec.request.model_fields if getattr(args, name, None) is not None}
+    if getattr(args, "rest", None):
+        if not hasattr(spec.request, "argv_field"):
+            raise TrainError(f"{spec.command} takes no arguments after --")
+        given[spec.request.argv_field(given)] = args.rest
     try:
         request = spec.request(**given)
     except ValidationError as exc:
@@ -280,7 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="hf-train-mcp", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # not dest="command": a tool's request may have a field of that name (run_script's command)
+    sub = parser.add_subparsers(dest="cli_command", metavar="COMMAND")
     p = sub.add_parser("serve", help="run the MCP server (stdio by default, or streamable HTTP)")
     p.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="default stdio")
     p.add_argument("--host", default="127.0.0.1", help="HTTP: the address to bind (default 127.0.0.1)")
@@ -297,6 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-reward-code", action="store_true",
                    help="HTTP: let callers send GRPO reward_code (it runs in the job, beside the server's token; "
                         "off by default)")
+    p.add_argument("--allow-scripts", action="store_true",
+                   help="HTTP: let callers use run_script (their code runs in the job, beside the server's token; "
+                        "local script files and folders follow --allow-local-files; off by default)")
     p = sub.add_parser("connect", help="print the line (or link) that adds this server to an MCP client")
     p.add_argument("client", choices=["claude", "cursor", "vscode", "inspector"], help="the MCP client")
     p = sub.add_parser("demo", help="train a tiny model locally end to end (needs the 'train' extra)")
@@ -304,6 +312,8 @@ def build_parser() -> argparse.ArgumentParser:
     for spec in TOOLS:
         p = sub.add_parser(spec.command, help=f"{spec.title} (the {spec.name} tool)", description=spec.description)
         add_request_options(p, spec.request)
+        if hasattr(spec.request, "argv_field"):  # its argument lists come after `--`, as `hf jobs` takes them
+            p.epilog = "After --: the script's arguments (with --script), else the command to run."
         p.add_argument("--json", action="store_true", help="print the tool's structured output as JSON")
         p.add_argument("--yes", action="store_true", help="do not ask before a large spend")
     return parser
@@ -312,27 +322,30 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=os.environ.get("HF_TRAIN_LOG_LEVEL", "WARNING"), stream=sys.stderr)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    rest = argv[argv.index("--") + 1:] if "--" in argv else []  # `run ... -- ARGS`: never read as options here
+    args = parser.parse_args(argv[:len(argv) - len(rest) - 1] if "--" in argv else argv)
+    args.rest = rest
     from hf_train_mcp.errors import TrainError
 
     try:
-        if args.command is None:
+        if args.cli_command is None:
             if sys.stdin.isatty():  # a person, not an MCP client: say what this is instead of waiting silently
                 print(STDIO_NOTE, file=sys.stderr)
                 return
             args = parser.parse_args(["serve"])
-        if args.command == "serve":
+        if args.cli_command == "serve":
             serve(args)
-        elif args.command == "connect":
+        elif args.cli_command == "connect":
             print(connect(args.client))
-        elif args.command == "demo":
+        elif args.cli_command == "demo":
             from hf_train_mcp.demo import run_demo
 
             run_demo(steps=args.steps)
         else:
             from hf_train_mcp.tools import BY_COMMAND
 
-            run_tool(BY_COMMAND[args.command], args)
+            run_tool(BY_COMMAND[args.cli_command], args)
         sys.stdout.flush()
     except TrainError as exc:
         if getattr(args, "json", False):  # a script reads the stable code, not the wording

@@ -11,7 +11,8 @@ import json
 from typing import Any
 
 LONG_ENUM = 80  # characters: shorter lists of choices (peft, backend) cost less than a reader's detour
-NUMERIC_BOUNDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
+NUMERIC_BOUNDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minItems", "maxItems",
+                            "minProperties", "maxProperties"})  # counts of items are bounds too
 
 
 def inline_single_refs(schema: dict[str, Any]) -> dict[str, Any]:
@@ -61,8 +62,8 @@ def compact(schema: Any, *, output: bool = False, root: bool = False) -> Any:
     for key, value in schema.items():
         if key == "title" and isinstance(value, str):
             continue
-        if key == "default" and (value is None or output):
-            continue
+        if key == "default" and (value is None or value == [] or value == {} or output):
+            continue  # an empty list or object is what leaving the argument out sends
         if key == "additionalProperties" and value is True:
             continue  # the default
         if key in ("maxLength", "minLength", "pattern") or (

@@ -30,8 +30,8 @@ def run(job_dir: Path) -> int:
     env = {**os.environ, **spec["env"]}  # ours is already the job's minimal environment (backends/local.py)
     _write_atomic(job_dir / STARTED_FILE, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     with open(job_dir / LOG_FILE, "ab", buffering=0) as log:
-        child = subprocess.Popen(spec["command"], cwd=job_dir, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                 stdin=subprocess.DEVNULL)
+        child = subprocess.Popen(spec["command"], cwd=job_dir / spec.get("cwd", "."), env=env, stdout=log,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         signal.signal(signal.SIGTERM, lambda *_: child.terminate())
         try:
             code = child.wait(timeout=spec["timeout_seconds"])

@@ -36,6 +36,6 @@ class Prepared:
     def summary(self) -> str:
         """What the job does, for a confirmation question."""
         what = {"evaluate": "an evaluation", "export": f"a {self.plan.config.get('format')} export",
-                "probe": f"a {self.plan.method.upper()} measurement job"}.get(
+                "probe": f"a {self.plan.method.upper()} measurement job", "script": "a script job"}.get(
             self.kind, f"a {self.plan.method.upper()} job")
         return f"{what} of {shown_name(self.model)}"

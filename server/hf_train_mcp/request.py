@@ -2,6 +2,7 @@
 fields are the MCP tool's parameters and the CLI command's options (declared here, nowhere else)."""
 
 import json
+import re
 from itertools import product
 from typing import Annotated, Any, Literal
 
@@ -69,7 +70,7 @@ def options_description(names: list[str]) -> str:
         choices = schema.get("enum") or schema.get("items", {}).get("enum")
         words = schema.get("description", "") + (f" ({'|'.join(choices)})" if choices else "")
         said.append(f"{name}: {words}")
-    return "the method's own settings by name; " + "; ".join(said)
+    return "method settings: " + "; ".join(said)
 
 
 def lift_options(data: Any, accepted: list[str]) -> Any:
@@ -327,3 +328,60 @@ class ListRequest(Request):
 
 class HardwareRequest(Request):
     pass
+
+
+# --- run_script: the caller's own code -------------------------------------------------------------------------
+SecretName = Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]{0,63}$")]
+Arg = Annotated[str, Field(max_length=4096)]
+# a requirement uv takes after --with (never an option: it starts with a letter or digit)
+Requirement = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-\[\],<>=!~*+;:/@ ]{0,255}$")]
+Image = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-/:@]{0,255}$")]
+TOKEN_NAMES = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"})
+_SECRET_LIKE = ("TOKEN", "SECRET", "PASSWORD", "API_KEY", "CREDENTIAL")
+
+
+class ScriptRequest(Request):
+    script: Annotated[str, Field(min_length=1, max_length=200_000)] | None = None  # the tool's words say what
+    script_args: Annotated[list[Arg], Field(max_length=256)] = []
+    folder: Annotated[str, Field(min_length=1, max_length=512),
+                      AfterValidator(check_reference)] | None = None
+    image: Image | None = None
+    command: Annotated[list[Arg], Field(min_length=1, max_length=256)] | None = None
+    dependencies: Annotated[list[Requirement], Field(max_length=64)] | None = None
+    secrets: Annotated[list[SecretName], Field(max_length=32)] | None = None
+    # names checked below, not by a key pattern (a patternProperties schema costs every agent turn)
+    env: Annotated[dict[str, Annotated[str, Field(max_length=4096)]], Field(max_length=64)] | None = None
+    flavor: Flavor | None = None
+    timeout: Timeout | None = None
+    backend: BackendName | None = None
+    max_cost_usd: MaxCost | None = None
+    idempotency_key: IdempotencyKey | None = None
+    dry_run: DryRun = False
+
+    @staticmethod
+    def argv_field(given: dict) -> str:
+        """Which argument list the CLI's words after `--` fill: the script's arguments, else the command."""
+        return "script_args" if given.get("script") else "command"
+
+    @model_validator(mode="after")
+    def _one_program(self) -> "ScriptRequest":
+        from hf_train_mcp.scripts import source_kind
+
+        if (self.script is None) == (self.command is None):
+            raise ValueError("send script (source, https URL or .py path) or command (an argv list, with image or "
+                             "folder), one of the two")
+        if self.command is not None and not (self.image or self.folder):
+            raise ValueError("command runs in an image: send image (e.g. 'huggingface/trl'), or folder to run it in a "
+                             "copy of your project")
+        if self.command is not None and (self.script_args or self.dependencies):
+            raise ValueError("script_args and dependencies go with script; put arguments in command itself")
+        if self.folder and self.script is not None and (source_kind(self.script) != "path" or
+                                                        self.script.startswith(("/", "~")) or ".." in self.script):
+            raise ValueError("with folder, script is the entry file's path inside it, e.g. 'train.py'")
+        for name in self.env or {}:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", name):
+                raise ValueError(f"env name {name[:64]!r} is not a variable name (letters, digits, '_')")
+            if name.upper() in TOKEN_NAMES or any(word in name.upper() for word in _SECRET_LIKE):
+                raise ValueError(f"env {name!r} looks like a credential: send its name in secrets (HF_TOKEN is always "
+                                 "sent as a secret), never its value in env")
+        return self

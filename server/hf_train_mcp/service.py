@@ -18,7 +18,8 @@ from hf_train_mcp.hub import hub_token
 from hf_train_mcp.launching import Launcher, claim_id, submission_of
 from hf_train_mcp.ledger import PENDING, JobRecord, KeyConflict, Ledger, SubmissionInProgress
 from hf_train_mcp.prepared import Prepared, Progress
-from hf_train_mcp.request import CompareRequest, EstimateRequest, EvaluateRequest, ExportRequest, SweepRequest
+from hf_train_mcp.request import CompareRequest, EstimateRequest, EvaluateRequest, ExportRequest, ScriptRequest
+from hf_train_mcp.request import SweepRequest
 from hf_train_mcp.request import TrainingRequest, ValidateRequest
 from hf_train_mcp.schemas import (CancelResult, Comparison, CostEstimate, DatasetReport, HardwareList, JobList,
                                   JobReport, LogPage, Submission, SweepResult)
@@ -67,6 +68,10 @@ class Core:
     def export_model(self, req: ExportRequest, *, progress: Progress | None = None,
                      confirm: Confirm | None = None) -> Submission:
         return self._submit(req, "export", progress, confirm)
+
+    def run_script(self, req: ScriptRequest, *, progress: Progress | None = None,
+                   confirm: Confirm | None = None) -> Submission:
+        return self._submit(req, "script", progress, confirm)
 
     def submit_sweep(self, req: SweepRequest, *, progress: Progress | None = None,
                      confirm: Confirm | None = None) -> SweepResult:

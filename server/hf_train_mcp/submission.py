@@ -27,9 +27,11 @@ from hf_train_mcp.hub import adapter_config, existing_repo, hub_endpoint, hub_to
 from hf_train_mcp.measure import config_key
 from hf_train_mcp.planning import DataFacts, plan_run
 from hf_train_mcp.prepared import Prepared, Progress
-from hf_train_mcp.request import EstimateRequest, EvaluateRequest, ExportRequest, RunShape, SweepRequest
-from hf_train_mcp.request import TrainingRequest
+from hf_train_mcp.request import EstimateRequest, EvaluateRequest, ExportRequest, RunShape, ScriptRequest
+from hf_train_mcp.request import SweepRequest, TrainingRequest
 from hf_train_mcp.schemas import DatasetReport
+from hf_train_mcp.script_jobs import plan_script, read_source
+from hf_train_mcp.scripts import source_kind
 
 PREVIEW_TTL_S = 300.0
 PREVIEWS_KEPT = 16
@@ -104,7 +106,13 @@ class Planner:
             self.host.access.check_local_jobs()
         if getattr(req, "reward_code", None):
             self.host.access.check_reward_code()
-        for ref, what in ((req.model, "model"), (getattr(req, "dataset", None), "dataset"),
+        if isinstance(req, ScriptRequest):
+            self.host.access.check_scripts()
+            if req.folder:
+                self.host.access.check_path(req.folder, "folder")
+            elif req.script is not None and source_kind(req.script) == "path":
+                self.host.access.check_path(req.script, "script")
+        for ref, what in ((getattr(req, "model", None), "model"), (getattr(req, "dataset", None), "dataset"),
                           (getattr(req, "teacher_model", None), "teacher model")):
             if ref and self.host.ledger_job(ref) is None:  # a job id names this server's own output, not a caller's path
                 self.host.access.check_ref(ref, what)
@@ -190,12 +198,24 @@ class Planner:
         if cached is not None and time.monotonic() - cached[0] < PREVIEW_TTL_S:
             return cached[1]
         prepare = {"evaluate": self._prepare_evaluation, "export": self._prepare_export,
-                   "sweep": self._prepare_sweep}.get(kind, self._prepare_training)
+                   "sweep": self._prepare_sweep, "script": self._prepare_script}.get(kind, self._prepare_training)
         return prepare(req, backend_name, kind=kind, progress=progress or (lambda message: None))
 
     def _prepare_sweep(self, req: SweepRequest, backend_name: str, *, kind: str,
                        progress: Progress) -> "sweeps.SweepPlan":
         return sweeps.plan_sweep(self.host, req, backend_name, progress)
+
+    def _prepare_script(self, req: ScriptRequest, backend_name: str, *, kind: str, progress: Progress) -> Prepared:
+        """run_script: the caller's program read (a URL fetched, a folder hashed) and planned like any job."""
+        where = backends.traits(backend_name)
+        token = hub_token() if where.catalog_from_hub else None
+        namespace = self._namespace(req, backend_name, token)
+        progress("reading the script")
+        source = read_source(req, self.host.access)
+        plan = plan_script(req, source, backend=backend_name, catalog=get_catalog(token, offline=not token),
+                           namespace=namespace, access=self.host.access)
+        return self._package(req, backend_name, kind, namespace, plan, hub_model_id=None, model=source.label,
+                             dataset=None, reads=[])
 
     @staticmethod
     def _namespace(req: Any, backend_name: str, token: str | None) -> str | None:

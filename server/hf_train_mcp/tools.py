@@ -17,6 +17,7 @@ from hf_train_mcp.request import (
     ListRequest,
     LogsRequest,
     Request,
+    ScriptRequest,
     StatusRequest,
     SweepRequest,
     TrainingRequest,
@@ -64,77 +65,82 @@ class ToolSpec:
 TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
         "validate_dataset", "validate", "Validate a training dataset",
-        "Check a dataset (Hub id, local file or image folder) against a method: format, errors with 1-based rows, "
-        "the column_mapping that fixes it, classes, token stats with `model`.",
+        "Check a dataset (Hub id, file or image folder) against a method: format, errors by row, the "
+        "column_mapping that fixes it, classes, token stats with `model`.",
         ValidateRequest, DatasetReport, lambda core, req, hooks: core.validate_dataset(req, progress=hooks.progress),
         progress=True,
     ),
     ToolSpec(
         "estimate_cost", "estimate", "Estimate time, cost and memory",
-        "Hours, dollars, memory fit and a safe timeout on Jobs hardware (no flavor: the cheapest fit). "
-        "measure=True times real steps as a job; call again once it ends.",
+        "Hours, dollars, memory fit and a safe timeout on Jobs hardware (no flavor: the cheapest fit); "
+        "measure=True times real steps as a job.",
         EstimateRequest, CostEstimate,
         lambda core, req, hooks: core.estimate_cost(req, progress=hooks.progress, confirm=hooks.confirm),
         read_only=False, progress=True, launches="probe",  # measure=True launches a (short, paid) job
     ),
     ToolSpec(
         "submit_training", "submit", "Submit a training job",
-        "Start a training job on HF Jobs (backend='hf': hub_model_id, write token) or here ('local'); returns "
-        "job_id and URLs at once. Validates the data; flavor and timeout default to the cheapest fit, a safe "
-        "timeout. Big spends are confirmed.",
+        "Train on HF Jobs (hub_model_id, write token) or here (backend='local'); returns job_id and URLs at once. "
+        "Validates the data; flavor/timeout default to the cheapest fit and a safe timeout.",
         TrainingRequest, Submission,
         lambda core, req, hooks: core.submit_training(req, progress=hooks.progress, confirm=hooks.confirm),
         read_only=False, idempotent=False, progress=True, launches="train",
     ),
     ToolSpec(
         "evaluate_model", "evaluate", "Evaluate a model",
-        "Evaluate a finished training job_id (its held-out split by default), a Hub model or a folder, as a job: "
-        "the method's metric (loss, accuracy, reward), lm-eval `tasks`, base vs tuned samples; results in "
-        "job_status last_metrics and the card.",
+        "Evaluate a training job_id (held-out split by default), Hub model or folder as a job: the method's "
+        "metric, lm-eval `tasks`, base vs tuned samples; results in job_status last_metrics.",
         EvaluateRequest, Submission,
         lambda core, req, hooks: core.evaluate_model(req, progress=hooks.progress, confirm=hooks.confirm),
         read_only=False, idempotent=False, progress=True, launches="evaluate",
     ),
     ToolSpec(
         "export_model", "export", "Export a model",
-        "Export as a job: format='merged' merges a LoRA/QLoRA adapter into its base; 'gguf' converts with "
-        "llama.cpp and quantizes (q4_k_m default) for llama.cpp/Ollama.",
+        "Export as a job: 'merged' merges a LoRA/QLoRA adapter into its base; 'gguf' converts and quantizes "
+        "(q4_k_m default) for llama.cpp/Ollama.",
         ExportRequest, Submission,
         lambda core, req, hooks: core.export_model(req, progress=hooks.progress, confirm=hooks.confirm),
         read_only=False, idempotent=False, progress=True, launches="export",
     ),
     ToolSpec(
+        "run_script", "run", "Run your own script",
+        "Your code as a job: script (uv: source, https URL; over stdio a .py, or the entry of folder) or "
+        "image+command; its [tool.hf-jobs] header fills gaps.",
+        ScriptRequest, Submission,
+        lambda core, req, hooks: core.run_script(req, progress=hooks.progress, confirm=hooks.confirm),
+        read_only=False, idempotent=False, progress=True, launches="script",
+    ),
+    ToolSpec(
         "submit_sweep", "sweep", "Submit a hyperparameter sweep",
-        "One run per combination of `grid` values over `base` (submit_training arguments), one Trackio project. "
-        "The summed worst case is checked against max_cost_usd first; max_parallel at once, the rest start by "
-        "themselves.",
+        "One run per `grid` combination over `base` (submit_training arguments), one Trackio project; the summed "
+        "worst case must fit max_cost_usd; max_parallel at once.",
         SweepRequest, SweepResult,
         lambda core, req, hooks: core.submit_sweep(req, progress=hooks.progress, confirm=hooks.confirm),
         read_only=False, idempotent=False, progress=True, launches="sweep",
     ),
     ToolSpec(
         "compare_runs", "compare", "Compare runs",
-        "Rank a sweep's runs (or job_ids) by one metric, evaluations included: params, metrics, best_job_id.",
+        "Rank a sweep's runs (or job_ids) by one metric, evaluations included; best_job_id.",
         CompareRequest, Comparison, lambda core, req, hooks: core.compare_runs(req),
     ),
     ToolSpec(
         "job_status", "status", "Job status",
-        "Stage, progress, metrics, log tail, error and next_step of a job; never waits. Subscribe to "
-        "hf-train://jobs/{job_id} for stage changes.",
+        "A job's stage, progress, metrics, log tail, error and next_step; never waits (subscribe to "
+        "hf-train://jobs/{job_id}).",
         StatusRequest, JobReport, lambda core, req, hooks: core.job_status(req.job_id, req.tail),
     ),
     ToolSpec(
-        "job_logs", "logs", "Job logs", "A page of a job's log lines from `offset`; page on with next_offset.",
+        "job_logs", "logs", "Job logs", "A page of a job's log lines from `offset`; next_offset continues.",
         LogsRequest, LogPage, lambda core, req, hooks: core.job_logs(req.job_id, req.offset, req.limit),
     ),
     ToolSpec(
         "cancel_job", "cancel", "Cancel a job",
-        "Stop a job (billing stops; pushed checkpoints stay), or a whole sweep by its sweep_id.",
+        "Stop a job (pushed checkpoints stay) or a whole sweep (sweep_id).",
         CancelRequest, CancelResult, lambda core, req, hooks: core.cancel_job(req.job_id),
         read_only=False, destructive=True,
     ),
     ToolSpec(
-        "list_jobs", "jobs", "List training jobs", "Jobs submitted through this server (both backends), newest first.",
+        "list_jobs", "jobs", "List training jobs", "Jobs launched through this server, newest first.",
         ListRequest, JobList, lambda core, req, hooks: core.list_jobs(req.stage, req.limit),
     ),
     ToolSpec(

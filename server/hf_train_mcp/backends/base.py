@@ -9,6 +9,23 @@ from hf_train_mcp.render import Script
 
 
 @dataclass(frozen=True)
+class UserRun:
+    """A caller's own program (run_script) instead of a rendered training script: what runs, never a secret's
+    value (secrets are names; the backend reads their values when it submits)."""
+
+    script: str | None = None  # inline source: travels inside the job, like a rendered script
+    url: str | None = None  # a script URL the job fetches itself (`uv run URL`)
+    entry: str | None = None  # with folder: the script's path inside it
+    script_args: tuple[str, ...] = ()
+    dependencies: tuple[str, ...] = ()  # `uv run --with` packages
+    image: str | None = None  # None: the backend's uv image
+    command: tuple[str, ...] | None = None  # an argv run as is (in the image, or in the folder's copy)
+    env: tuple[tuple[str, str], ...] = ()
+    secrets: tuple[str, ...] = ("HF_TOKEN",)
+    folder: str | None = None  # a local project folder, synced to the account's bucket and mounted
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """Everything a backend needs besides the script. Never holds a secret."""
 
@@ -22,6 +39,7 @@ class JobSpec:
     output_bucket: str | None = None
     output_mount: str | None = None
     read_token: bool = False  # a local job reads gated/private Hub data, so it gets HF_TOKEN
+    run: UserRun | None = None  # run_script: the caller's program (the script passed to submit is its source)
 
 
 @dataclass(frozen=True)
@@ -96,6 +114,7 @@ class Backend(Protocol):
     output_dir: str  # where a job writes its output, relative to the job's folder or absolute in its container
     default_timeout_s: int  # without an estimate to derive one from
     logs_final_when_settled: bool  # a settled job's log is already whole (the Hub's can lag its stage)
+    runs_images: bool  # it runs a Docker image + command (run_script's image=); else scripts only
     cancel_note: str  # what a cancel means for the bill
 
     def flavor(self, *, cuda: bool) -> str | None:

@@ -1,6 +1,7 @@
 """Hugging Face Jobs through huggingface_hub: the script travels inline (base64 in the job env)."""
 
 import base64
+import os
 import re
 import shlex
 import threading
@@ -8,7 +9,7 @@ import time
 import uuid
 
 from hf_train_mcp.backends.base import IDEMPOTENCY_LABEL, key_label
-from hf_train_mcp.backends.base import JobGone, JobRef, JobSpec, JobState, LogRead, SubmissionUnknown
+from hf_train_mcp.backends.base import JobGone, JobRef, JobSpec, JobState, LogRead, SubmissionUnknown, UserRun
 from hf_train_mcp.errors import TrainError
 from hf_train_mcp.hub import bounded, hub_api, hub_error, scrub, status_of, transient
 from hf_train_mcp.render import Script
@@ -17,6 +18,9 @@ UV_IMAGE = "ghcr.io/astral-sh/uv:python3.12-bookworm"
 VENV = "/tmp/venv"
 SCRIPT_ENV = "HFTM_SCRIPT_B64"
 SCRIPT_PATH = "/tmp/train.py"
+USER_SCRIPT = "/tmp/script.py"  # run_script's inline source, decoded in the job
+FOLDER_MOUNT = "/code"  # run_script's folder: mounted read-only here, copied to WORKDIR and run there
+WORKDIR = "/tmp/project"
 # Linux caps one argv/env string at 128 KiB (MAX_ARG_STRLEN), "NAME=" included; keep a margin.
 MAX_INLINE_CHARS = 128 * 1024 - len(SCRIPT_ENV) - 1024
 LOG_DEADLINE_S = 3.0
@@ -27,6 +31,7 @@ RETRY_BACKOFF_S = 0.5
 POST_SETTLE_S = 60.0
 JOB_ID = re.compile(r"(?:[\w.-]+/)?[0-9a-fA-F]{24}")  # a Hub job id, optionally 'namespace/id'
 SETTLE_POLL_S = 3.0
+SYNC_DEADLINE_S = 600.0  # a project folder's first upload (a re-sync sends only what changed)
 def _ref(job) -> JobRef:
     return JobRef(job.id, job.url, str(job.status.stage), _iso(job.created_at), namespace=job.owner.name,
                   labels=dict(job.labels or {}))
@@ -35,6 +40,35 @@ def _ref(job) -> JobRef:
 def _unsent(exc: BaseException) -> bool:
     """The connection was refused: the request never reached the Hub, so it cannot have created a job."""
     return bool({cls.__name__ for cls in type(exc).__mro__} & {"ConnectError", "ConnectionRefusedError"})
+
+
+def uv_argv(run: UserRun, target: str) -> list[str]:
+    """`uv run` of a script, as run_uv_job builds it: every value its own argv item, never shell text."""
+    return ["uv", "run", *(x for dep in run.dependencies for x in ("--with", dep)), target, *run.script_args]
+
+
+def user_command(run: UserRun) -> list[str]:
+    """A run_script job's command. A URL or image command runs as sent; an inline script is decoded first, a
+    folder copied to a writable place first (its mount is read-only), and then the argv runs through
+    `exec "$@"`, so that no argument is ever parsed by the shell."""
+    target = USER_SCRIPT if run.script is not None else run.url or run.entry or ""
+    argv = list(run.command) if run.command else uv_argv(run, target)
+    steps = []
+    if run.script is not None:
+        steps.append(f'printf %s "${SCRIPT_ENV}" | base64 -d > {USER_SCRIPT}')
+    if run.folder:
+        steps.append(f"cp -r {FOLDER_MOUNT} {WORKDIR} && cd {WORKDIR}")
+    if not steps:
+        return argv
+    return ["/bin/sh", "-c", " && ".join(steps) + ' && exec "$@"', "sh", *argv]
+
+
+def _inline(script: Script, advice: str) -> str:
+    encoded = base64.b64encode(script.text.encode()).decode()
+    if len(encoded) > MAX_INLINE_CHARS:
+        raise TrainError(f"the script is {len(script.text)} bytes, over the {MAX_INLINE_CHARS * 3 // 4} bytes that "
+                         f"fit inline in a job; {advice}")
+    return encoded
 
 
 def _iso(value) -> str | None:
@@ -54,6 +88,7 @@ class HfJobsBackend:
     output_dir = "/tmp/outputs"
     default_timeout_s = 3600
     logs_final_when_settled = False
+    runs_images = True
     cancel_note = "cancel requested; billing stops when the job ends"
 
     @staticmethod
@@ -68,9 +103,11 @@ class HfJobsBackend:
         self._token = token
 
     def image(self, spec: JobSpec) -> str:
-        return UV_IMAGE
+        return (spec.run.image if spec.run else None) or UV_IMAGE
 
     def command(self, spec: JobSpec) -> list[str]:
+        if spec.run is not None:
+            return user_command(spec.run)
         decode = f'printf %s "${SCRIPT_ENV}" | base64 -d > {SCRIPT_PATH}'
         if spec.gpus > 1:
             # uv cannot hand a PEP 723 environment to `accelerate launch`: install the header's own pins into a
@@ -82,15 +119,13 @@ class HfJobsBackend:
             run = f"exec uv run {SCRIPT_PATH}"
         return ["/bin/sh", "-c", f"{decode} && {run}"]
 
-    def environment(self, script: Script) -> dict[str, str]:
-        encoded = base64.b64encode(script.text.encode()).decode()
-        if len(encoded) > MAX_INLINE_CHARS:
-            raise TrainError(
-                f"the rendered script is {len(script.text)} bytes, over the {MAX_INLINE_CHARS * 3 // 4} bytes that fit "
-                "inline in a job; shorten reward_code"
-            )
-        return {SCRIPT_ENV: encoded, "PYTHONUNBUFFERED": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
-                "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
+    def environment(self, script: Script, spec: JobSpec | None = None) -> dict[str, str]:
+        if spec is not None and spec.run is not None:  # the caller's variables, bars left on
+            inline = {SCRIPT_ENV: _inline(script, "send it as an https URL or in a folder")} \
+                if spec.run.script is not None else {}
+            return {**dict(spec.run.env), **inline, "PYTHONUNBUFFERED": "1"}
+        return {SCRIPT_ENV: _inline(script, "shorten reward_code"), "PYTHONUNBUFFERED": "1",
+                "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
 
     def volumes(self, spec: JobSpec) -> list:
         from huggingface_hub import Volume
@@ -99,22 +134,46 @@ class HfJobsBackend:
             return []
         return [Volume(type="bucket", source=spec.output_bucket, mount_path=spec.output_mount, read_only=False)]
 
+    def secrets(self, spec: JobSpec) -> dict[str, str]:
+        """HF_TOKEN always (the only way the token reaches a job), and a run_script job's other secrets by name,
+        read from this server's environment."""
+        out = {"HF_TOKEN": self._token}
+        for name in spec.run.secrets if spec.run else ():
+            if name not in out:
+                if not os.environ.get(name):
+                    raise TrainError(f"secret {name} is not set in this server's environment; set it there (or "
+                                     "drop it from secrets). Nothing was submitted.")
+                out[name] = os.environ[name]
+        return out
+
+    def synced_folder(self, spec: JobSpec, api) -> list:
+        """A run_script folder, synced to the account's jobs-artifacts bucket (only changed files are sent) and
+        mounted read-only, as `hf jobs run -v ./dir:/code` does."""
+        if spec.run is None or not spec.run.folder:
+            return []
+        volume = bounded("uploading the project folder to your jobs-artifacts bucket",
+                         lambda: api.sync_job_volume(spec.run.folder, FOLDER_MOUNT, namespace=spec.namespace),
+                         self._token, deadline_s=SYNC_DEADLINE_S)
+        return [volume]
+
     def submit(self, script: Script, spec: JobSpec) -> JobRef:
         """POST the job; on a 5xx, 429 or network failure, look the job up by its one-off `submission` label
         before trying again, so that a failure after the job was created never launches it twice."""
         api = hub_api(self._token)
         labels = {"submission": uuid.uuid4().hex[:12], **spec.labels}  # the core usually names it (crash recovery)
+        env, secrets = self.environment(script, spec), self.secrets(spec)
+        volumes = self.volumes(spec) + self.synced_folder(spec, api)
         for attempt in range(SUBMIT_ATTEMPTS):
             try:
                 return _ref(api.run_job(
                     image=self.image(spec),
                     command=self.command(spec),
-                    env=self.environment(script),
-                    secrets={"HF_TOKEN": self._token},
+                    env=env,
+                    secrets=secrets,
                     flavor=spec.flavor,
                     timeout=spec.timeout_seconds,
                     labels=labels,
-                    volumes=self.volumes(spec) or None,
+                    volumes=volumes or None,
                     namespace=spec.namespace,
                 ))
             except TrainError:

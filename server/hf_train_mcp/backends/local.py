@@ -12,7 +12,7 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
-from hf_train_mcp.backends.base import JobGone, JobRef, JobSpec, JobState, LogRead
+from hf_train_mcp.backends.base import JobGone, JobRef, JobSpec, JobState, LogRead, UserRun
 from hf_train_mcp.detach import spawn
 from hf_train_mcp.errors import TrainError, EnvironmentMissing, NotFoundError
 from hf_train_mcp.ledger import now_iso
@@ -93,6 +93,7 @@ class LocalBackend:
     output_dir = "output"
     default_timeout_s = 6 * 3600
     logs_final_when_settled = True
+    runs_images = False
     cancel_note = "stopped (a local job costs nothing); resume_from this job continues from its last checkpoint"
 
     @staticmethod
@@ -128,21 +129,42 @@ class LocalBackend:
             "--build-arg EXTRAS=train), or install uv so the script's own header can provision it"
         )
 
+    @staticmethod
+    def script_command(run: UserRun) -> list[str]:
+        """A run_script job here: its command as sent, else `uv run` (which provisions the header's and the
+        extra dependencies) or, without uv, this server's Python."""
+        if run.command:
+            return list(run.command)
+        entry = run.entry or "script.py"
+        if shutil.which("uv"):
+            return ["uv", "run", *(x for dep in run.dependencies for x in ("--with", dep)), entry, *run.script_args]
+        return [sys.executable, "-u", entry, *run.script_args]
+
     def command(self, spec: JobSpec) -> list[str]:
         """What would run (a dry run shows it even where the training stack is not installed yet)."""
+        if spec.run is not None:
+            return self.script_command(spec.run)
         try:
             return self.training_command()
         except TrainError:
             return ["uv", "run", "train.py"]
 
     def submit(self, script: Script, spec: JobSpec) -> JobRef:
-        command = self.training_command()
         job_id = f"local-{uuid.uuid4().hex[:12]}"
         folder = jobs_dir() / job_id
         folder.mkdir(parents=True)
-        (folder / "train.py").write_text(script.text)
+        env = job_environment(read_token=spec.read_token)
+        if spec.run is not None:
+            command, cwd = self._place_run(spec.run, script, folder), spec.run.folder and "project" or "."
+            env = job_environment(read_token="HF_TOKEN" in spec.run.secrets)
+            env.update({name: os.environ[name] for name in spec.run.secrets if os.environ.get(name)})
+            env.update(dict(spec.run.env))
+        else:
+            command, cwd = self.training_command(), "."
+            (folder / "train.py").write_text(script.text)
         launch = {
             "command": command,
+            "cwd": cwd,
             "timeout_seconds": spec.timeout_seconds,
             "env": {
                 "PYTHONUNBUFFERED": "1",
@@ -156,10 +178,18 @@ class LocalBackend:
         (folder / LOG_FILE).touch()
         # detached: survives the server; its pid is its process group, which cancel stops whole
         pid = spawn([sys.executable, "-m", "hf_train_mcp.local_runner", str(folder)], cwd=folder,
-                    log=folder / "runner.err",
-                    env=job_environment(read_token=spec.read_token))  # passed down by the runner, never on disk
+                    log=folder / "runner.err", env=env)  # passed down by the runner, never on disk
         (folder / "pid").write_text(str(pid))
         return JobRef(job_id, folder.as_uri(), "RUNNING", now_iso(), job_dir=str(folder))
+
+    def _place_run(self, run: UserRun, script: Script, folder: Path) -> list[str]:
+        """A run_script job's files in its folder: the project copied (a job never writes into the caller's
+        own folder), or the script's source; and what runs there."""
+        if run.folder:
+            shutil.copytree(run.folder, folder / "project", ignore=shutil.ignore_patterns(".git", "__pycache__"))
+        elif run.command is None:
+            (folder / "script.py").write_text(script.text)
+        return self.script_command(run)
 
     def inspect(self, job_id: str, namespace: str | None = None) -> JobState:
         folder = self.job_dir(job_id)

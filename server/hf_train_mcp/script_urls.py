@@ -1,0 +1,77 @@
+"""Reading a script URL on the server, to know its header and hash what was read: https only, no credentials
+in the URL, every redirect held to the same rules, a size cap and a deadline. The job fetches the URL again
+itself (`uv run URL`), as `hf jobs uv run` does.
+
+HF_TRAIN_HTTP_SCRIPT_HOSTS (tests only): loopback hosts whose plain http:// URLs are read too, since tests serve
+scripts from 127.0.0.1 and a test server has no certificate. Any other host stays https-only.
+"""
+
+import ipaddress
+import os
+import socket
+from urllib.parse import urljoin, urlparse
+
+from hf_train_mcp.errors import HubError, TrainError
+
+MAX_SCRIPT_BYTES = 2 * 1024 * 1024
+FETCH_TIMEOUT_S = 20.0
+MAX_REDIRECTS = 5
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _http_hosts() -> set[str]:
+    listed = {h.strip() for h in os.environ.get("HF_TRAIN_HTTP_SCRIPT_HOSTS", "").split(",") if h.strip()}
+    return {h for h in listed if h in _LOOPBACK}  # never a host off this machine
+
+
+def check_url(url: str, *, remote: bool) -> None:
+    """Refuse what a script URL may not be: not https, credentials in it, or (for a remote caller) a host that
+    resolves inside this network, which the server could reach and the caller could not."""
+    parsed = urlparse(url)
+    host = parsed.hostname or ""
+    if parsed.scheme != "https" and not (parsed.scheme == "http" and host in _http_hosts()):
+        raise TrainError(f"script URL {url[:120]!r} is not https://: send an https URL (e.g. a raw GitHub or "
+                         "huggingface.co/.../resolve/<commit>/ URL)")
+    if parsed.username or parsed.password:
+        raise TrainError("the script URL holds credentials: send a public URL, or the source itself as script")
+    if remote and host not in _http_hosts():
+        try:
+            addresses = {info[4][0] for info in socket.getaddrinfo(host, parsed.port or 443)}
+        except OSError:
+            raise TrainError(f"cannot resolve the host of script URL {url[:120]!r}") from None
+        for address in addresses:
+            ip = ipaddress.ip_address(address.split("%")[0])
+            if ip.is_private or ip.is_loopback or ip.is_link_local or ip.is_reserved:
+                raise TrainError("the script URL points into the server's own network, which callers over HTTP may "
+                                 "not reach: send a public https URL")
+
+
+def fetch_script(url: str, *, remote: bool) -> str:
+    """The text at a script URL, read under the rules of check_url (each redirect too)."""
+    import httpx
+
+    current = url
+    for _ in range(MAX_REDIRECTS + 1):
+        check_url(current, remote=remote)
+        try:
+            with httpx.stream("GET", current, timeout=FETCH_TIMEOUT_S, follow_redirects=False) as response:
+                if response.is_redirect:
+                    current = urljoin(current, response.headers.get("location", ""))
+                    continue
+                if response.status_code != 200:
+                    raise TrainError(f"script URL {url[:120]!r} answered HTTP {response.status_code}: check it "
+                                     "(a raw file URL, not a web page). Nothing was launched.")
+                body = b""
+                for chunk in response.iter_bytes():
+                    body += chunk
+                    if len(body) > MAX_SCRIPT_BYTES:
+                        raise TrainError(f"the script at {url[:120]!r} is over {MAX_SCRIPT_BYTES // 1024} KiB: is it "
+                                         "a script? Nothing was launched.")
+        except httpx.HTTPError as exc:
+            raise HubError(f"could not read script URL {url[:120]!r} ({type(exc).__name__}); check it and call "
+                           "again. Nothing was launched.") from None
+        try:
+            return body.decode()
+        except UnicodeDecodeError:
+            raise TrainError(f"the file at {url[:120]!r} is not text: send a Python script URL") from None
+    raise TrainError(f"script URL {url[:120]!r} redirects more than {MAX_REDIRECTS} times")
