@@ -64,8 +64,8 @@ def compact(schema: Any, *, output: bool = False, root: bool = False) -> Any:
             continue
         if key == "default" and (value is None or value == [] or value == {} or output):
             continue  # an empty list or object is what leaving the argument out sends
-        if key == "additionalProperties" and value is True:
-            continue  # the default
+        if key == "additionalProperties" and (value is True or value in ({"type": "string"}, {})):
+            continue  # the default, or a mapping of names to text (its description says what it maps)
         if key in ("maxLength", "minLength", "pattern") or (
             output and key in ("required", "enum", "additionalProperties", "description")
         ):

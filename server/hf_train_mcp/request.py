@@ -68,8 +68,8 @@ def options_description(names: list[str]) -> str:
         option = methods.options()[name]
         schema = TypeAdapter(option.annotation).json_schema()
         choices = schema.get("enum") or schema.get("items", {}).get("enum")
-        words = schema.get("description", "") + (f" ({'|'.join(choices)})" if choices else "")
-        said.append(f"{name}: {words}")
+        words = schema.get("description", "") + (f": {'|'.join(choices)}" if choices else "")
+        said.append(f"{name} ({words})")
     return "method settings: " + "; ".join(said)
 
 
@@ -290,12 +290,13 @@ class SweepRequest(Request):
         return [dict(zip(self.grid, combination)) for combination in product(*self.grid.values())]
 
 
-JobId = Annotated[str, Field(min_length=1, max_length=200, description="from submit_training or list_jobs")]
+JobIdText = Annotated[str, Field(min_length=1, max_length=200)]
+JobId = Annotated[JobIdText, Field(description="from submit_training or list_jobs")]
 
 
 class CompareRequest(Request):
     sweep_id: Annotated[str, Field(pattern=r"^sweep-[0-9a-f]{6,32}$")] | None = None
-    job_ids: Annotated[list[JobId], Field(min_length=1, max_length=64)] | None = None
+    job_ids: Annotated[list[JobIdText], Field(min_length=1, max_length=64)] | None = None
     metric: Annotated[str, Field(pattern=r"^[A-Za-z0-9_./\-]{1,64}$",
                                  description="default eval_loss, else loss")] | None = None
 

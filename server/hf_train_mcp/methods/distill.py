@@ -11,7 +11,7 @@ from hf_train_mcp.methods.dpo import BETA
 from hf_train_mcp.methods.grpo import MAX_COMPLETION_LENGTH, PROMPT_ALIASES, GeneratingConfig
 
 TEACHER_MODEL = Option("teacher_model", Annotated[str, Field(min_length=1, max_length=512, description=(
-    "distill: teacher model (same tokenizer)"))], sizing=True, changes_loss=True)
+    "distill teacher, same tokenizer"))], sizing=True, changes_loss=True)
 
 
 class DistillConfig(GeneratingConfig):

@@ -9,7 +9,7 @@ from hf_train_mcp.methods.sft import IMAGE_ALIASES
 from hf_train_mcp.script_config import TrainingConfig
 
 BETA_DEFAULT = 0.1  # TRL's DPO and KTO default
-BETA = Option("beta", Annotated[float, Field(ge=0, le=10, description="DPO/KTO: KL strength, distill: 0 fwd .. "
+BETA = Option("beta", Annotated[float, Field(ge=0, le=10, description="DPO/KTO KL strength; distill 0 fwd.."
                                                                         "1 rev KL")], changes_loss=True)
 
 

@@ -124,15 +124,15 @@ def reward_code_dependencies(source: str | None) -> list[str]:
     return [PYPI_NAMES.get(n, n.replace("_", "-").lower()) for n in found if re.fullmatch(r"[A-Za-z0-9_]+", n)]
 
 
-NUM_GENERATIONS = Option("num_generations", Annotated[int, Field(ge=2, le=64, description="GRPO: completions per "
+NUM_GENERATIONS = Option("num_generations", Annotated[int, Field(ge=2, le=64, description="GRPO completions per "
                                                                                           "prompt")], sizing=True,
                          resolves_to=NUM_GENERATIONS_DEFAULT, changes_loss=True)
 MAX_COMPLETION_LENGTH = Option("max_completion_length", Annotated[int, Field(ge=8, le=32_768, description=(
-    "GRPO/distill: tokens per completion"))], sizing=True, resolves_to=MAX_COMPLETION_DEFAULT)
-REWARD_FUNCS = Option("reward_funcs", Annotated[list[RewardName], Field(description="GRPO: built-in rewards")],
+    "GRPO/distill tokens per completion"))], sizing=True, resolves_to=MAX_COMPLETION_DEFAULT)
+REWARD_FUNCS = Option("reward_funcs", Annotated[list[RewardName], Field(description="GRPO built-ins")],
                       changes_loss=True)
 REWARD_CODE = Option("reward_code", Annotated[str, Field(max_length=20_000, description=(
-    "GRPO: source of `def reward(completions, **kw)`")), AfterValidator(check_reward_code)], changes_loss=True)
+    "GRPO `def reward(completions, **kw)` source")), AfterValidator(check_reward_code)], changes_loss=True)
 
 
 class GeneratingConfig(TrainingConfig):

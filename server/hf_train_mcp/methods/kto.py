@@ -14,7 +14,7 @@ from hf_train_mcp.methods.base import MethodSpec, Option
 from hf_train_mcp.methods.dpo import BETA, BETA_DEFAULT, PAIR_ALIASES, BetaConfig, positive_beta
 
 DESIRABLE_WEIGHT = Option("desirable_weight", Annotated[float, Field(gt=0, le=100, description=(
-    "KTO: weight of desirable rows"))], changes_loss=True)
+    "KTO weight of desirable rows"))], changes_loss=True)
 
 
 class KtoConfig(BetaConfig):
