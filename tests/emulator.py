@@ -32,7 +32,8 @@ HARDWARE = (
     ("cpu-basic", None, 0, "", 0.0002), ("cpu-upgrade", None, 0, "", 0.0005), ("t4-small", "T4", 1, "16 GB", 0.0070), ("l4x1", "L4", 1, "24 GB", 0.0140),
     ("l4x4", "L4", 4, "96 GB", 0.0640), ("a10g-small", "A10G", 1, "24 GB", 0.0170),
     ("a10g-large", "A10G", 1, "24 GB", 0.0250), ("a10g-largex2", "A10G", 2, "48 GB", 0.0500),
-    ("a100-large", "A100", 1, "80 GB", 0.0420), ("h200", "H200", 1, "141 GB", 0.0840),
+    ("a100-large", "A100", 1, "80 GB", 0.0420), ("a100x8", "A100", 8, "640 GB", 0.3360),
+    ("h200", "H200", 1, "141 GB", 0.0840),
 )  # fmt: skip
 
 HOSTS = {"cpu-basic": (2, 16), "cpu-upgrade": (8, 32), "t4-small": (4, 15), "l4x1": (8, 30), "l4x4": (48, 186),
@@ -111,6 +112,7 @@ class Job:
             "flavor": self.spec.get("flavor"),
             "labels": self.spec.get("labels", {}),
             "volumes": self.spec.get("volumes"),
+            **({"network": self.spec["network"]} if self.spec.get("network") else {}),
             "owner": {"id": "u-" + self.namespace, "name": self.namespace, "type": "user"},
             "status": {"stage": stage, "message": self.plan.message if stage == "ERROR" else None},
         }
@@ -165,14 +167,17 @@ class Emulator:
             self.plans.append(plan)
 
     def fail_next(self, method: str, path_regex: str, status: int | None, *, count: int = 1, after: bool = False,
-                  echo_auth: bool = False, headers: dict[str, str] | None = None, hang: float = 0.0) -> None:
+                  echo_auth: bool = False, headers: dict[str, str] | None = None, hang: float = 0.0,
+                  skip: int = 0) -> None:
         """The next `count` matching requests get `status` (with `headers`, e.g. Retry-After); with after=True
         the request is served first (a job created, then a 500: what a proxy timeout looks like to the client);
         with echo_auth the error message quotes the request's Authorization header, as misconfigured proxies do;
-        `hang` seconds of silence come first (status None: then the normal answer)."""
+        `hang` seconds of silence come first (status None: then the normal answer); the first `skip` matching
+        requests are served as usual (the second of two POSTs fails)."""
         with self.lock:
             self.faults.append({"method": method, "path": re.compile(path_regex), "status": status, "count": count,
-                                "after": after, "echo_auth": echo_auth, "headers": headers or {}, "hang": hang})
+                                "after": after, "echo_auth": echo_auth, "headers": headers or {}, "hang": hang,
+                                "skip": skip})
 
     def count(self, method: str, path_regex: str) -> int:
         """Requests received so far for a method and path."""
@@ -183,6 +188,9 @@ class Emulator:
         with self.lock:
             for fault in self.faults:
                 if fault["method"] == method and fault["path"].fullmatch(path) and fault["count"] > 0:
+                    if fault["skip"] > 0:
+                        fault["skip"] -= 1
+                        continue
                     fault["count"] -= 1
                     return fault
         return None
@@ -374,6 +382,9 @@ class Emulator:
                 for key, value in (spec.get("labels") or {}).items():
                     if not re.fullmatch(r"[\w.\-]{1,63}", key) or not re.fullmatch(r"[\w.\-=]{0,63}", str(value)):
                         return self._error(400, f"Invalid label {key}={value}")
+                problem = _network_problem(spec.get("network"))
+                if problem:
+                    return self._error(400, problem)
                 with emu.lock:
                     plan = emu.plans.pop(0) if emu.plans else JobPlan()
                     job = Job(uuid.uuid4().hex[:24], namespace, spec, plan, time.time())
@@ -470,6 +481,19 @@ class _Discard:
 
     def flush(self) -> None:
         pass
+
+
+def _network_problem(network: Any) -> str | None:
+    """What Jobs refuses in a job's network group (huggingface_hub's run_job docstring states the rules)."""
+    if network is None:
+        return None
+    if not isinstance(network, dict) or not re.fullmatch(r"[a-z0-9-]{1,46}", str(network.get("group", ""))):
+        return "Invalid network group: lowercase alphanumerics and dashes, 46 characters max"
+    aliases = network.get("aliases") or []
+    if not isinstance(aliases, list) or len(set(aliases)) != len(aliases) or not all(
+            re.fullmatch(r"[a-z0-9-]{1,34}", str(a)) for a in aliases):
+        return "Invalid network aliases: lowercase alphanumerics and dashes, 34 characters max, unique"
+    return None
 
 
 def _hardware(entry: tuple) -> dict:

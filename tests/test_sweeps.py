@@ -61,6 +61,7 @@ def loss_lines(losses: list[float], total: int = 10, filler: int = 300) -> list[
 def sweep_posts(hub: Emulator, sweep_id: str) -> list[dict]:
     """The jobs posted for this sweep's runs."""
     return [spec for spec in hub.posted_jobs() if "HFTM_SCRIPT_B64" in spec["environment"]
+            and spec["labels"].get("kind") == "train"  # not a run_script job's own code
             and script_config(decoded_script(spec)).get("project") == sweep_id]
 
 
@@ -548,8 +549,10 @@ def test_a_retried_sweep_start_keeps_one_supervisor_and_its_pid_file_names_it(mo
     from hf_train_mcp.ledger import now_iso
 
     started: list[list[str]] = []
-    spawn = sweeps.spawn
-    monkeypatch.setattr(sweeps, "spawn", lambda argv, **kw: started.append(argv) or spawn(argv, **kw))
+    from hf_train_mcp import detach
+
+    spawn = detach.spawn
+    monkeypatch.setattr(detach, "spawn", lambda argv, **kw: started.append(argv) or spawn(argv, **kw))
 
     sweep_id = sweeps.KEY_PREFIX + os.urandom(6).hex()
     sweep = SweepRecord(sweep_id, None, now_iso(), "hf", json.dumps({"base": {}}), 1, 0, "running", None, 0.0, None)

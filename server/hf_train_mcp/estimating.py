@@ -60,10 +60,10 @@ class Estimator:
         chosen = _chosen(req.flavor, ranked, catalog)
         measurement = None
         if req.dataset:
-            work = hyper.workload(size, catalog.flavors[chosen.flavor].gpus, data)
+            work = hyper.workload(size, catalog.flavors[chosen.flavor].gpus * hyper.nodes, data)
             chosen, measurement = self._measured(req, work, chosen, catalog, req.measure, warnings, confirm)
         fitting = [e for e in ranked if e.fits]
-        gpus = catalog.flavors[chosen.flavor].gpus if chosen.flavor in catalog.flavors else 1
+        gpus = (catalog.flavors[chosen.flavor].gpus if chosen.flavor in catalog.flavors else 1) * hyper.nodes
         work = hyper.workload(size, gpus, data)
         warnings += _warnings(chosen, work, fitting, size, hyper, req.model)
         fastest = min(fitting, key=lambda e: e.hours) if fitting else None
@@ -204,7 +204,11 @@ def _chosen(flavor: str | None, ranked: list[FlavorEstimate], catalog: Any) -> F
         if flavor not in catalog.flavors or catalog.flavors[flavor].gpu is None:
             raise TrainError(f"{flavor!r} is not a GPU flavor in the catalog; estimate_cost lists the flavors that "
                              "exist")
-        return next(e for e in ranked if e.flavor == flavor)
+        found = next((e for e in ranked if e.flavor == flavor), None)
+        if found is None:  # only multi-GPU flavors are ranked for a run across nodes
+            raise TrainError(f"nodes runs on a multi-GPU flavor (each node's GPUs first, then the network between "
+                             f"them); {flavor} has one GPU: pick e.g. 'a100x8' or 'h200x8', or drop nodes")
+        return found
     fitting = [e for e in ranked if e.fits]
     return fitting[0] if fitting else max(ranked, key=lambda e: e.gpu_memory_gb)
 

@@ -8,7 +8,7 @@ import logging
 from collections import OrderedDict
 from dataclasses import replace
 
-from hf_train_mcp import backends
+from hf_train_mcp import backends, node_runs
 from hf_train_mcp.backends.base import Backend, JobGone, JobState, LogRead
 from hf_train_mcp.stages import TERMINAL_STAGES
 from hf_train_mcp.errors import TrainError, NotFoundError
@@ -19,7 +19,7 @@ from hf_train_mcp.durations import minutes_since
 from hf_train_mcp.ledger import JobRecord
 from hf_train_mcp.stages import SETTLED_STAGES
 from hf_train_mcp.logparse import ParsedLog, parse_log, probe_metrics
-from hf_train_mcp.schemas import CancelResult, JobList, JobReport, JobSummary, LogPage
+from hf_train_mcp.schemas import CancelResult, JobList, JobReport, JobSummary, LogPage, NodeStage
 
 log = logging.getLogger(__name__)
 STATUS_LOG_LINES = 300  # read more than we show: the last HFTM_LOG line may sit above warnings
@@ -92,13 +92,35 @@ class Following:
         next_step = state.stale or self._next_step(state, parsed, bare, record, trackio_url, model_url)
         if read.note:
             next_step += f" ({read.note}: the log tail may be short; job_logs reads it again)"
-        return JobReport(
+        report = JobReport(
             job_id=bare, backend=backend.name, stage=state.stage, message=state.message,
             job_url=state.url or (record.job_url if record else None), created_at=state.created_at,
             started_at=state.started_at, finished_at=state.finished_at, progress=parsed.progress,
             last_metrics=parsed.metrics, log_tail=read.lines[-tail:] if tail else [], error=error,
             trackio_url=trackio_url, model_url=model_url, next_step=next_step, stale=bool(state.stale),
-        ), measured
+        )
+        return (self._as_run(report, record) if node_runs.is_run(record) else report), measured
+
+    def _as_run(self, report: JobReport, run: JobRecord) -> JobReport:
+        """Rank 0's report as the run's: its stage made of every node's, the first node error, each node's stage;
+        a node that failed, went missing or never started stops the others here (and in the run's watcher)."""
+        states = node_runs.node_states(self, run, report.stage, report.error or report.message)
+        why = node_runs.enforce(self, run, states)
+        stage = node_runs.run_view(states)
+        failed = next((s for s in states if s.stage == "ERROR"), None)
+        error = report.error or (f"node {failed.rank}: {failed.message or 'failed'}" if failed else None)
+        message = node_runs.stopped(why) if why else (self.host.ledger.get(run.job_id).message or report.message)
+        next_step = report.next_step
+        if why or (stage in ("ERROR", "CANCELED") and report.stage not in ("ERROR", "CANCELED")):
+            next_step = (f"{message}. Fix the cause and submit again with a new idempotency_key; job_logs pages a "
+                         "node's log by its job id (nodes).")
+        nodes = [NodeStage(rank=s.rank, job_id=s.job_id, stage=s.stage) for s in states]
+        return report.model_copy(update={"stage": stage, "error": error, "message": message, "nodes": nodes,
+                                         "next_step": next_step})
+
+    def job_state(self, job_id: str) -> JobState:
+        """One job's state (a node's, or rank 0's alone)."""
+        return self.state(job_id)[4]
 
     def _status_logs(self, backend: Backend, job_id: str, namespace: str | None, state: JobState,
                      tail: int) -> tuple[LogRead, ParsedLog]:
@@ -226,6 +248,17 @@ class Following:
         return JobList(jobs=jobs)
 
     def cancel(self, job_id: str) -> CancelResult:
+        record = self.host.ledger.get(job_id.strip())
+        if node_runs.is_run(record):
+            rank0 = self.job_state(record.job_id)
+            states = node_runs.node_states(self, record, rank0.stage, rank0.message)
+            count = node_runs.cancel_nodes(self, record, states)
+            return CancelResult(job_id=record.job_id, stage=node_runs.run_view(states) if not count else "CANCELED",
+                                message=f"cancel requested for {count} of {len(states)} nodes; billing stops when "
+                                        "each ends" if count else "every node has ended; nothing to cancel")
+        return self.cancel_one(job_id)
+
+    def cancel_one(self, job_id: str) -> CancelResult:
         backend, bare, namespace, record, state = self.state(job_id)
         if state.stage in TERMINAL_STAGES:
             return CancelResult(job_id=bare, stage=state.stage, message=f"already {state.stage}; nothing to cancel")

@@ -6,10 +6,10 @@ label before the POST, and a server killed in between leaves an entry the next c
 
 import json
 import logging
-import os
 import time
 import uuid
 from dataclasses import replace
+from typing import Any
 
 from hf_train_mcp.backends.base import Backend, SubmissionUnknown, submission_labels
 from hf_train_mcp.backends.local import process_alive
@@ -17,10 +17,10 @@ from hf_train_mcp.errors import TrainError, ConflictError
 from hf_train_mcp.host import Host
 from hf_train_mcp.hub import needs_token, hub_token
 from hf_train_mcp.durations import minutes_since
-from hf_train_mcp.ledger import PENDING, SUBMITTING, JobRecord, KeyConflict, now_iso
+from hf_train_mcp.ledger import PENDING, SUBMITTING, JobRecord, KeyConflict, claim_id, now_iso
 from hf_train_mcp.prepared import Prepared, Progress
 from hf_train_mcp.schemas import Submission
-from hf_train_mcp import sweeps
+from hf_train_mcp import multinode, node_runs, sweeps
 
 log = logging.getLogger(__name__)
 RECOVER_AFTER_MIN = 2  # a live server's POST (3 attempts with timeouts) never takes this long
@@ -29,20 +29,17 @@ RECOVERY_SCAN_S = 5.0  # status calls look for orphaned submissions at most this
 ABANDON_AFTER_MIN = 30
 
 
-def claim_id() -> str:
-    """A one-off owner id for a reservation or journal entry; the pid lets others see its server died."""
-    return f"{os.getpid()}-{uuid.uuid4().hex}"
-
-
-def submission_of(record: JobRecord, extra_warnings: list[str] | None = None) -> Submission:
-    """What submit_training (and the follow-ups) answer for a job of the ledger."""
+def submission_of(record: JobRecord, extra_warnings: list[str] | None = None, *, ledger: Any = None) -> Submission:
+    """What submit_training (and the follow-ups) answer for a job of the ledger (with `ledger`, a run's nodes)."""
+    nodes = [record.job_id, *(n.job_id for n in node_runs.nodes_of(ledger, record))] \
+        if ledger is not None and node_runs.is_run(record) else None
     return Submission(
         job_id=record.job_id, backend=record.backend, stage=record.stage, job_url=record.job_url,
         hub_model_id=record.hub_model_id, model_url=record.model_url, trackio_url=record.trackio_url,
         flavor=record.flavor or "", timeout=record.timeout or "", estimated_hours=record.estimated_hours,
         estimated_cost_usd=record.estimated_cost_usd, effective_batch_size=record.effective_batch_size or 0,
         worst_case_cost_usd=record.worst_case_cost_usd, script_sha256=record.script_sha256,
-        warnings=[*(extra_warnings or []), *record.warnings],
+        warnings=[*(extra_warnings or []), *record.warnings], node_job_ids=nodes,
     )
 
 
@@ -68,6 +65,9 @@ class Launcher:
             raise ConflictError(f"another server took over idempotency_key {req.idempotency_key!r} while this one was "
                              "preparing; nothing was submitted here: call again to get that server's job")
         submission = uuid.uuid4().hex[:12]
+        if spec.nodes > 1:  # rank 0 of a run across machines: the group every node joins, named by this submission
+            spec = replace(spec, network_group=multinode.group_name(submission), node_rank=0)
+        node_spec = spec  # what ranks 1..N-1 are posted with (their own labels, no idempotency key)
         planned = JobRecord(
             job_id=SUBMITTING + submission, backend=backend_name, namespace=namespace, method=plan.method,
             model=prepared.model, dataset=prepared.dataset, request_json=req.model_dump_json(),
@@ -110,7 +110,10 @@ class Launcher:
         if not self.host.ledger.record(record, claim, journal=journal):
             record.warnings_json = json.dumps([*plan.warnings, f"idempotency_key {req.idempotency_key!r} was taken "
                                                "over by another server while this slow submission ran"])
-        return submission_of(record)
+        if spec.nodes > 1:
+            node_runs.post_nodes(self.host, backend, script, node_spec, record)
+            node_runs.ensure_watched(record)
+        return submission_of(record, ledger=self.host.ledger)
 
     def _keyed_on_hub(self, backend: Backend, planned: JobRecord, key: str | None,
                       claim: str | None) -> Submission | None:

@@ -5,7 +5,9 @@ timeout, so two servers (two agents) writing at once queue instead of failing or
 """
 
 import json
+import os
 import sqlite3
+import uuid
 import threading
 from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime
@@ -83,7 +85,7 @@ CREATE TABLE IF NOT EXISTS sweep_runs (
 # Columns added after the first release: older ledgers get them on open.
 _ADDED_COLUMNS = {"worst_case_cost_usd": "REAL", "claim": "TEXT", "output_dir": "TEXT", "started_at": "TEXT",
                   "message": "TEXT", "kind": "TEXT NOT NULL DEFAULT 'train'", "measured_json": "TEXT",
-                  "parent_job_id": "TEXT"}
+                  "parent_job_id": "TEXT", "node_rank": "INTEGER"}
 
 
 PENDING = "pending:"  # job_id prefix of an idempotency-key reservation
@@ -99,6 +101,11 @@ class KeyConflict(ConflictError):
 
 class SubmissionInProgress(ConflictError):
     """Another call holds the idempotency key and is submitting its job: call again shortly."""
+
+
+def claim_id() -> str:
+    """A one-off owner id for a reservation or journal entry; the pid lets others see its server died."""
+    return f"{os.getpid()}-{uuid.uuid4().hex}"
 
 
 def now_iso() -> str:
@@ -139,7 +146,8 @@ class JobRecord:
     message: str | None = None  # the backend's last word on the stage ("training finished", an error)
     kind: str = "train"  # train | probe (a measurement for estimate_cost) | evaluate | export
     measured_json: str | None = None  # the preflight's HFTM_PROBE numbers, kept once seen (logs scroll on)
-    parent_job_id: str | None = None  # the training job an evaluation or export works on
+    parent_job_id: str | None = None  # the training job an evaluation or export works on (a node: its run)
+    node_rank: int | None = None  # a node of a run across machines (kind "node"; the run's own record is rank 0)
 
     @property
     def settled(self) -> bool:
@@ -371,7 +379,8 @@ class Ledger:
     def list(self, *, stage: str | None = None, backend: str | None = None, backends: tuple[str, ...] | None = None,
              limit: int = 20) -> list[JobRecord]:
         """The newest jobs; `backends`: only those of these backends (the ones a caller may reach)."""
-        clauses, args = ["job_id NOT LIKE ?", "job_id NOT LIKE ?"], [PENDING + "%", SUBMITTING + "%"]
+        # a run's nodes are listed as their run (rank 0's record), as a sweep's runs are listed by job_status
+        clauses, args = ["job_id NOT LIKE ?", "job_id NOT LIKE ?", "kind != 'node'"], [PENDING + "%", SUBMITTING + "%"]
         if stage:
             clauses.append("stage = ?")
             args.append(stage)

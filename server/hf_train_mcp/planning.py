@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from hf_train_mcp import defaults as D
-from hf_train_mcp import backends, methods
+from hf_train_mcp import backends, methods, multinode
 from hf_train_mcp.backends.base import JobSpec
 from hf_train_mcp.cards import training_card
 from hf_train_mcp.chat_template import CHATML, SHAREGPT_ROLES
@@ -68,7 +68,8 @@ class RunPlan:
     template: str | None = None  # templates/<template>.py.j2; a training job's is its method's
     reward_code: str | None = None  # GRPO user reward (training, or the evaluation of a GRPO run)
     output_bucket: str | None = None
-    usd_per_hour: float | None = None  # the flavor's price the worst case was judged at
+    usd_per_hour: float | None = None  # the price the worst case was judged at (every node's together)
+    nodes: int = 1  # jobs of `flavor`, one per machine, in one network group
 
     @property
     def method(self) -> str:
@@ -105,6 +106,7 @@ class RunPlan:
             namespace=self.namespace,
             output_bucket=self.output_bucket,
             output_mount=BUCKET_MOUNT if self.output_bucket else None,
+            nodes=self.nodes, full=self.config.get("peft") == "full",
         )
 
 
@@ -139,12 +141,15 @@ class Hyper:
     save_steps: int | None = None
     teacher_params: int | None = None  # distillation: the teacher's size (sized by the caller)
     options: dict[str, Any] = field(default_factory=dict)  # the method's own sizing options, resolved
+    nodes: int = 1  # machines of the flavor, each its own job (multinode.py)
 
     @classmethod
     def of(cls, req: "RunShape", teacher_params: int | None = None) -> "Hyper":
         """From a submit_training or estimate_cost request (the latter has no eval_split or save_steps)."""
-        common = {f: getattr(req, f) for f in cls.__dataclass_fields__ if f != "options" and hasattr(req, f)}
-        return cls(**common, teacher_params=teacher_params, options=methods.get(req.method).sizing_options(req))
+        common = {f: getattr(req, f) for f in cls.__dataclass_fields__ if f not in ("options", "nodes")
+                  and hasattr(req, f)}
+        return cls(**common, teacher_params=teacher_params, options=methods.get(req.method).sizing_options(req),
+                   nodes=getattr(req, "nodes", None) or 1)
 
     @property
     def spec(self) -> methods.MethodSpec:
@@ -168,6 +173,7 @@ class Hyper:
                           accumulation=self.gradient_accumulation, num_generations=self.generations)
 
     def workload(self, size: ModelSize, gpus: int, data: DataFacts) -> Workload:
+        """`gpus`: every GPU of the run (all the nodes' together)."""
         sched = self.schedule(size.billions, gpus)
         physical = {k: v for k, v in self.options.items() if k in WORKLOAD_FIELDS}  # packing, completion lengths
         return Workload(
@@ -181,6 +187,7 @@ class Hyper:
             **{**physical, "num_generations": self.generations},
             eval_split=self.eval_split or 0.0, save_steps=self.save_steps or D.SAVE_STEPS,
             teacher_params=self.teacher_params,
+            nodes=self.nodes, sharded=self.nodes > 1 and self.peft == "full",  # FSDP across machines
         )
 
 
@@ -188,10 +195,17 @@ WORKLOAD_FIELDS = frozenset(f.name for f in fields(Workload))
 
 
 def estimate_flavors(hyper: Hyper, size: ModelSize, catalog: Catalog, data: DataFacts) -> list[FlavorEstimate]:
-    """Every GPU flavor with its own schedule (accumulation shrinks as GPUs grow), cheapest first."""
-    results = [estimate_on(size, hyper.workload(size, f.gpus, data), f)
-               for f in catalog.flavors.values() if f.gpu is not None]
+    """Every GPU flavor with its own schedule (accumulation shrinks as GPUs grow), cheapest first; across nodes,
+    the multi-GPU flavors, each as all its nodes together."""
+    results = [estimate_node_flavor(hyper, size, f, data) for f in catalog.flavors.values()
+               if f.gpu is not None and (hyper.nodes == 1 or f.gpus > 1)]
     return sorted(results, key=lambda e: (e.cost_usd, e.hours))
+
+
+def estimate_node_flavor(hyper: Hyper, size: ModelSize, info: Any, data: DataFacts) -> FlavorEstimate:
+    """One flavor's estimate: on one machine, or on hyper.nodes of them (all their GPUs, at all their price)."""
+    whole = multinode.node_flavor(info, hyper.nodes) if hyper.nodes > 1 else info
+    return estimate_on(size, hyper.workload(size, whole.gpus, data), whole)
 
 
 def choose_flavor(hyper: Hyper, size: ModelSize, catalog: Catalog, data: DataFacts) -> FlavorEstimate:
@@ -213,6 +227,9 @@ def _placement(req: TrainingRequest, where: type, hyper: "Hyper", size: ModelSiz
     """(flavor, GPUs, estimate): this machine's own hardware, a CPU flavor, the caller's GPU flavor, or the
     cheapest that fits; a finished measurement replaces the modelled time."""
     if not where.catalog_from_hub:  # this machine's own hardware
+        if hyper.nodes > 1:
+            raise TrainError("nodes spans several Jobs machines in a network group: send backend='hf', or drop "
+                             "nodes to train on this machine")
         if req.peft == "qlora" and not local_cuda:
             raise TrainError("peft='qlora' needs a CUDA GPU (bitsandbytes 4-bit) and this machine has none: "
                              "send peft='lora', or backend='hf' with a GPU flavor")
@@ -230,8 +247,12 @@ def _placement(req: TrainingRequest, where: type, hyper: "Hyper", size: ModelSiz
                 info = catalog.flavors.get(req.flavor)
                 if info is None or info.gpu is None:
                     raise TrainError(f"flavor {req.flavor!r} is not in the Jobs hardware catalog; estimate_cost lists the flavors that exist")
-                work = hyper.workload(size, info.gpus, data)
-                estimate = estimate_on(size, work, info)
+                if hyper.nodes > 1 and info.gpus < 2:
+                    raise TrainError(f"nodes={hyper.nodes} runs on a multi-GPU flavor (each node's GPUs first, "
+                                     f"then the network between them); {req.flavor} has one GPU: pick e.g. "
+                                     "'a100x8' or 'h200x8', or drop nodes")
+                work = hyper.workload(size, info.gpus * hyper.nodes, data)
+                estimate = estimate_node_flavor(hyper, size, info, data)
                 if not estimate.fits:
                     warnings.append(f"{req.flavor} is likely too small: {estimate.reasons[0]}. {how_to_fit(work, None)}")
             else:
@@ -356,16 +377,18 @@ def plan_run(req: TrainingRequest, *, backend: str, size: ModelSize, catalog: Ca
     flavor, gpus, estimate = _placement(req, where, hyper, size, catalog, data, local_cuda=local_cuda,
                                         measured=measured, warnings=warnings)
 
-    sched = hyper.schedule(size.billions, gpus)
-    effective = sched.effective(gpus)
+    sched = hyper.schedule(size.billions, gpus * hyper.nodes)
+    effective = sched.effective(gpus * hyper.nodes)
     if spec.grouped and effective % generations:
         raise TrainError(f"GRPO needs per_device_batch_size x gradient_accumulation x GPUs ({effective}) divisible "
                          f"by num_generations ({generations}); change one of them")
 
     timeout = _run_timeout(req, where, estimate, probe_only=probe_only, warnings=warnings)
 
-    price = 0.0 if not where.bills else (catalog.flavors[flavor].usd_per_hour if flavor in catalog.flavors else None)
-    timeout = within_budget(req, flavor, price, timeout, estimate, warnings)
+    price = 0.0 if not where.bills else (catalog.flavors[flavor].usd_per_hour * hyper.nodes
+                                         if flavor in catalog.flavors else None)
+    timeout = within_budget(req, flavor if hyper.nodes == 1 else f"{hyper.nodes} x {flavor}", price, timeout,
+                            estimate, warnings)
 
     if not where.pushes_to_hub and req.hub_model_id:
         warnings.append("the local backend keeps the model in the job folder; hub_model_id is not pushed")
@@ -374,7 +397,8 @@ def plan_run(req: TrainingRequest, *, backend: str, size: ModelSize, catalog: Ca
         trackio_space = req.trackio_space_id or f"{namespace or req.hub_model_id.split('/')[0]}/trackio"
     steps = (estimate.steps if estimate else None) or req.max_steps
     run_name, output_dir = _run_name_and_folder(req, where)
-    config = _config(req, spec, hyper, sched, flavor=flavor, gpus=gpus, output_dir=output_dir, run_name=run_name,
+    config = _config(req, spec, hyper, sched, flavor=flavor, gpus=gpus * hyper.nodes, output_dir=output_dir,
+                     run_name=run_name,
                      push=push, trackio_space=trackio_space, resume_repo=resume_repo, resume_dir=resume_dir,
                      probe_only=probe_only, steps=steps, data=data)
     if probe_only or req.preflight:
@@ -390,5 +414,5 @@ def plan_run(req: TrainingRequest, *, backend: str, size: ModelSize, catalog: Ca
         effective_batch_size=effective, estimate=estimate, config=config, dependencies=_dependencies(req, spec, data),
         namespace=namespace, trackio_space_id=trackio_space, warnings=warnings,
         reward_code=getattr(req, "reward_code", None), template=spec.template_name,
-        output_bucket=req.output_bucket, usd_per_hour=price,
+        output_bucket=req.output_bucket, usd_per_hour=price, nodes=hyper.nodes,
     )

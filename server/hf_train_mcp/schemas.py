@@ -89,6 +89,14 @@ class Submission(BaseModel):
     warnings: list[str]
     script: str | None = Field(default=None, description="dry_run only: the full rendered script")
     command: list[str] | None = Field(default=None, description="dry_run only: what would run")
+    node_job_ids: list[str] | None = Field(default=None, description="a run across nodes: every node's job, rank "
+                                           "0 first (job_id is rank 0's and stands for the run)")
+
+
+class NodeStage(BaseModel):
+    rank: int
+    job_id: str | None = Field(description="null: never submitted")
+    stage: str
 
 
 class JobReport(BaseModel):
@@ -108,6 +116,7 @@ class JobReport(BaseModel):
     model_url: str | None = None
     next_step: str
     stale: bool = Field(default=False, description="the Hub did not answer: last known state from the ledger")
+    nodes: list[NodeStage] | None = Field(default=None, description="a run across nodes: each node's stage")
 
 
 class JobSummary(BaseModel):

@@ -8,7 +8,7 @@ the core as a host.Host; none imports this module.
 from collections.abc import Callable
 from typing import Any
 
-from hf_train_mcp import backends, sweep_results, sweeps
+from hf_train_mcp import backends, node_runs, sweep_results, sweeps
 from hf_train_mcp.access import STDIO, Access, is_local
 from hf_train_mcp.backends.base import Backend, SubmissionUnknown
 from hf_train_mcp.data.validate import validate_dataset
@@ -120,7 +120,9 @@ class Core:
         return self.planner.prepare(req, backend_name, kind=kind, progress=progress)
 
     def job_stage(self, job_id: str) -> str:
-        """Only the stage (what a subscription watches): no logs read."""
+        """Only the stage (what a subscription watches): no logs read; a run across nodes, the run's."""
+        if node_runs.is_run(self.ledger.get(job_id.strip())):
+            return self.report(job_id, 0)[0].stage
         return self.following.state(job_id)[4].stage
 
     def report(self, job_id: str, tail: int) -> tuple[JobReport, dict | None]:
@@ -202,4 +204,5 @@ class Core:
             raise KeyConflict(f"idempotency_key {req.idempotency_key!r} already names job {existing.job_id}, a "
                               f"{existing.kind} job: use another key for this {kind} job")
         return submission_of(existing, extra_warnings=[
-            f"idempotency_key matched job {existing.job_id}: returned it instead of submitting again"])
+            f"idempotency_key matched job {existing.job_id}: returned it instead of submitting again"],
+            ledger=self.ledger)

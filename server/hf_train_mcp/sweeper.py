@@ -6,13 +6,13 @@ after the MCP server exits. One supervisor per sweep: it holds an exclusive lock
 second one started while it lives exits at once.
 """
 
-import fcntl
 import logging
 import os
 import sys
 import time
 from typing import IO
 
+from hf_train_mcp.detach import held_lock
 from hf_train_mcp.paths import data_home
 from hf_train_mcp.sweeps import LOCK_FD_ENV, poll_seconds, supervise_once
 
@@ -21,21 +21,9 @@ GIVE_UP_AFTER_S = 3600
 
 
 def _lock(sweep_id: str) -> "IO[str] | None":
-    """The sweep's lock, held: handed over already taken by the server that started this process, or taken
-    here (started by hand); None when another supervisor has it."""
-    handed = os.environ.pop(LOCK_FD_ENV, None)  # popped: what this process starts must not think it holds it
-    if handed is not None and handed.isdigit():
-        os.set_inheritable(int(handed), False)
-        return os.fdopen(int(handed), "a")
-    folder = data_home() / "sweeps"
-    folder.mkdir(parents=True, exist_ok=True)
-    lock = open(folder / f"{sweep_id}.lock", "a")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.close()
-        return None
-    return lock
+    """The sweep's lock, held (handed over by the server that started this process, or taken here); None when
+    another supervisor has it."""
+    return held_lock(data_home() / "sweeps" / f"{sweep_id}.lock", lock_env=LOCK_FD_ENV)
 
 
 def run(sweep_id: str) -> int:

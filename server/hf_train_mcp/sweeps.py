@@ -27,7 +27,7 @@ from typing import Any
 from hf_train_mcp import backends, methods
 from hf_train_mcp.backends.base import SubmissionUnknown
 from hf_train_mcp.access import shown_name
-from hf_train_mcp.detach import spawn
+from hf_train_mcp.detach import spawn_once
 from hf_train_mcp.errors import TrainError, BudgetError
 from hf_train_mcp.host import Host
 from hf_train_mcp.hub import HubUnreachable, hub_token, scrub
@@ -325,17 +325,8 @@ def ensure_supervised(core: Host, sweep: SweepRecord) -> None:
     retry while it is still importing cannot start a second one, and the pid file names the one that runs."""
     if sweep.state != "running":
         return
-    path = _lock(sweep.sweep_id)
-    with open(path, "a") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return  # a supervisor has it, or another call is starting one this moment
-        pid = spawn([sys.executable, "-m", "hf_train_mcp.sweeper", sweep.sweep_id], cwd=path.parent,
-                    log=path.with_suffix(".log"), env={**os.environ, LOCK_FD_ENV: str(lock.fileno())},
-                    keep_fds=(lock.fileno(),))
-        path.with_suffix(".pid").write_text(str(pid))
-    # closing our descriptor leaves the lock held: an flock belongs to the open file, which the supervisor shares
+    spawn_once(_lock(sweep.sweep_id), [sys.executable, "-m", "hf_train_mcp.sweeper", sweep.sweep_id],
+               lock_env=LOCK_FD_ENV)
 
 
 def resume(core: Host) -> None:

@@ -40,6 +40,11 @@ class JobSpec:
     output_mount: str | None = None
     read_token: bool = False  # a local job reads gated/private Hub data, so it gets HF_TOKEN
     run: UserRun | None = None  # run_script: the caller's program (the script passed to submit is its source)
+    # a run across machines (multinode.py): this job is node `node_rank` of `nodes` in `network_group`
+    nodes: int = 1
+    node_rank: int = 0
+    network_group: str | None = None
+    full: bool = False  # the whole model trains (FSDP across the nodes), not adapters (data parallel)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import uuid
 
 from hf_train_mcp.backends.base import IDEMPOTENCY_LABEL, key_label
 from hf_train_mcp.backends.base import JobGone, JobRef, JobSpec, JobState, LogRead, SubmissionUnknown, UserRun
+from hf_train_mcp import multinode
 from hf_train_mcp.errors import TrainError
 from hf_train_mcp.hub import bounded, hub_api, hub_error, scrub, status_of, transient
 from hf_train_mcp.render import Script
@@ -109,12 +110,15 @@ class HfJobsBackend:
         if spec.run is not None:
             return user_command(spec.run)
         decode = f'printf %s "${SCRIPT_ENV}" | base64 -d > {SCRIPT_PATH}'
-        if spec.gpus > 1:
+        if spec.gpus > 1 or spec.nodes > 1:
             # uv cannot hand a PEP 723 environment to `accelerate launch`: install the header's own pins into a
             # venv and launch from it, so multi-GPU jobs run exactly the versions single-GPU jobs do.
             pins = " ".join(shlex.quote(d) for d in spec.dependencies)
+            launch = (multinode.shell_words(multinode.launcher_args(
+                nodes=spec.nodes, rank=spec.node_rank, gpus=spec.gpus, full=spec.full))
+                if spec.nodes > 1 else f"--num_processes {spec.gpus}")
             run = (f"uv venv -q {VENV} && uv pip install -q --python {VENV}/bin/python {pins} && "
-                   f"exec {VENV}/bin/accelerate launch --num_processes {spec.gpus} {SCRIPT_PATH}")
+                   f"exec {VENV}/bin/accelerate launch {launch} {SCRIPT_PATH}")
         else:
             run = f"exec uv run {SCRIPT_PATH}"
         return ["/bin/sh", "-c", f"{decode} && {run}"]
@@ -175,6 +179,8 @@ class HfJobsBackend:
                     labels=labels,
                     volumes=volumes or None,
                     namespace=spec.namespace,
+                    **({"network_group": spec.network_group, "network_aliases": [multinode.node_alias(
+                        spec.node_rank)]} if spec.network_group else {}),
                 ))
             except TrainError:
                 raise

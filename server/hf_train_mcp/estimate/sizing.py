@@ -242,8 +242,10 @@ def memory_need(
     seq_len: int,
     num_generations: int = 1,
     teacher_params: int | None = None,
+    shards: int = 1,
 ) -> MemoryNeed:
-    """Peak GPU memory of one data-parallel replica (each GPU holds a full copy), with gradient checkpointing."""
+    """Peak GPU memory of one GPU with gradient checkpointing: a data-parallel replica holds a full copy; with
+    `shards` > 1 (FSDP full shard) the weights, gradients and optimizer state are split over that many GPUs."""
     spec = methods.get(method)
     if peft == "qlora":
         weight_bytes = C.WEIGHT_BYTES["4bit"]
@@ -260,6 +262,9 @@ def memory_need(
         # disables the adapters instead of keeping a copy)
     trainable = size.params if peft == "full" else int(size.params * C.LORA_TRAINABLE_SHARE)
     state = trainable * C.TRAINABLE_EXTRA_BYTES
+    if shards > 1:  # plus one layer gathered whole at a time
+        weights = weights / shards + size.params / max(1, size.layers) * C.WEIGHT_BYTES["bf16"]
+        state /= shards
     sequences = batch * max(spec.sequences_per_example, 2 if spec.full_reference_copy else 1)  # KTO: its KL batch
     act_bytes = 2.0
     # checkpointed hidden states of every layer + the working set of the one layer being recomputed
