@@ -18,10 +18,11 @@ from tests.helpers import RENDER_SIZE, call, finished, script_config
 pytestmark = pytest.mark.anyio
 
 
-def vision_rows(folder: Path, n: int = 8) -> list[dict]:
+def vision_rows(folder: Path, n: int = 8, data_format: str = "vision_messages") -> list[dict]:
+    """Tiny rows of a vision format, their PNGs drawn under `folder`."""
     from hf_train_mcp.tiny import ROWS, TOPICS
 
-    rows = [ROWS["vision_messages"](i, TOPICS[0], "", "") for i in range(n)]
+    rows = [ROWS[data_format](i, TOPICS[0], "", "") for i in range(n)]
     write_images(folder, rows)
     return rows
 
@@ -100,11 +101,7 @@ async def test_a_vision_language_model_trains_evaluates_and_merges_through_the_t
 
 
 def vision_pairs(folder: Path, n: int = 8) -> list[dict]:
-    from hf_train_mcp.tiny import ROWS, TOPICS
-
-    rows = [ROWS["vision_preference"](i, TOPICS[0], "", "") for i in range(n)]
-    write_images(folder, rows)
-    return rows
+    return vision_rows(folder, n, "vision_preference")
 
 
 def test_preference_pairs_with_images_are_read_as_vision_preference(tmp_path: Path) -> None:
@@ -151,11 +148,8 @@ async def test_a_vision_language_model_trains_with_dpo_and_is_evaluated_through_
 @pytest.mark.training
 async def test_a_vision_language_model_trains_with_grpo_on_prompts_with_images(tiny_model: Path, tmp_path: Path,
                                                                              offline) -> None:
-    from hf_train_mcp.tiny import ROWS, TOPICS
-
     model = build_tiny_vlm(tmp_path / "vlm", tiny_model)
-    rows = [ROWS["vision_prompt_only"](i, TOPICS[0], "", "") for i in range(8)]
-    write_images(tmp_path, rows)
+    rows = vision_rows(tmp_path, 8, "vision_prompt_only")
     layout = [{"prompt": r["prompt"], "answer": r["answer"], "image": r["images"][0]} for r in rows]  # one `image`
     data = write_jsonl(tmp_path / "prompts.jsonl", layout)
     report = validate_dataset(str(data), "grpo")
