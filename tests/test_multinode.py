@@ -8,7 +8,7 @@ import time
 import pytest
 from mcp import Client
 
-from hf_train_mcp import multinode, node_runs
+from hf_train_mcp import multinode, node_runs, node_watcher
 from hf_train_mcp.app import build_server
 from hf_train_mcp.estimate.hardware import fallback_catalog
 from hf_train_mcp.planning import DataFacts, Hyper, estimate_node_flavor
@@ -209,7 +209,7 @@ async def test_the_detached_watcher_stops_the_run_when_no_one_looks(chat: Emulat
     """The watcher is its own process (it outlives the server): a node that fails stops rank 0 without any
     job_status call, and the watcher exits once every node has ended."""
     chat.models.setdefault(RUN["model"], 494_000_000)
-    monkeypatch.setenv(node_runs.POLL_ENV, "0.3")
+    monkeypatch.setenv(node_watcher.POLL_ENV, "0.3")
     chat.plan_next(JobPlan(scheduling_s=0.0, running_s=120))
     chat.plan_next(JobPlan(scheduling_s=0.0, running_s=0.2, final_stage="ERROR", message="node lost"))
     async with Client(build_server()) as client:
@@ -218,7 +218,7 @@ async def test_the_detached_watcher_stops_the_run_when_no_one_looks(chat: Emulat
     while time.monotonic() < deadline and chat.jobs[run["job_id"]].canceled_at is None:
         time.sleep(0.3)
     assert chat.jobs[run["job_id"]].canceled_at is not None, "the watcher did not cancel rank 0"
-    pid_file = node_runs._lock(run["job_id"]).with_suffix(".pid")
+    pid_file = node_runs.lock_path(run["job_id"]).with_suffix(".pid")
     pid = int(pid_file.read_text())
     while time.monotonic() < deadline:
         try:

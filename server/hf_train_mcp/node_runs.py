@@ -3,22 +3,20 @@ the run, then read, cancelled and watched together so that no node bills on its 
 
 A node that fails or is cancelled, a node that never got posted (its server stopped between the POSTs) or nodes
 that do not all start within multinode.START_BOUND_MIN stop the others. job_status applies this rule on every
-look, and a watcher started detached (`python -m hf_train_mcp.node_runs RUN_ID`, one per run, holding the run's
-lock) applies it until every node has ended, after the server has exited too.
+look, and a watcher started detached (`python -m hf_train_mcp.node_watcher RUN_ID`, one per run, holding the run's
+lock; node_watcher.py) applies it until every node has ended, after the server has exited too.
 """
 
 import json
 import logging
-import os
 import sys
-import time
 import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from hf_train_mcp.backends.base import SubmissionUnknown, submission_labels
-from hf_train_mcp.detach import held_lock, spawn_once
+from hf_train_mcp.detach import spawn_once
 from hf_train_mcp.durations import minutes_since
 from hf_train_mcp.errors import TrainError
 from hf_train_mcp.ledger import SUBMITTING, JobRecord, claim_id, now_iso
@@ -28,8 +26,6 @@ from hf_train_mcp.stages import TERMINAL_STAGES
 
 log = logging.getLogger(__name__)
 LOCK_ENV = "HF_TRAIN_NODES_LOCK_FD"
-POLL_ENV = "HF_TRAIN_NODES_POLL_S"  # how often the watcher looks (tests look faster)
-WATCH_POLL_S = 20.0
 MISSING_AFTER_MIN = 3.0  # a node still unrecorded this long after rank 0: its server stopped between the POSTs
 
 
@@ -169,7 +165,7 @@ def run_view(states: list[NodeState]) -> str:
 
 
 # --- the detached watcher ---------------------------------------------------------------------------------------
-def _lock(run_id: str) -> Path:
+def lock_path(run_id: str) -> Path:
     folder = data_home() / "runs"
     folder.mkdir(parents=True, exist_ok=True)
     return folder / f"{run_id.replace('/', '_')}.lock"
@@ -178,7 +174,7 @@ def _lock(run_id: str) -> Path:
 def ensure_watched(run: JobRecord) -> None:
     """Start the run's watcher unless one holds its lock."""
     try:
-        spawn_once(_lock(run.job_id), [sys.executable, "-m", "hf_train_mcp.node_runs", run.job_id],
+        spawn_once(lock_path(run.job_id), [sys.executable, "-m", "hf_train_mcp.node_watcher", run.job_id],
                    lock_env=LOCK_ENV)
     except OSError as exc:  # job_status applies the rule too, whenever the run is looked at
         log.warning("could not start the watcher of run %s: %s", run.job_id, exc)
@@ -192,32 +188,3 @@ def watch_once(host: Any, run_id: str) -> bool:
     report = host.job_status(run_id, tail=0)
     return report.stage not in TERMINAL_STAGES or any(
         n.stage not in TERMINAL_STAGES for n in (report.nodes or []) if n.job_id)
-
-
-def _poll_seconds() -> float:
-    try:
-        return max(0.1, float(os.environ.get(POLL_ENV, WATCH_POLL_S)))
-    except ValueError:
-        return WATCH_POLL_S
-
-
-def watch(run_id: str) -> int:
-    from hf_train_mcp.service import Core
-
-    lock = held_lock(_lock(run_id), lock_env=LOCK_ENV)
-    if lock is None:
-        return 0  # another watcher has this run
-    with lock:
-        core = Core()
-        while True:
-            try:
-                if not watch_once(core, run_id):
-                    return 0
-            except Exception:  # a Hub hiccup must not end the watch: look again next round
-                log.exception("run %s: look failed", run_id)
-            time.sleep(_poll_seconds())
-
-
-if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    sys.exit(watch(sys.argv[1]))
