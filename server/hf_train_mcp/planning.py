@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from hf_train_mcp import defaults as D
-from hf_train_mcp import backends, methods
+from hf_train_mcp import backends, engines, methods
 from hf_train_mcp.backends.base import JobSpec
 from hf_train_mcp.cards import training_card
 from hf_train_mcp.chat_template import CHATML, SHAREGPT_ROLES
@@ -115,7 +115,7 @@ def expects_gpu(flavor: str) -> bool:
 
 def _dependencies(req: TrainingRequest, spec: methods.MethodSpec, data: DataFacts) -> list[str]:
     # Qwen2-VL's (and most VLMs') fast processors need torchvision, built for the torch the header pins
-    deps = [*BASE_DEPENDENCIES, *spec.dependencies, *spec.request_dependencies(req),
+    deps = [*engines.dependencies(req.engine, BASE_DEPENDENCIES), *spec.dependencies, *spec.request_dependencies(req),
             *(["torchvision>=0.21,<0.26"] if data.vision else [])]
     if req.peft == "qlora":
         deps.append("bitsandbytes>=0.45")
@@ -138,13 +138,15 @@ class Hyper:
     eval_split: float | None = None
     save_steps: int | None = None
     teacher_params: int | None = None  # distillation: the teacher's size (sized by the caller)
+    engine: str = engines.DEFAULT  # what trains it: its speed and memory (engines.py)
     options: dict[str, Any] = field(default_factory=dict)  # the method's own sizing options, resolved
 
     @classmethod
     def of(cls, req: "RunShape", teacher_params: int | None = None) -> "Hyper":
         """From a submit_training or estimate_cost request (the latter has no eval_split or save_steps)."""
-        common = {f: getattr(req, f) for f in cls.__dataclass_fields__ if f != "options" and hasattr(req, f)}
-        return cls(**common, teacher_params=teacher_params, options=methods.get(req.method).sizing_options(req))
+        common = {f: getattr(req, f) for f in cls.__dataclass_fields__
+                  if f not in ("options", "engine") and hasattr(req, f)}
+        return cls(**common, engine=req.engine or engines.DEFAULT, teacher_params=teacher_params, options=methods.get(req.method).sizing_options(req))
 
     @property
     def spec(self) -> methods.MethodSpec:
@@ -180,7 +182,7 @@ class Hyper:
             per_device_batch_size=sched.per_device_batch_size, gradient_accumulation=sched.gradient_accumulation,
             **{**physical, "num_generations": self.generations},
             eval_split=self.eval_split or 0.0, save_steps=self.save_steps or D.SAVE_STEPS,
-            teacher_params=self.teacher_params,
+            teacher_params=self.teacher_params, framework=self.engine,
         )
 
 
@@ -190,7 +192,7 @@ WORKLOAD_FIELDS = frozenset(f.name for f in fields(Workload))
 def estimate_flavors(hyper: Hyper, size: ModelSize, catalog: Catalog, data: DataFacts) -> list[FlavorEstimate]:
     """Every GPU flavor with its own schedule (accumulation shrinks as GPUs grow), cheapest first."""
     results = [estimate_on(size, hyper.workload(size, f.gpus, data), f)
-               for f in catalog.flavors.values() if f.gpu is not None]
+               for f in catalog.flavors.values() if f.gpu is not None and engines.runs_on(hyper.engine, f.gpus)]
     return sorted(results, key=lambda e: (e.cost_usd, e.hours))
 
 
@@ -213,6 +215,7 @@ def _placement(req: TrainingRequest, where: type, hyper: "Hyper", size: ModelSiz
     """(flavor, GPUs, estimate): this machine's own hardware, a CPU flavor, the caller's GPU flavor, or the
     cheapest that fits; a finished measurement replaces the modelled time."""
     if not where.catalog_from_hub:  # this machine's own hardware
+        _check_engine(req, where.flavor(cuda=local_cuda), 1, local_cuda)
         if req.peft == "qlora" and not local_cuda:
             raise TrainError("peft='qlora' needs a CUDA GPU (bitsandbytes 4-bit) and this machine has none: "
                              "send peft='lora', or backend='hf' with a GPU flavor")
@@ -221,6 +224,7 @@ def _placement(req: TrainingRequest, where: type, hyper: "Hyper", size: ModelSiz
         return where.flavor(cuda=local_cuda), 1, None
     else:
         if req.flavor and req.flavor.startswith("cpu-"):
+            _check_engine(req, req.flavor, 1, False)
             if req.peft == "qlora":
                 raise TrainError(f"peft='qlora' needs a GPU flavor, not {req.flavor!r}")
             warnings.append(f"{req.flavor} has no GPU: fine for a smoke test of a tiny model, far too slow otherwise")
@@ -230,6 +234,7 @@ def _placement(req: TrainingRequest, where: type, hyper: "Hyper", size: ModelSiz
                 info = catalog.flavors.get(req.flavor)
                 if info is None or info.gpu is None:
                     raise TrainError(f"flavor {req.flavor!r} is not in the Jobs hardware catalog; estimate_cost lists the flavors that exist")
+                _check_engine(req, req.flavor, info.gpus, True)
                 work = hyper.workload(size, info.gpus, data)
                 estimate = estimate_on(size, work, info)
                 if not estimate.fits:
@@ -245,6 +250,12 @@ def _placement(req: TrainingRequest, where: type, hyper: "Hyper", size: ModelSiz
             warnings += flavor_warnings(flavor, estimate.hours, model_type=size.model_type or req.model.lower(),
                                         save_steps=req.save_steps or D.SAVE_STEPS)
     return flavor, gpus, estimate
+
+
+def _check_engine(req: TrainingRequest, flavor: str, gpus: int, has_gpu: bool) -> None:
+    refusal = engines.refusal_for_hardware(req.engine, flavor, gpus, has_gpu)
+    if refusal:
+        raise TrainError(refusal)
 
 
 def _run_timeout(req: TrainingRequest, where: type, estimate: FlavorEstimate | None, *, probe_only: bool,
@@ -267,6 +278,7 @@ def _config(req: TrainingRequest, spec: Any, hyper: "Hyper", sched: Any, *, flav
         eval_batch = generations // math.gcd(generations, gpus)  # TRL needs whole groups in the eval batch too
     return {
         "method": method,
+        "engine": req.engine or engines.DEFAULT,
         "model": req.model,
         "dataset": req.dataset,
         "dataset_config": req.dataset_config,

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
-from hf_train_mcp import methods
+from hf_train_mcp import engines, methods
 from hf_train_mcp.access import check_reference
 from hf_train_mcp.readable import readable
 
@@ -108,6 +108,7 @@ class _RunShape(Request):
     dataset_split: SplitName = "train"
     backend: BackendName | None = None
     max_cost_usd: MaxCost | None = None
+    engine: engines.EngineName | None = None  # None: TRL (no default in the schema: it costs every agent turn)
 
     @model_validator(mode="before")
     @classmethod
@@ -117,6 +118,7 @@ class _RunShape(Request):
     @model_validator(mode="after")
     def _method_options(self) -> "_RunShape":
         methods.check_request(self)
+        engines.check_request(self.engine, self.method, self.peft)
         return self
 
 
