@@ -7,7 +7,7 @@ base model's own card at run time, license.
 
 from typing import Any
 
-from hf_train_mcp import methods
+from hf_train_mcp import engines, methods
 from hf_train_mcp.access import is_local
 
 
@@ -37,10 +37,12 @@ def training_card(config: dict[str, Any], *, flavor: str, usd_per_hour: float | 
                   effective_batch_size: int) -> dict[str, Any]:
     method, peft = config["method"], config["peft"]
     spec = methods.get(method)
+    engine = engines.get(config["engine"])
+    library = spec.library if engine.name == engines.DEFAULT else f"{engine.title} + {spec.library}"
     name = config["hub_model_id"] or config["run_name"]
     adapter = peft != "full"
     settings = {
-        "method": spec.title, "peft": peft, "base model": config["model"], "dataset": config["dataset"],
+        "method": spec.title, "engine": None if engine.name == engines.DEFAULT else engine.title, "peft": peft, "base model": config["model"], "dataset": config["dataset"],
         "learning rate": config["learning_rate"],
         "epochs": None if config["max_steps"] else config["epochs"], "max steps": config["max_steps"],
         "max length": config["max_length"], "per-device batch": config["per_device_batch_size"],
@@ -49,16 +51,16 @@ def training_card(config: dict[str, Any], *, flavor: str, usd_per_hour: float | 
         **{f"{spec.title} {key}": value for key, value in spec.card_settings(config).items()},
         "hardware": flavor, "seed": config["seed"],
     }
-    summary = (f"A {spec.summary} of `{config['model']}` on `{config['dataset']}` with {spec.library}"
+    summary = (f"A {spec.summary} of `{config['model']}` on `{config['dataset']}` with {library}"
                + (f" ({'QLoRA' if peft == 'qlora' else 'LoRA'} adapter)" if adapter else " (full fine-tune)")
                + ", trained and submitted by hf-train-mcp.")
-    library = "peft" if adapter else "transformers"
+    loads_with = "peft" if adapter else "transformers"
     if spec.model_library != "transformers":  # a SentenceTransformer folder loads as one, adapter or not
-        library = spec.model_library
+        loads_with = spec.model_library
     return card_config(
         title=name, summary=summary, base_model=config["model"], datasets=[config["dataset"]],
-        library_name=library,
-        tags=[spec.library.split()[0].lower(), method, *(["lora"] if adapter else [])],
+        library_name=loads_with,
+        tags=[*([engine.name] if engine.name != engines.DEFAULT else []), spec.library.split()[0].lower(), method, *(["lora"] if adapter else [])],
         settings=settings, estimated_hours=estimated_hours, estimated_cost_usd=estimated_cost_usd,
         usd_per_hour=usd_per_hour, trackio_url=trackio_url,
         pipeline_tag=spec.pipeline_tag, base_model_relation="adapter" if adapter else "finetune",

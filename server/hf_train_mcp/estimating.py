@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from hf_train_mcp import defaults as D
-from hf_train_mcp import backends, methods
+from hf_train_mcp import backends, engines, methods
 from hf_train_mcp.estimate.advice import flavor_warnings
 from hf_train_mcp.stages import TERMINAL_STAGES
 from hf_train_mcp.backends.local import has_cuda
@@ -57,7 +57,7 @@ class Estimator:
         if catalog.note:
             warnings.append(catalog.note)
         ranked = estimate_flavors(hyper, size, catalog, data)
-        chosen = _chosen(req.flavor, ranked, catalog)
+        chosen = _chosen(req.flavor, ranked, catalog, req.engine)
         measurement = None
         if req.dataset:
             work = hyper.workload(size, catalog.flavors[chosen.flavor].gpus * hyper.nodes, data)
@@ -198,12 +198,15 @@ class Estimator:
         return HardwareList(source=catalog.source, flavors=sorted(rows, key=lambda r: r.usd_per_hour))
 
 
-def _chosen(flavor: str | None, ranked: list[FlavorEstimate], catalog: Any) -> FlavorEstimate:
+def _chosen(flavor: str | None, ranked: list[FlavorEstimate], catalog: Any, engine: str | None) -> FlavorEstimate:
     """The caller's flavor, else the cheapest that fits, else the one with the most memory."""
     if flavor:
         if flavor not in catalog.flavors or catalog.flavors[flavor].gpu is None:
             raise TrainError(f"{flavor!r} is not a GPU flavor in the catalog; estimate_cost lists the flavors that "
                              "exist")
+        refusal = engines.refusal_for_hardware(engine, flavor, catalog.flavors[flavor].gpus, True)
+        if refusal:  # the ranking holds only the flavors the engine runs on
+            raise TrainError(refusal)
         found = next((e for e in ranked if e.flavor == flavor), None)
         if found is None:  # only multi-GPU flavors are ranked for a run across nodes
             raise TrainError(f"nodes runs on a multi-GPU flavor (each node's GPUs first, then the network between "
@@ -249,6 +252,7 @@ def _assumptions(chosen: FlavorEstimate, size: Any, work: Workload, data: DataFa
         "gradient_accumulation": work.gradient_accumulation, "max_length": work.max_length,
         "overhead_minutes": round(chosen.overhead_seconds / 60, 1), "prices": prices,
         "billing": "per minute while the job is starting or running (not while scheduling)",
+        **engine_assumptions(work.framework),
     }
     if chosen.step is not None and not chosen.measured:
         step = chosen.step
@@ -256,3 +260,17 @@ def _assumptions(chosen: FlavorEstimate, size: Any, work: Workload, data: DataFa
             ("compute", step.compute), ("dequantise", step.dequantise), ("generation", step.generation),
             ("communication", step.communication), ("other", step.fixed + step.optimizer)) if v}
     return assumptions
+
+
+def engine_assumptions(engine: str) -> dict[str, Any]:
+    """What the estimate takes from the engine when it is not plain TRL: its speed and memory factors."""
+    spec = engines.get(engine)
+    if spec.name == engines.DEFAULT:
+        return {}
+    return {"engine": {
+        "name": spec.name,
+        "speed": f"compute and 4-bit unpacking {EC.CALIBRATED.unsloth_speedup:.2f}x TRL's (fitted on Unsloth's "
+                 "published single-GPU runs)",
+        "memory": f"checkpointed activations x{spec.checkpoint_share} (offloaded to CPU RAM), LM-head logits "
+                  f"x{spec.logits_share} (chunked fused loss), weights and optimizer state as TRL's",
+    }}

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from hf_train_mcp import defaults as D
-from hf_train_mcp import backends, methods, multinode
+from hf_train_mcp import backends, engines, methods, multinode
 from hf_train_mcp.backends.base import JobSpec
 from hf_train_mcp.cards import training_card
 from hf_train_mcp.chat_template import CHATML, SHAREGPT_ROLES
@@ -117,7 +117,7 @@ def expects_gpu(flavor: str) -> bool:
 
 def _dependencies(req: TrainingRequest, spec: methods.MethodSpec, data: DataFacts) -> list[str]:
     # Qwen2-VL's (and most VLMs') fast processors need torchvision, built for the torch the header pins
-    deps = [*BASE_DEPENDENCIES, *spec.dependencies, *spec.request_dependencies(req),
+    deps = [*engines.dependencies(req.engine, BASE_DEPENDENCIES), *spec.dependencies, *spec.request_dependencies(req),
             *(["torchvision>=0.21,<0.26"] if data.vision else [])]
     if req.peft == "qlora":
         deps.append("bitsandbytes>=0.45")
@@ -140,16 +140,17 @@ class Hyper:
     eval_split: float | None = None
     save_steps: int | None = None
     teacher_params: int | None = None  # distillation: the teacher's size (sized by the caller)
+    engine: str = engines.DEFAULT  # what trains it: its speed and memory (engines.py)
     options: dict[str, Any] = field(default_factory=dict)  # the method's own sizing options, resolved
     nodes: int = 1  # machines of the flavor, each its own job (multinode.py)
 
     @classmethod
     def of(cls, req: "RunShape", teacher_params: int | None = None) -> "Hyper":
         """From a submit_training or estimate_cost request (the latter has no eval_split or save_steps)."""
-        common = {f: getattr(req, f) for f in cls.__dataclass_fields__ if f not in ("options", "nodes")
-                  and hasattr(req, f)}
-        return cls(**common, teacher_params=teacher_params, options=methods.get(req.method).sizing_options(req),
-                   nodes=getattr(req, "nodes", None) or 1)
+        common = {f: getattr(req, f) for f in cls.__dataclass_fields__
+                  if f not in ("options", "engine", "nodes") and hasattr(req, f)}
+        return cls(**common, engine=req.engine or engines.DEFAULT, teacher_params=teacher_params,
+                   options=methods.get(req.method).sizing_options(req), nodes=getattr(req, "nodes", None) or 1)
 
     @property
     def spec(self) -> methods.MethodSpec:
@@ -186,7 +187,7 @@ class Hyper:
             per_device_batch_size=sched.per_device_batch_size, gradient_accumulation=sched.gradient_accumulation,
             **{**physical, "num_generations": self.generations},
             eval_split=self.eval_split or 0.0, save_steps=self.save_steps or D.SAVE_STEPS,
-            teacher_params=self.teacher_params,
+            teacher_params=self.teacher_params, framework=self.engine,
             nodes=self.nodes, sharded=self.nodes > 1 and self.peft == "full",  # FSDP across machines
         )
 
@@ -198,7 +199,7 @@ def estimate_flavors(hyper: Hyper, size: ModelSize, catalog: Catalog, data: Data
     """Every GPU flavor with its own schedule (accumulation shrinks as GPUs grow), cheapest first; across nodes,
     the multi-GPU flavors, each as all its nodes together."""
     results = [estimate_node_flavor(hyper, size, f, data) for f in catalog.flavors.values()
-               if f.gpu is not None and (hyper.nodes == 1 or f.gpus > 1)]
+               if f.gpu is not None and (hyper.nodes == 1 or f.gpus > 1) and engines.runs_on(hyper.engine, f.gpus)]
     return sorted(results, key=lambda e: (e.cost_usd, e.hours))
 
 
@@ -230,6 +231,7 @@ def _placement(req: TrainingRequest, where: type, hyper: "Hyper", size: ModelSiz
         if hyper.nodes > 1:
             raise TrainError("nodes spans several Jobs machines in a network group: send backend='hf', or drop "
                              "nodes to train on this machine")
+        _check_engine(req, where.flavor(cuda=local_cuda), 1, local_cuda)
         if req.peft == "qlora" and not local_cuda:
             raise TrainError("peft='qlora' needs a CUDA GPU (bitsandbytes 4-bit) and this machine has none: "
                              "send peft='lora', or backend='hf' with a GPU flavor")
@@ -238,6 +240,7 @@ def _placement(req: TrainingRequest, where: type, hyper: "Hyper", size: ModelSiz
         return where.flavor(cuda=local_cuda), 1, None
     else:
         if req.flavor and req.flavor.startswith("cpu-"):
+            _check_engine(req, req.flavor, 1, False)
             if req.peft == "qlora":
                 raise TrainError(f"peft='qlora' needs a GPU flavor, not {req.flavor!r}")
             warnings.append(f"{req.flavor} has no GPU: fine for a smoke test of a tiny model, far too slow otherwise")
@@ -251,6 +254,7 @@ def _placement(req: TrainingRequest, where: type, hyper: "Hyper", size: ModelSiz
                     raise TrainError(f"nodes={hyper.nodes} runs on a multi-GPU flavor (each node's GPUs first, "
                                      f"then the network between them); {req.flavor} has one GPU: pick e.g. "
                                      "'a100x8' or 'h200x8', or drop nodes")
+                _check_engine(req, req.flavor, info.gpus, True)
                 work = hyper.workload(size, info.gpus * hyper.nodes, data)
                 estimate = estimate_node_flavor(hyper, size, info, data)
                 if not estimate.fits:
@@ -266,6 +270,12 @@ def _placement(req: TrainingRequest, where: type, hyper: "Hyper", size: ModelSiz
             warnings += flavor_warnings(flavor, estimate.hours, model_type=size.model_type or req.model.lower(),
                                         save_steps=req.save_steps or D.SAVE_STEPS)
     return flavor, gpus, estimate
+
+
+def _check_engine(req: TrainingRequest, flavor: str, gpus: int, has_gpu: bool) -> None:
+    refusal = engines.refusal_for_hardware(req.engine, flavor, gpus, has_gpu)
+    if refusal:
+        raise TrainError(refusal)
 
 
 def _run_timeout(req: TrainingRequest, where: type, estimate: FlavorEstimate | None, *, probe_only: bool,
@@ -288,6 +298,7 @@ def _config(req: TrainingRequest, spec: Any, hyper: "Hyper", sched: Any, *, flav
         eval_batch = generations // math.gcd(generations, gpus)  # TRL needs whole groups in the eval batch too
     return {
         "method": method,
+        "engine": req.engine or engines.DEFAULT,
         "model": req.model,
         "dataset": req.dataset,
         "dataset_config": req.dataset_config,

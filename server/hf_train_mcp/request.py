@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
-from hf_train_mcp import methods, multinode
+from hf_train_mcp import engines, methods, multinode
 from hf_train_mcp.access import check_reference
 from hf_train_mcp.readable import readable
 
@@ -109,6 +109,7 @@ class _RunShape(Request):
     backend: BackendName | None = None
     max_cost_usd: MaxCost | None = None
     nodes: Annotated[int, Field(ge=2, le=multinode.MAX_NODES)] | None = None
+    engine: engines.EngineName | None = None  # None: TRL (no default in the schema: it costs every agent turn)
 
     @model_validator(mode="before")
     @classmethod
@@ -119,6 +120,7 @@ class _RunShape(Request):
     def _method_options(self) -> "_RunShape":
         methods.check_request(self)
         multinode.check_request(self)
+        engines.check_request(self.engine, self.method, self.peft)
         return self
 
 

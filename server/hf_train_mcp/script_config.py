@@ -70,6 +70,7 @@ class DataConfig(BaseModel):
 class TrainingConfig(DataConfig, ScriptConfig):
     """Every training method's CONFIG; a method's own keys are a subclass in its module."""
 
+    engine: Literal["trl", "unsloth"]  # what loads and patches the model (engines.py)
     lora: LoraConfig
     learning_rate: float
     epochs: float

@@ -65,8 +65,8 @@ class ToolSpec:
 TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
         "validate_dataset", "validate", "Validate a training dataset",
-        "Check a dataset (Hub id, file or image folder) against a method: format, errors by row, the "
-        "column_mapping that fixes it, classes, token stats with `model`.",
+        "Check a dataset (Hub id, file or image folder) for a method: format, errors by row, the fixing "
+        "column_mapping, classes, token stats.",
         ValidateRequest, DatasetReport, lambda core, req, hooks: core.validate_dataset(req, progress=hooks.progress),
         progress=True,
     ),
@@ -80,16 +80,16 @@ TOOLS: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         "submit_training", "submit", "Submit a training job",
-        "Train on HF Jobs (hub_model_id, write token) or here (backend='local'); returns job_id and URLs at once. "
-        "Validates the data; flavor/timeout default to the cheapest fit and a safe timeout.",
+        "Train on HF Jobs (needs hub_model_id) or here (backend='local'); returns job_id and URLs at once. "
+        "Validates data; flavor/timeout default to the cheapest fit, safely.",
         TrainingRequest, Submission,
         lambda core, req, hooks: core.submit_training(req, progress=hooks.progress, confirm=hooks.confirm),
         read_only=False, idempotent=False, progress=True, launches="train",
     ),
     ToolSpec(
         "evaluate_model", "evaluate", "Evaluate a model",
-        "Evaluate a training job_id (held-out split by default), Hub model or folder as a job: the method's "
-        "metric, lm-eval `tasks`, base vs tuned samples; results in job_status last_metrics.",
+        "Evaluate a training job_id (its held-out split), Hub model or folder as a job: the method's "
+        "metric, lm-eval `tasks`, base vs tuned; results in job_status last_metrics.",
         EvaluateRequest, Submission,
         lambda core, req, hooks: core.evaluate_model(req, progress=hooks.progress, confirm=hooks.confirm),
         read_only=False, idempotent=False, progress=True, launches="evaluate",
@@ -112,7 +112,7 @@ TOOLS: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         "submit_sweep", "sweep", "Submit a hyperparameter sweep",
-        "One run per `grid` combination over `base` (submit_training arguments), one Trackio project; the summed "
+        "A run per `grid` combination over `base` (submit_training arguments); the summed "
         "worst case must fit max_cost_usd; max_parallel at once.",
         SweepRequest, SweepResult,
         lambda core, req, hooks: core.submit_sweep(req, progress=hooks.progress, confirm=hooks.confirm),

@@ -71,7 +71,7 @@ FORWARD_FLOPS = 2.0
 
 # How the measured runs were executed, where it differs from our scripts (TRL, transformers' generate, DDP).
 # Unsloth's own kernels, its gradient offload and 8-bit Adam make its runs faster than plain TRL on the same
-# settings (Unsloth claims ~2x for QLoRA SFT); only calibration rows use this.
+# settings (Unsloth claims ~2x for QLoRA SFT): calibration rows, and runs with engine="unsloth" (engines.py).
 FRAMEWORKS = ("trl", "unsloth")
 # Generation engines for GRPO: transformers' generate (our scripts) and vLLM (CUDA graphs, paged attention).
 GENERATION_ENGINES = ("hf", "vllm")
@@ -98,7 +98,7 @@ class Calibration:
     multi_gpu_step_s: float  # fixed synchronisation cost of a data-parallel step
     shard_layer_latency_s: float  # ZeRO-3/FSDP: fetching one layer's shards, per layer and pass (calibration rows)
     internode_gbps: float  # all-reduce bandwidth between machines (calibration rows only)
-    unsloth_speedup: float  # Unsloth's kernels vs plain TRL on the same settings (calibration rows only)
+    unsloth_speedup: float  # Unsloth's kernels vs plain TRL on the same settings (and engine="unsloth")
     decode_bandwidth_share: float  # achieved share of memory bandwidth while decoding
     decode_step_s: float  # transformers' generate: fixed cost per decoded token (the Python loop, sampling)
     decode_layer_s: float  # transformers' generate: launch/Python cost per layer and decoded token

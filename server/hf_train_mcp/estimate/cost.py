@@ -358,7 +358,7 @@ def estimate_on(size: ModelSize, work: Workload, flavor: FlavorInfo, cal: Calibr
         raise ValueError(f"{flavor.name} has no GPU: training estimates cover GPU flavors only")
     memory = memory_need(
         size, method=work.method, peft=work.peft, batch=work.per_device_batch_size, seq_len=work.sequence_length(),
-        num_generations=work.num_generations, teacher_params=work.teacher_params,
+        num_generations=work.num_generations, teacher_params=work.teacher_params, engine=work.framework,
         shards=flavor.gpus if work.sharded else 1,
     )
     seconds, steps, tokens, step = train_seconds(size, work, flavor, cal)

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from hf_train_mcp import methods
+from hf_train_mcp import engines, methods
 from hf_train_mcp.access import is_local
 from hf_train_mcp.estimate import constants as C
 
@@ -242,11 +242,14 @@ def memory_need(
     seq_len: int,
     num_generations: int = 1,
     teacher_params: int | None = None,
+    engine: str = "trl",
     shards: int = 1,
 ) -> MemoryNeed:
     """Peak GPU memory of one GPU with gradient checkpointing: a data-parallel replica holds a full copy; with
-    `shards` > 1 (FSDP full shard) the weights, gradients and optimizer state are split over that many GPUs."""
+    `shards` > 1 (FSDP full shard) the weights, gradients and optimizer state are split over that many GPUs.
+    engine: what trains it (Unsloth keeps less of the checkpoints and logits on the GPU: engines.py)."""
     spec = methods.get(method)
+    kept = engines.get(engine)
     if peft == "qlora":
         weight_bytes = C.WEIGHT_BYTES["4bit"]
     elif peft == "full":
@@ -268,10 +271,10 @@ def memory_need(
     sequences = batch * max(spec.sequences_per_example, 2 if spec.full_reference_copy else 1)  # KTO: its KL batch
     act_bytes = 2.0
     # checkpointed hidden states of every layer + the working set of the one layer being recomputed
-    acts = sequences * seq_len * size.hidden * act_bytes * size.layers
+    acts = sequences * seq_len * size.hidden * act_bytes * size.layers * kept.checkpoint_share
     acts += sequences * seq_len * (size.hidden * 16 + size.intermediate * 3) * act_bytes
     if not spec.classifier:  # LM head logits (bf16) + their fp32 upcast for the loss
-        acts += sequences * seq_len * size.vocab * 6
+        acts += sequences * seq_len * size.vocab * 6 * kept.logits_share
     if spec.generates:  # KV cache while generating
         acts += batch * num_generations * seq_len * size.layers * size.hidden * 2 * act_bytes / max(1, num_generations)
     total = (weights + state + acts) / 1e9 * C.MEMORY_SAFETY + C.CUDA_CONTEXT_GB

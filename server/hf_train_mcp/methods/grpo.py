@@ -28,7 +28,7 @@ RESERVED_NAMES = frozenset({
     "load_tokenizer", "common_args", "resume_checkpoint", "status_callback", "build_trainer", "main", "time",
     "SCRIPT_STARTED", "rows_per_step", "preflight", "card_text", "_hours", "_dollars", "_evaluation_section",
     "base_license", "write_card", "read_card", "EVALUATION_MARK", "own_gpu", "new_trainer", "truncate_prompts",
-    "truncated_prompt", "teardown", "adapter_labels", "load_processing",
+    "truncated_prompt", "teardown", "adapter_labels", "load_processing", "trainer_model", "unsloth_model", "unsloth",
     "as_images", "vision_rows", "vision_loss", "image_path", "as_turns", "vision_processor", "vision_generate",
     "vision_preference_accuracy",
 })
