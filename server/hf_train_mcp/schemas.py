@@ -91,6 +91,13 @@ class Submission(BaseModel):
     command: list[str] | None = Field(default=None, description="dry_run only: what would run")
 
 
+class GpuFigure(BaseModel):
+    index: int
+    utilization_pct: float
+    memory_used_gb: float
+    memory_total_gb: float
+
+
 class JobReport(BaseModel):
     job_id: str
     backend: BackendName
@@ -108,6 +115,7 @@ class JobReport(BaseModel):
     model_url: str | None = None
     next_step: str
     stale: bool = Field(default=False, description="the Hub did not answer: last known state from the ledger")
+    gpu: list[GpuFigure] | None = None  # while it runs on GPUs; null when unknown
 
 
 class JobSummary(BaseModel):
