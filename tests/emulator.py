@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from tests import emulator_buckets
+from tests import emulator_buckets, emulator_metrics
 
 FLAVORS = (
     "cpu-basic", "cpu-upgrade", "cpu-performance", "cpu-xl", "t4-small", "t4-medium", "l4x1", "l4x4", "l40sx1",
@@ -58,6 +58,10 @@ class JobPlan:
     log_lines: list[str] = field(default_factory=lambda: ["HFTM_START {}", "HFTM_DONE {}"])
     message: str | None = None
     drop_logs_after: int | None = None  # the log stream breaks off (mid-chunk) after this many lines
+    # the metrics stream: (utilisation %, memory used GB) per GPU, which a test may change while the job runs;
+    # None: the flavor's GPUs, idle. metrics_hang: the stream answers 200 and then never sends a sample.
+    gpus: list[tuple[float, float]] | None = None
+    metrics_hang: bool = False
 
 
 @dataclass
@@ -347,7 +351,7 @@ class Emulator:
                         return self._error(404, "Repository not found")
                     return self._send(200, {"id": match.group(1), "private": ds.access == "private",
                                             "gated": "auto" if ds.access == "gated" else False})
-                match = re.fullmatch(r"/api/jobs/([^/]+)(?:/([^/]+)(?:/(logs|cancel))?)?", path)
+                match = re.fullmatch(r"/api/jobs/([^/]+)(?:/([^/]+)(?:/(logs|cancel|metrics))?)?", path)
                 if not match:
                     return self._error(404, f"no route {method} {path}")
                 if self._role() is None:
@@ -362,6 +366,8 @@ class Emulator:
                     return self._error(404, f"Job {job_id} not found")
                 if action == "logs":
                     return self._logs(job, query)
+                if action == "metrics":
+                    return emulator_metrics.stream(self, job)
                 if action == "cancel" and method == "POST":
                     with emu.lock:
                         if job.stage(time.time()) in ("SCHEDULING", "RUNNING"):

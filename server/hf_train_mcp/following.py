@@ -20,6 +20,7 @@ from hf_train_mcp.ledger import JobRecord
 from hf_train_mcp.stages import SETTLED_STAGES
 from hf_train_mcp.logparse import ParsedLog, parse_log, probe_metrics
 from hf_train_mcp.schemas import CancelResult, JobList, JobReport, JobSummary, LogPage, NodeStage
+from hf_train_mcp.telemetry import GpuTelemetry
 
 log = logging.getLogger(__name__)
 STATUS_LOG_LINES = 300  # read more than we show: the last HFTM_LOG line may sit above warnings
@@ -31,6 +32,7 @@ class Following:
     def __init__(self, host: Host) -> None:
         self.host = host
         self._settled_logs: OrderedDict[str, tuple[int, LogRead, ParsedLog]] = OrderedDict()
+        self.telemetry = GpuTelemetry()
 
     def _locate(self, job_id: str) -> tuple[str, str, str | None, JobRecord | None]:
         """(backend, bare job id, namespace, ledger record) for a job id or 'namespace/job_id'."""
@@ -77,6 +79,9 @@ class Following:
         """The job's report and its preflight measurement (from the log, or the ledger once seen)."""
         self.host.recover_submissions()
         backend, bare, namespace, record, state = self.state(job_id)
+        # read in the background while the log is: a slow metrics stream then costs job_status no extra time
+        gpus = self.telemetry.start(backend, bare, namespace, stage=None if state.stale else state.stage,
+                                    flavor=record.flavor if record else None)
         read, parsed = self._status_logs(backend, bare, namespace, state, tail)
         parsed = replace(parsed, metrics=dict(parsed.metrics))  # the cached parse stays as read
         measured = parsed.probe or (record.measured if record else None)
@@ -92,12 +97,14 @@ class Following:
         next_step = state.stale or self._next_step(state, parsed, bare, record, trackio_url, model_url)
         if read.note:
             next_step += f" ({read.note}: the log tail may be short; job_logs reads it again)"
+        gpu = gpus()
+        next_step += self.telemetry.hint(backend, bare, gpu, started_at=state.started_at)
         report = JobReport(
             job_id=bare, backend=backend.name, stage=state.stage, message=state.message,
             job_url=state.url or (record.job_url if record else None), created_at=state.created_at,
             started_at=state.started_at, finished_at=state.finished_at, progress=parsed.progress,
             last_metrics=parsed.metrics, log_tail=read.lines[-tail:] if tail else [], error=error,
-            trackio_url=trackio_url, model_url=model_url, next_step=next_step, stale=bool(state.stale),
+            trackio_url=trackio_url, model_url=model_url, next_step=next_step, stale=bool(state.stale), gpu=gpu,
         )
         return (self._as_run(report, record) if node_runs.is_run(record) else report), measured
 

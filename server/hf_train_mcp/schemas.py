@@ -99,6 +99,13 @@ class NodeStage(BaseModel):
     stage: str
 
 
+class GpuFigure(BaseModel):
+    index: int
+    utilization_pct: float
+    memory_used_gb: float
+    memory_total_gb: float
+
+
 class JobReport(BaseModel):
     job_id: str
     backend: BackendName
@@ -117,6 +124,7 @@ class JobReport(BaseModel):
     next_step: str
     stale: bool = Field(default=False, description="the Hub did not answer: last known state from the ledger")
     nodes: list[NodeStage] | None = Field(default=None, description="a run across nodes: each node's stage")
+    gpu: list[GpuFigure] | None = None  # while it runs on GPUs; null when unknown
 
 
 class JobSummary(BaseModel):

@@ -69,6 +69,14 @@ class JobState:
     stale: str | None = None  # why this is the ledger's last known state, not the backend's answer
 
 
+@dataclass(frozen=True)
+class GpuReading:
+    """One GPU of a running job, as its backend measured it just now (memory in decimal GB)."""
+
+    index: int
+    utilization_pct: float
+    memory_used_gb: float
+    memory_total_gb: float
 
 
 @dataclass
@@ -150,3 +158,9 @@ class Backend(Protocol):
              upto: int | None = None) -> LogRead: ...
 
     def cancel(self, job_id: str, namespace: str | None) -> None: ...
+
+    # Optional: a backend without it reports no GPU figures (job_status.gpu stays null).
+    def gpus(self, job_id: str, namespace: str | None) -> list[GpuReading] | None:
+        """The GPUs of a running job now, None when it has none or they cannot be read; may raise TrainError.
+        Must answer within a couple of seconds: job_status waits for it."""
+        ...

@@ -9,7 +9,8 @@ import time
 import uuid
 
 from hf_train_mcp.backends.base import IDEMPOTENCY_LABEL, key_label
-from hf_train_mcp.backends.base import JobGone, JobRef, JobSpec, JobState, LogRead, SubmissionUnknown, UserRun
+from hf_train_mcp.backends.base import GpuReading, JobGone, JobRef, JobSpec, JobState, LogRead, SubmissionUnknown
+from hf_train_mcp.backends.base import UserRun
 from hf_train_mcp import multinode
 from hf_train_mcp.errors import TrainError
 from hf_train_mcp.hub import bounded, hub_api, hub_error, scrub, status_of, transient
@@ -33,6 +34,11 @@ POST_SETTLE_S = 60.0
 JOB_ID = re.compile(r"(?:[\w.-]+/)?[0-9a-fA-F]{24}")  # a Hub job id, optionally 'namespace/id'
 SETTLE_POLL_S = 3.0
 SYNC_DEADLINE_S = 600.0  # a project folder's first upload (a re-sync sends only what changed)
+# The metrics stream sends a sample a second, but stays silent (the client waits 10 s) while a RUNNING job's
+# hardware is not up yet: job_status waits this long at most, then shows no figures.
+METRICS_DEADLINE_S = 2.0
+
+
 def _ref(job) -> JobRef:
     return JobRef(job.id, job.url, str(job.status.stage), _iso(job.created_at), namespace=job.owner.name,
                   labels=dict(job.labels or {}))
@@ -70,6 +76,21 @@ def _inline(script: Script, advice: str) -> str:
         raise TrainError(f"the script is {len(script.text)} bytes, over the {MAX_INLINE_CHARS * 3 // 4} bytes that "
                          f"fit inline in a job; {advice}")
     return encoded
+
+
+def gpu_readings(event: dict) -> list[GpuReading] | None:
+    """A Jobs metrics event's GPUs (`gpus: {id: {utilization, memory_used_bytes, memory_total_bytes}}`), in
+    the order the Hub lists them; None for a CPU flavor's empty map or a malformed event."""
+    gpus = event.get("gpus")
+    if not isinstance(gpus, dict) or not gpus:
+        return None
+    try:
+        return [GpuReading(index=i, utilization_pct=float(g.get("utilization") or 0),
+                           memory_used_gb=round(float(g.get("memory_used_bytes") or 0) / 1e9, 2),
+                           memory_total_gb=round(float(g.get("memory_total_bytes") or 0) / 1e9, 2))
+                for i, g in enumerate(gpus.values())]
+    except (AttributeError, TypeError, ValueError):
+        return None
 
 
 def _iso(value) -> str | None:
@@ -278,3 +299,12 @@ class HfJobsBackend:
     def cancel(self, job_id: str, namespace: str | None) -> None:
         bounded(f"canceling job {job_id}", lambda: hub_api(self._token).cancel_job(job_id=job_id, namespace=namespace),
                 self._token, retry=False)
+
+    def gpus(self, job_id: str, namespace: str | None) -> list[GpuReading] | None:
+        """The job's GPUs now: the first sample of the Jobs metrics stream (follow=False), within
+        METRICS_DEADLINE_S. A finished job's 406 and a 500 give no sample (huggingface_hub tolerates both)."""
+        api = hub_api(self._token)
+        events = bounded(f"reading GPU metrics of job {job_id}",
+                         lambda: list(api.fetch_job_metrics(job_id=job_id, namespace=namespace)), self._token,
+                         deadline_s=METRICS_DEADLINE_S, retry=False)
+        return gpu_readings(events[0]) if events else None

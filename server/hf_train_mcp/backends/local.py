@@ -6,13 +6,14 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
-from hf_train_mcp.backends.base import JobGone, JobRef, JobSpec, JobState, LogRead, UserRun
+from hf_train_mcp.backends.base import GpuReading, JobGone, JobRef, JobSpec, JobState, LogRead, UserRun
 from hf_train_mcp.detach import spawn
 from hf_train_mcp.errors import TrainError, EnvironmentMissing, NotFoundError
 from hf_train_mcp.ledger import now_iso
@@ -61,6 +62,49 @@ def has_training_stack() -> bool:
 def has_cuda() -> bool:
     """Cheap check without importing torch (the server must stay light)."""
     return shutil.which("nvidia-smi") is not None or os.path.exists("/dev/nvidia0")
+
+
+NVIDIA_SMI_QUERY = ["--query-gpu=index,utilization.gpu,memory.used,memory.total", "--format=csv,noheader,nounits"]
+NVIDIA_SMI_TIMEOUT_S = 2.0  # a wedged driver can hang nvidia-smi; job_status must not wait on it
+
+
+def parse_nvidia_smi(text: str, *, visible: str | None = None) -> list[GpuReading] | None:
+    """`nvidia-smi --query-gpu=index,utilization.gpu,memory.used,memory.total --format=csv,noheader,nounits`
+    (memory in MiB), limited to CUDA_VISIBLE_DEVICES when it names indices (the GPUs a local job sees).
+    Rows nvidia-smi cannot fill ("[N/A]") are skipped; None when no row is left."""
+    shown = None
+    if visible is not None:  # "" hides every GPU; UUIDs (GPU-...) are not matched, so all rows stay
+        parts = [v.strip() for v in visible.split(",") if v.strip()]
+        if not parts:
+            return None
+        shown = set(parts) if all(p.isdigit() for p in parts) else None
+    out = []
+    for row in text.strip().splitlines():
+        cells = [c.strip() for c in row.split(",")]
+        if len(cells) != 4 or (shown is not None and cells[0] not in shown):
+            continue
+        try:
+            index, util, used, total = int(cells[0]), float(cells[1]), float(cells[2]), float(cells[3])
+        except ValueError:
+            continue
+        out.append(GpuReading(index=index, utilization_pct=util, memory_used_gb=round(used * 2**20 / 1e9, 2),
+                              memory_total_gb=round(total * 2**20 / 1e9, 2)))
+    return out or None
+
+
+def this_machines_gpus() -> list[GpuReading] | None:
+    """This machine's GPUs through nvidia-smi (never torch: the server stays light); None without one."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        done = subprocess.run([smi, *NVIDIA_SMI_QUERY], capture_output=True, text=True,
+                              timeout=NVIDIA_SMI_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    return parse_nvidia_smi(done.stdout, visible=os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
 def process_alive(pid: int) -> bool:
@@ -249,3 +293,8 @@ class LocalBackend:
                 os.killpg(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+    def gpus(self, job_id: str, namespace: str | None = None) -> list[GpuReading] | None:
+        """This machine's GPUs (a local job shares them with whatever else runs here); None on a CPU machine."""
+        self.job_dir(job_id)  # refuses what is not a local job id
+        return this_machines_gpus()

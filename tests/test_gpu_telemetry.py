@@ -1,0 +1,216 @@
+"""job_status.gpu: per-GPU utilisation and memory of a running job, from the Jobs metrics stream (read through
+huggingface_hub's fetch_job_metrics against the emulator) or this machine's nvidia-smi; null when unknown; a
+hung or failing stream costs job_status at most a couple of seconds and never an error; readings are cached
+per job; the near-OOM and idle hints in next_step."""
+
+import json
+import logging
+import os
+import shutil
+import stat
+import time
+from pathlib import Path
+
+import pytest
+from mcp import Client
+
+from hf_train_mcp import telemetry
+from hf_train_mcp.app import build_server
+from hf_train_mcp.backends.local import LocalBackend, parse_nvidia_smi, this_machines_gpus
+from hf_train_mcp.hub import hub_api
+from hf_train_mcp.service import Core
+from tests.conftest import WRITE_TOKEN
+from tests.emulator import Emulator, JobPlan, ViewerDataset
+from tests.helpers import CAPYBARA_BASE, CAPYBARA_ROWS, call, submit_script, wait_for
+
+pytestmark = pytest.mark.anyio
+LONG = dict(scheduling_s=0.0, running_s=3600.0)  # RUNNING for the whole test (cancelled at its end)
+METRICS = r"/api/jobs/[^/]+/{job_id}/metrics"
+
+
+@pytest.fixture(autouse=True)
+def capybara(hub: Emulator) -> Emulator:
+    hub.datasets["trl-lib/Capybara"] = ViewerDataset({"default": {"train": CAPYBARA_ROWS}})
+    return hub
+
+
+async def running(client: Client, hub: Emulator, flavor: str, **plan) -> str:
+    """A training job the emulator keeps RUNNING on `flavor`; its job id."""
+    hub.plan_next(JobPlan(**{**LONG, **plan}))
+    job = await call(client, "submit_training", {**CAPYBARA_BASE, "max_steps": 50, "flavor": flavor})
+    return job["job_id"]
+
+
+def metrics_requests(hub: Emulator, job_id: str) -> int:
+    return hub.count("GET", METRICS.format(job_id=job_id))
+
+
+async def test_a_running_job_shows_each_gpu_and_a_finished_one_none(hub: Emulator) -> None:
+    async with Client(build_server()) as client:
+        job_id = await running(client, hub, "a10g-largex2", gpus=[(83, 14.2), (79, 13.9)])
+        report = await call(client, "job_status", {"job_id": job_id})
+        assert report["stage"] == "RUNNING"
+        assert report["gpu"] == [
+            {"index": 0, "utilization_pct": 83.0, "memory_used_gb": 14.2, "memory_total_gb": 24.0},
+            {"index": 1, "utilization_pct": 79.0, "memory_used_gb": 13.9, "memory_total_gb": 24.0}]
+        assert "near OOM" not in report["next_step"] and "idle" not in report["next_step"]
+        asked = [r for r in hub.requests if r["path"].endswith(f"/{job_id}/metrics")]
+        assert len(asked) == 1 and {k.lower(): v for k, v in asked[0]["headers"].items()}["authorization"] == f"Bearer {WRITE_TOKEN}"
+        await call(client, "cancel_job", {"job_id": job_id})
+        done = await call(client, "job_status", {"job_id": job_id})
+        assert done["stage"] == "CANCELED" and done["gpu"] is None
+        assert metrics_requests(hub, job_id) == 1  # an ended job is not asked
+
+
+def test_the_emulated_stream_answers_as_the_jobs_api_does(hub: Emulator) -> None:
+    """fetch_job_metrics(follow=False) against the emulator: one sample with the flavor's GPUs while running,
+    an empty map on a CPU flavor, nothing (the tolerated 406) once the job has ended."""
+    api = hub_api(WRITE_TOKEN)
+    hub.plan_next(JobPlan(**LONG))
+    gpu_job = api.run_job(image="python:3.12", command=["true"], flavor="l4x4")
+    hub.plan_next(JobPlan(**LONG))
+    cpu_job = api.run_job(image="python:3.12", command=["true"], flavor="cpu-basic")
+    [sample] = list(api.fetch_job_metrics(job_id=gpu_job.id))
+    assert len(sample["gpus"]) == 4 and {g["memory_total_bytes"] for g in sample["gpus"].values()} == {24_000_000_000}
+    assert list(api.fetch_job_metrics(job_id=cpu_job.id))[0]["gpus"] == {}
+    api.cancel_job(job_id=gpu_job.id)
+    api.cancel_job(job_id=cpu_job.id)
+    assert list(api.fetch_job_metrics(job_id=gpu_job.id)) == []
+
+
+async def test_scheduling_and_cpu_jobs_show_no_gpu(hub: Emulator) -> None:
+    async with Client(build_server()) as client:
+        waiting = await running(client, hub, "a10g-large", scheduling_s=600.0)
+        report = await call(client, "job_status", {"job_id": waiting})
+        assert report["stage"] == "SCHEDULING" and report["gpu"] is None
+        assert metrics_requests(hub, waiting) == 0
+        hub.plan_next(JobPlan(**LONG))
+        cpu = await call(client, "run_script", {"script": "print('hi')\n", "flavor": "cpu-basic"})
+        report = await call(client, "job_status", {"job_id": cpu["job_id"]})
+        assert report["stage"] == "RUNNING" and report["gpu"] is None
+        assert metrics_requests(hub, cpu["job_id"]) == 0  # the ledger knows its flavor has no GPU
+        # a job this server did not launch: its flavor is unknown, so the stream is asked; its GPU map is empty
+        hub.plan_next(JobPlan(**LONG))
+        foreign = hub_api(WRITE_TOKEN).run_job(image="python:3.12", command=["true"], flavor="cpu-basic")
+        report = await call(client, "job_status", {"job_id": f"emu-user/{foreign.id}"})
+        assert report["stage"] == "RUNNING" and report["gpu"] is None and metrics_requests(hub, foreign.id) == 1
+        for job_id in (waiting, cpu["job_id"], f"emu-user/{foreign.id}"):
+            await call(client, "cancel_job", {"job_id": job_id})
+
+
+@pytest.mark.parametrize("hang", ["silent stream", "no answer"])
+async def test_a_hung_metrics_stream_does_not_hold_up_job_status(hub: Emulator, hang: str) -> None:
+    """The client waits 10 s on a silent stream; job_status answers well before that, with no figures."""
+    async with Client(build_server()) as client:
+        job_id = await running(client, hub, "a10g-large", metrics_hang=hang == "silent stream")
+        if hang == "no answer":  # not even the headers
+            hub.fail_next("GET", METRICS.format(job_id=job_id), None, hang=20.0)
+        started = time.monotonic()
+        report = await call(client, "job_status", {"job_id": job_id})
+        assert time.monotonic() - started < 5.0
+        assert report["stage"] == "RUNNING" and report["gpu"] is None
+        started = time.monotonic()  # polled again at once: the failed reading is cached too, nothing waits
+        assert (await call(client, "job_status", {"job_id": job_id}))["gpu"] is None
+        assert time.monotonic() - started < 5.0 and metrics_requests(hub, job_id) == 1
+        await call(client, "cancel_job", {"job_id": job_id})
+
+
+async def test_readings_are_cached_per_job(hub: Emulator, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with Client(build_server()) as client:
+        job_id = await running(client, hub, "a10g-large", gpus=[(60, 10.0)])
+        first = await call(client, "job_status", {"job_id": job_id})
+        hub.jobs[job_id].plan.gpus = [(70, 11.0)]
+        second = await call(client, "job_status", {"job_id": job_id})
+        assert metrics_requests(hub, job_id) == 1 and second["gpu"] == first["gpu"]
+        monkeypatch.setattr(telemetry, "CACHE_S", 0.0)  # the window has passed
+        third = await call(client, "job_status", {"job_id": job_id})
+        assert metrics_requests(hub, job_id) == 2 and third["gpu"][0]["utilization_pct"] == 70.0
+        await call(client, "cancel_job", {"job_id": job_id})
+
+
+async def test_memory_above_95_percent_says_near_oom(hub: Emulator) -> None:
+    async with Client(build_server()) as client:
+        job_id = await running(client, hub, "a10g-large", gpus=[(92, 23.3)])  # 97 % of 24 GB
+        report = await call(client, "job_status", {"job_id": job_id})
+        assert report["gpu"][0]["memory_used_gb"] == 23.3
+        assert "GPU 0 memory is at 97%" in report["next_step"] and "near OOM" in report["next_step"]
+        assert "per_device_batch_size" in report["next_step"] and "QLoRA" in report["next_step"]
+        assert "idle" not in report["next_step"]
+        await call(client, "cancel_job", {"job_id": job_id})
+
+
+async def test_low_utilisation_says_idle_only_past_start_up_and_while_it_stays_low(
+        hub: Emulator, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(telemetry, "CACHE_S", 0.0)  # every status takes a fresh reading
+    async with Client(build_server()) as client:
+        job_id = await running(client, hub, "a10g-large", gpus=[(4, 6.0)])
+        report = await call(client, "job_status", {"job_id": job_id})
+        assert report["gpu"][0]["utilization_pct"] == 4.0 and "idle" not in report["next_step"]  # just started
+        hub.jobs[job_id].created -= 600  # it has now run for ten minutes, still barely using its GPU
+        report = await call(client, "job_status", {"job_id": job_id})
+        assert "GPU mostly idle" in report["next_step"] and "data loading bound?" in report["next_step"]
+        hub.jobs[job_id].plan.gpus = [(88, 6.0)]  # busy again: a busy reading in the window clears it
+        report = await call(client, "job_status", {"job_id": job_id})
+        assert "idle" not in report["next_step"]
+        await call(client, "cancel_job", {"job_id": job_id})
+
+
+@pytest.mark.parametrize("status", [500, 404, 429])
+async def test_metrics_errors_leave_the_status_whole_and_the_token_unsaid(
+        hub: Emulator, status: int, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="hf_train_mcp")
+    async with Client(build_server()) as client:
+        job_id = await running(client, hub, "a10g-large", gpus=[(50, 5.0)])
+        hub.fail_next("GET", METRICS.format(job_id=job_id), status, echo_auth=True)  # the error quotes the token
+        report = await call(client, "job_status", {"job_id": job_id})
+        assert report["stage"] == "RUNNING" and report["gpu"] is None and report["next_step"].startswith("Training")
+        assert metrics_requests(hub, job_id) == 1
+        assert WRITE_TOKEN not in json.dumps(report) and WRITE_TOKEN not in caplog.text
+        await call(client, "cancel_job", {"job_id": job_id})
+
+
+# --- the local backend: this machine's GPUs -------------------------------------------------------------------
+SMI = "0, 87, 20480, 24564\n1, 3, 1024, 24564\n2, [N/A], [N/A], [N/A]\n"
+
+
+def test_nvidia_smi_output_becomes_figures_for_the_gpus_a_local_job_sees() -> None:
+    both = parse_nvidia_smi(SMI)
+    assert [(g.index, g.utilization_pct, g.memory_used_gb, g.memory_total_gb) for g in both] == [
+        (0, 87.0, 21.47, 25.76), (1, 3.0, 1.07, 25.76)]  # MiB to decimal GB; the unreadable GPU is left out
+    assert [g.index for g in parse_nvidia_smi(SMI, visible="1")] == [1]
+    assert parse_nvidia_smi(SMI, visible="") is None  # CUDA_VISIBLE_DEVICES="" hides every GPU
+    assert parse_nvidia_smi("") is None and parse_nvidia_smi("garbage\n") is None
+
+
+def fake_nvidia_smi(folder: Path, body: str) -> None:
+    folder.mkdir(exist_ok=True)
+    path = folder / "nvidia-smi"
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+
+
+def test_a_local_reading_runs_nvidia_smi_with_a_time_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = tmp_path / "bin"
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    fake_nvidia_smi(bin_dir, f"printf '{SMI}'")
+    assert [g.index for g in this_machines_gpus()] == [0, 1]
+    fake_nvidia_smi(bin_dir, "sleep 30")  # a wedged driver
+    started = time.monotonic()
+    assert this_machines_gpus() is None and time.monotonic() - started < 10
+
+
+def test_a_local_job_reports_this_machines_gpus_or_none_on_cpu() -> None:
+    """For real: a local-cpu job shows none; the backend's own reading is null on a machine without nvidia-smi
+    (CI) and the machine's GPUs where there are some."""
+    core = Core()
+    job_id = submit_script(core, "import time\nprint('HFTM_START {}', flush=True)\ntime.sleep(60)\n")
+    try:
+        assert wait_for(core, job_id, {"RUNNING"}, 30).gpu is None
+        reading = LocalBackend().gpus(job_id)
+        if shutil.which("nvidia-smi") is None:
+            assert reading is None
+        else:
+            assert reading and all(g.memory_total_gb > 0 and 0 <= g.utilization_pct <= 100 for g in reading)
+    finally:
+        core.cancel_job(job_id)
