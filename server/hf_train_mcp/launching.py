@@ -43,6 +43,23 @@ def submission_of(record: JobRecord, extra_warnings: list[str] | None = None, *,
     )
 
 
+def _planned_record(prepared: Prepared, submission: str, claim: str | None) -> JobRecord:
+    """The ledger's entry of a submission about to be posted (journalled under its one-off label)."""
+    req, plan, common = prepared.req, prepared.plan, prepared.common
+    return JobRecord(
+        job_id=SUBMITTING + submission, backend=prepared.backend_name, namespace=prepared.namespace,
+        method=plan.method, model=prepared.model, dataset=prepared.dataset, request_json=req.model_dump_json(),
+        script_sha256=prepared.script.sha256,
+        script_path=None, job_dir=None, stage="SCHEDULING", flavor=plan.flavor, timeout=common["timeout"],
+        job_url=None, hub_model_id=common["hub_model_id"], model_url=prepared.model_url,
+        trackio_url=prepared.trackio_url, output_bucket=plan.output_bucket, estimated_hours=common["estimated_hours"],
+        estimated_cost_usd=common["estimated_cost_usd"], effective_batch_size=plan.effective_batch_size,
+        warnings_json=json.dumps(plan.warnings), idempotency_key=None, created_at=now_iso(),
+        worst_case_cost_usd=plan.worst_case_cost_usd, claim=claim or claim_id(),
+        output_dir=plan.config["output_dir"], kind=prepared.kind, parent_job_id=prepared.parent_job_id,
+    )
+
+
 class Launcher:
     def __init__(self, host: Host) -> None:
         self.host = host
@@ -50,7 +67,7 @@ class Launcher:
         self._recovery_scanned = -RECOVERY_SCAN_S
 
     def launch(self, prepared: Prepared, claim: str | None, progress: Progress | None = None) -> Submission:
-        req, backend_name, kind, namespace = prepared.req, prepared.backend_name, prepared.kind, prepared.namespace
+        req, backend_name, kind = prepared.req, prepared.backend_name, prepared.kind
         plan, script, spec, common = prepared.plan, prepared.script, prepared.spec, prepared.common
         model_url, trackio_url = prepared.model_url, prepared.trackio_url
         backend = self.host.backend(backend_name)
@@ -68,18 +85,7 @@ class Launcher:
         if spec.nodes > 1:  # rank 0 of a run across machines: the group every node joins, named by this submission
             spec = replace(spec, network_group=multinode.group_name(submission), node_rank=0)
         node_spec = spec  # what ranks 1..N-1 are posted with (their own labels, no idempotency key)
-        planned = JobRecord(
-            job_id=SUBMITTING + submission, backend=backend_name, namespace=namespace, method=plan.method,
-            model=prepared.model, dataset=prepared.dataset, request_json=req.model_dump_json(),
-            script_sha256=script.sha256,
-            script_path=None, job_dir=None, stage="SCHEDULING", flavor=plan.flavor, timeout=common["timeout"],
-            job_url=None, hub_model_id=common["hub_model_id"], model_url=model_url, trackio_url=trackio_url,
-            output_bucket=plan.output_bucket, estimated_hours=common["estimated_hours"],
-            estimated_cost_usd=common["estimated_cost_usd"], effective_batch_size=plan.effective_batch_size,
-            warnings_json=json.dumps(plan.warnings), idempotency_key=None, created_at=now_iso(),
-            worst_case_cost_usd=plan.worst_case_cost_usd, claim=claim or claim_id(),
-            output_dir=plan.config["output_dir"], kind=kind, parent_job_id=prepared.parent_job_id,
-        )
+        planned = _planned_record(prepared, submission, claim)
         journal = None
         if backend.labels_submissions:  # a server killed mid-POST leaves this; _recover_submissions finds the job
             adopted = self._keyed_on_hub(backend, planned, req.idempotency_key, claim)
