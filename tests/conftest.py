@@ -118,6 +118,50 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-qwen2")
 
 
+@pytest.fixture
+def served(monkeypatch: pytest.MonkeyPatch):
+    """Scripts served over plain http from 127.0.0.1, which the server may read only because this test's
+    HF_TRAIN_HTTP_SCRIPT_HOSTS names that loopback host (real URLs must be https). A value that is bytes is the
+    file; ("redirect", path) answers 302 to it; ("trickle", bytes, seconds) sends one byte per that many seconds."""
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    files: dict[str, object] = {}
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            entry = files.get(self.path)
+            if isinstance(entry, tuple) and entry[0] == "redirect":
+                self.send_response(302)
+                self.send_header("Location", entry[1])
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            body = entry[1] if isinstance(entry, tuple) else entry
+            self.send_response(200 if body is not None else 404)
+            self.send_header("Content-Length", str(len(body or b"")))
+            self.end_headers()
+            if isinstance(entry, tuple) and entry[0] == "trickle":
+                for byte in body:
+                    time.sleep(entry[2])
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+            else:
+                self.wfile.write(body or b"")
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True  # a trickling answer must not hold the test's end
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("HF_TRAIN_HTTP_SCRIPT_HOSTS", "127.0.0.1")
+    yield files, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """No sweep supervisor of this session outlives it (each would poll a Hub emulator that is gone)."""
     import signal

@@ -236,34 +236,6 @@ async def test_the_guide_s_warnings_are_given(hub: Emulator) -> None:
 
 
 # --- a URL, a local file, a folder --------------------------------------------------------------------------------
-@pytest.fixture
-def served(monkeypatch: pytest.MonkeyPatch):
-    """Scripts served over plain http from 127.0.0.1, which the server may read only because this test's
-    HF_TRAIN_HTTP_SCRIPT_HOSTS names that loopback host (real URLs must be https)."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    files: dict[str, bytes] = {}
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def do_GET(self) -> None:
-            body = files.get(self.path)
-            self.send_response(200 if body is not None else 404)
-            self.send_header("Content-Length", str(len(body or b"")))
-            self.end_headers()
-            self.wfile.write(body or b"")
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    monkeypatch.setenv("HF_TRAIN_HTTP_SCRIPT_HOSTS", "127.0.0.1")
-    yield files, f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-
-
 async def test_a_url_script_is_read_for_its_header_and_fetched_by_the_job(hub: Emulator, served) -> None:
     import hashlib
 
@@ -320,6 +292,9 @@ async def test_a_folder_is_synced_to_the_bucket_mounted_and_run_in_a_copy(hub: E
     (project / "train.py").write_text(HEADED)
     (project / "helpers.py").write_text("STEPS = 10\n")
     (project / "configs" / "run.yaml").write_text("push_to_hub: true\n")
+    (project / ".git").mkdir()
+    (project / ".git" / "config").write_text("[remote]\n")
+    (project / ".env").write_text("WANDB_API_KEY=abc\n")  # credentials go as secrets, never in the copy
     before = len(hub.posted_jobs())
     hub.plan_next(JobPlan(**QUICK, log_lines=TRAINER_LINES))
     async with Client(build_server()) as client:
@@ -330,8 +305,11 @@ async def test_a_folder_is_synced_to_the_bucket_mounted_and_run_in_a_copy(hub: E
     volume = spec["volumes"][0]
     assert (volume["type"], volume["source"], volume["mountPath"], volume["readOnly"]) == (
         "bucket", "emu-user/jobs-artifacts", "/code", True)
-    uploaded = {p.split("/", 1)[1] for p in hub.buckets["emu-user/jobs-artifacts"]["files"] if p.startswith(volume["path"])}
-    assert uploaded == {"train.py", "helpers.py", "configs/run.yaml"}
+    files = hub.buckets["emu-user/jobs-artifacts"]["files"]
+    uploaded = {p.removeprefix(volume["path"] + "/") for p in files if p.startswith(volume["path"] + "/")}
+    assert uploaded == {"train.py", "helpers.py", "configs/run.yaml"} and len(files) == 3
+    assert volume["path"].startswith("hf-train-mcp/my-project-")  # a place per content (two versions never mix)
+    assert hub.buckets["emu-user/jobs-artifacts"]["private"]
     assert spec["command"][:4] == ["/bin/sh", "-c", 'cp -r /code /tmp/project && cd /tmp/project && exec "$@"', "sh"]
     assert spec["command"][4:] == ["uv", "run", "train.py", "--config", "configs/run.yaml"]
     assert spec["flavor"] == "a10g-small"  # the entry's header

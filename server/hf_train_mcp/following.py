@@ -8,7 +8,7 @@ import logging
 from collections import OrderedDict
 from dataclasses import replace
 
-from hf_train_mcp import backends, node_runs
+from hf_train_mcp import backends, credentials, node_runs
 from hf_train_mcp.backends.base import Backend, JobGone, JobState, LogRead
 from hf_train_mcp.stages import TERMINAL_STAGES
 from hf_train_mcp.errors import TrainError, NotFoundError
@@ -200,10 +200,11 @@ class Following:
     @staticmethod
     def _logs(backend: Backend, job_id: str, namespace: str | None, *, tail: int | None, finished: bool,
               upto: int | None = None) -> LogRead:
-        """Log lines with this server's token masked: a job that prints its environment must not leak it."""
-        token = hub_token()
+        """Log lines with this server's token and credentials masked: a job that prints its environment (or a
+        secret run_script handed it) must not leak them."""
+        token, mask = hub_token(), credentials.masker()
         read = backend.logs(job_id, namespace, tail=tail, finished=finished, upto=upto)
-        read.lines = [scrub(line, token) for line in read.lines]
+        read.lines = [mask(scrub(line, token)) for line in read.lines]
         return read
 
     def job_logs(self, job_id: str, offset: int = 0, limit: int = 200) -> LogPage:

@@ -10,6 +10,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from hf_train_mcp import engines, methods, multinode
 from hf_train_mcp.access import check_reference
+from hf_train_mcp.credentials import looks_like_credential
 from hf_train_mcp.readable import readable
 
 from hf_train_mcp.schemas import (
@@ -339,10 +340,17 @@ class HardwareRequest(Request):
 SecretName = Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]{0,63}$")]
 Arg = Annotated[str, Field(max_length=4096)]
 # a requirement uv takes after --with (never an option: it starts with a letter or digit)
-Requirement = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-\[\],<>=!~*+;:/@ ]{0,255}$")]
+def _one_requirement(value: str) -> str:
+    """One `uv run --with` item: a space would make it more than a requirement (e.g. ' --index-url ...')."""
+    if " " in value:
+        raise ValueError(f"dependency {value[:80]!r} holds spaces: write one requirement without them, e.g. "
+                         "'torch>=2.4' or 'trl[peft]==1.16.0'")
+    return value
+
+
+Requirement = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-\[\],<>=!~*+;:/@ ]{0,255}$"),
+                        AfterValidator(_one_requirement)]
 Image = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-/:@]{0,255}$")]
-TOKEN_NAMES = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"})
-_SECRET_LIKE = ("TOKEN", "SECRET", "PASSWORD", "API_KEY", "CREDENTIAL")
 
 
 class ScriptRequest(Request):
@@ -380,13 +388,13 @@ class ScriptRequest(Request):
                              "copy of your project")
         if self.command is not None and (self.script_args or self.dependencies):
             raise ValueError("script_args and dependencies go with script; put arguments in command itself")
-        if self.folder and self.script is not None and (source_kind(self.script) != "path" or
-                                                        self.script.startswith(("/", "~")) or ".." in self.script):
+        if self.folder and self.script is not None and (source_kind(self.script) != "path" or ".." in self.script
+                                                        or self.script.startswith(("/", "~", "-"))):
             raise ValueError("with folder, script is the entry file's path inside it, e.g. 'train.py'")
         for name in self.env or {}:
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", name):
                 raise ValueError(f"env name {name[:64]!r} is not a variable name (letters, digits, '_')")
-            if name.upper() in TOKEN_NAMES or any(word in name.upper() for word in _SECRET_LIKE):
+            if looks_like_credential(name):
                 raise ValueError(f"env {name!r} looks like a credential: send its name in secrets (HF_TOKEN is always "
                                  "sent as a secret), never its value in env")
         return self

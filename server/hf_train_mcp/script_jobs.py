@@ -8,7 +8,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from hf_train_mcp import backends, recipes
 from hf_train_mcp.access import Access
@@ -21,12 +21,14 @@ from hf_train_mcp.render import Script
 from hf_train_mcp.request import ScriptRequest
 from hf_train_mcp.schemas import FLAVORS
 from hf_train_mcp.script_urls import fetch_script
-from hf_train_mcp.scripts import Header, read_header, source_kind
+from hf_train_mcp.scripts import Header, check_syntax, left_out, read_header, source_kind
 
 DEFAULT_FLAVOR = "cpu-basic"  # what Jobs runs without --flavor
 DEFAULT_TIMEOUT_S = 1800  # what Jobs gives a job without --timeout
 SCANNED_SUFFIXES = (".py", ".yml", ".yaml", ".toml", ".json", ".cfg", ".sh")
 SCANNED_MAX_BYTES = 256 * 1024
+MAX_FOLDER_FILES = 5000  # a project folder's copy: code and configs, not a dataset
+MAX_FOLDER_BYTES = 1 * 2**30
 MOUNTED_AT = "/code/"  # where the Hub's docs mount a project folder (a command may name its files so)
 _ARG_FILE_SUFFIXES = (".py", ".sh", ".yaml", ".yml", ".toml", ".json", ".jsonl", ".csv", ".txt")
 
@@ -81,13 +83,29 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def _folder_files(folder: Path) -> list[Path]:
+    """The files a folder's copy holds (scripts.left_out stay behind), within the caps of an upload."""
+    files, size = [], 0
+    for path in sorted(folder.rglob("*")):
+        if not path.is_file() or left_out(PurePosixPath(path.relative_to(folder).as_posix())):
+            continue
+        files.append(path)
+        size += path.stat().st_size
+        if len(files) > MAX_FOLDER_FILES or size > MAX_FOLDER_BYTES:
+            raise TrainError(f"the folder holds over {MAX_FOLDER_FILES} files or {MAX_FOLDER_BYTES // 2**30} GiB "
+                             "(its copy is uploaded for each new version): keep code and configs in it, and put "
+                             "data and weights in a dataset, model repo or bucket the script reads. Nothing was "
+                             "launched.")
+    return files
+
+
 def _folder_source(req: ScriptRequest, access: Access) -> Source:
     folder = Path(req.folder).expanduser().resolve()
     if not folder.is_dir():
         raise NotFoundError(f"folder {access.shown(req.folder)!r} is not a folder on this machine")
     if access.remote and any(p.is_symlink() and not p.resolve().is_relative_to(folder) for p in folder.rglob("*")):
         raise AccessError("the folder holds links to files outside it, which callers over HTTP may not send")
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and ".git" not in p.relative_to(folder).parts)
+    files = _folder_files(folder)
     digest, scanned = hashlib.sha256(), []
     for path in files:
         data = path.read_bytes()
@@ -126,17 +144,27 @@ def read_source(req: ScriptRequest, access: Access) -> Source:
 
 
 def _header(source: Source) -> Header:
+    """The script's header, once the script is known to compile (an image's command has no script)."""
     try:
-        return read_header(source.text)
+        header = read_header(source.text)
+        if source.text:
+            check_syntax(source.text, header, source.label)
+        return header
     except ValueError as exc:
         raise TrainError(f"{exc}. Nothing was launched.") from None
 
 
-def _secrets(req: ScriptRequest, header: Header, access: Access, warnings: list[str]) -> tuple[str, ...]:
-    """HF_TOKEN always, then the call's secrets (or else the header's). Over HTTP no other secret of the
-    server's environment is handed to a caller's code."""
+def _secrets(req: ScriptRequest, header: Header, source: Source, access: Access) -> tuple[str, ...]:
+    """HF_TOKEN always, then the call's secrets (or else the header's). A URL's header does not choose which of
+    the server's credentials its code gets: whoever controls the URL wrote it, not the caller. Over HTTP no
+    other secret of the server's environment is handed to a caller's code."""
     named = req.secrets if req.secrets is not None else header.jobs.get("secrets", [])
     out = tuple(dict.fromkeys(["HF_TOKEN", *named]))
+    asked = [name for name in out if name != "HF_TOKEN"]
+    if source.url and req.secrets is None and asked:
+        raise TrainError(f"the script at the URL asks for secrets {', '.join(asked)} in its [tool.hf-jobs] header: a "
+                         "URL's header does not pick your credentials. Send secrets=[...] naming the ones to hand "
+                         "it (HF_TOKEN is always sent), or secrets=[] for none. Nothing was launched.")
     extra = [name for name in out if name != "HF_TOKEN"]
     if extra and access.remote:
         raise AccessError(f"secrets {', '.join(extra)} would hand this server's own credentials to your code; callers "
@@ -144,7 +172,17 @@ def _secrets(req: ScriptRequest, header: Header, access: Access, warnings: list[
     return out
 
 
-def _flavor_and_timeout(req: ScriptRequest, header: Header) -> tuple[str, int]:
+def _header_applied(req: ScriptRequest, header: Header) -> list[str]:
+    """Say which launch settings the script's header chose (the call left them out): the job's price and reach
+    follow them, and a fetched script's header is someone else's choice."""
+    applied = {key: value for key, value in header.jobs.items() if getattr(req, key, None) is None}
+    if not applied:
+        return []
+    shown = ", ".join(f"{key}={value!r}" for key, value in sorted(applied.items()))
+    return [f"from the script's [tool.hf-jobs] header: {shown} (send them in the call to choose otherwise)"]
+
+
+def _flavor_and_timeout(req: ScriptRequest, header: Header, default_timeout_s: int) -> tuple[str, int]:
     flavor = req.flavor or header.jobs.get("flavor") or DEFAULT_FLAVOR
     if flavor not in FLAVORS:
         raise TrainError(f"the header's flavor {flavor!r} is not a Jobs flavor; list_hardware lists them")
@@ -154,14 +192,15 @@ def _flavor_and_timeout(req: ScriptRequest, header: Header) -> tuple[str, int]:
             timeout = parse_duration(header.jobs["timeout"])
         except ValueError as exc:
             raise TrainError(f"the header's [tool.hf-jobs] timeout: {exc}") from None
-    return flavor, timeout or DEFAULT_TIMEOUT_S
+    return flavor, timeout or default_timeout_s
 
 
 def _placement(req: ScriptRequest, header: Header, backend: str, catalog: Catalog,
                warnings: list[str]) -> tuple[str, int, float | None, int]:
     """(flavor, timeout, $/hour, GPUs), the timeout held to max_cost_usd and the operator's cap."""
-    flavor, timeout = _flavor_and_timeout(req, header)
     where = backends.traits(backend)
+    # Jobs' own default without --timeout; a run here is free, so it gets the backend's longer one
+    flavor, timeout = _flavor_and_timeout(req, header, DEFAULT_TIMEOUT_S if where.bills else where.default_timeout_s)
     if not where.catalog_from_hub:  # one hardware of its own
         from hf_train_mcp.backends.local import has_cuda
 
@@ -187,7 +226,8 @@ def plan_script(req: ScriptRequest, source: Source, *, backend: str, catalog: Ca
                              "Nothing was launched.")
         warnings.append(f"the header's image {image!r} is ignored by backend={backend!r}")
         image = None
-    secrets = _secrets(req, header, access, warnings)
+    secrets = _secrets(req, header, source, access)
+    warnings += _header_applied(req, header)
     flavor, timeout, price, gpus = _placement(req, header, backend, catalog, warnings)
     recipe = recipes.recognise(url=source.url, image=image)
     dependencies = list(req.dependencies or [])
@@ -201,14 +241,29 @@ def plan_script(req: ScriptRequest, source: Source, *, backend: str, catalog: Ca
                   entry=req.script if source.folder else None,
                   script_args=tuple(req.script_args), dependencies=tuple(dependencies), image=image,
                   command=tuple(req.command) if req.command else None, env=tuple((req.env or {}).items()),
-                  secrets=secrets, folder=source.folder)
+                  secrets=secrets, folder=source.folder,
+                  folder_name=f"hf-train-mcp/{Path(source.folder).name}-{source.sha256[:12]}" if source.folder else None)
     warnings += advice(req, source, run, recipe, gpus=gpus, pushes=where.pushes_to_hub)
+    if here:
+        warnings += _without_uv(run, header)
     if not here:
         check_arg_files(req, access)
     return ScriptPlan(request=req, backend=backend, flavor=flavor, gpus=gpus, timeout_seconds=timeout,
                       worst_case_cost_usd=None if price is None else round(worst_case_usd(timeout, price), 2),
                       namespace=namespace, run=run, source=source, warnings=warnings, usd_per_hour=price,
                       dependencies=dependencies)
+
+
+def _without_uv(run: UserRun, header: Header) -> list[str]:
+    """A run here without uv uses this server's Python: what the script asks to have installed is not."""
+    import shutil
+
+    wanted = [*header.dependencies, *run.dependencies]
+    if run.command or not wanted or shutil.which("uv"):
+        return []
+    return [f"uv is not installed here, so the script runs with this server's Python and its dependencies "
+            f"({', '.join(wanted[:6])}{', ...' if len(wanted) > 6 else ''}) are not installed for it: install uv "
+            "(`pip install uv`) to have them provisioned, or install them yourself"]
 
 
 def check_arg_files(req: ScriptRequest, access: Access) -> None:
@@ -234,9 +289,11 @@ def _config_warnings(source: Source, run: UserRun, recipe: recipes.Recipe) -> li
     out = []
     for arg in run.command or ():
         name = arg.removeprefix(MOUNTED_AT)
-        path = Path(source.folder or "") / name
-        if not source.folder or not name.endswith((".yml", ".yaml")) or not path.is_file():
+        if not source.folder or not name.endswith((".yml", ".yaml")):
             continue
+        path = (Path(source.folder) / name).resolve()
+        if not path.is_relative_to(source.folder) or not path.is_file():
+            continue  # a config outside the folder is not the job's to read (nor the server's to show)
         text = path.read_text(errors="replace")
         missing = [key for key in recipe.config_keys if not re.search(rf"(?m)^{re.escape(key)}\s*:", text)]
         if missing:

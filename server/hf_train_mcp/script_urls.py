@@ -9,12 +9,14 @@ scripts from 127.0.0.1 and a test server has no certificate. Any other host stay
 import ipaddress
 import os
 import socket
+import time
 from urllib.parse import urljoin, urlparse
 
 from hf_train_mcp.errors import HubError, TrainError
 
 MAX_SCRIPT_BYTES = 2 * 1024 * 1024
-FETCH_TIMEOUT_S = 20.0
+FETCH_TIMEOUT_S = 20.0  # the whole read, redirects included (checked between reads)
+READ_TIMEOUT_S = 5.0  # one read: so a read begun just before the deadline ends soon after it
 MAX_REDIRECTS = 5
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -41,32 +43,31 @@ def check_url(url: str, *, remote: bool) -> None:
             raise TrainError(f"cannot resolve the host of script URL {url[:120]!r}") from None
         for address in addresses:
             ip = ipaddress.ip_address(address.split("%")[0])
-            if ip.is_private or ip.is_loopback or ip.is_link_local or ip.is_reserved:
+            # not is_global: private, loopback, link-local, CGNAT (100.64/10), reserved, unspecified
+            if not ip.is_global or ip.is_multicast:
                 raise TrainError("the script URL points into the server's own network, which callers over HTTP may "
                                  "not reach: send a public https URL")
 
 
 def fetch_script(url: str, *, remote: bool) -> str:
-    """The text at a script URL, read under the rules of check_url (each redirect too)."""
+    """The text at a script URL, read under the rules of check_url (each redirect too), all of it within
+    FETCH_TIMEOUT_S (+ one READ_TIMEOUT_S): httpx's timeout bounds each read, and a server that trickles a
+    byte at a time, or redirects slowly, would otherwise hold the call far longer."""
     import httpx
 
-    current = url
+    current, deadline = url, time.monotonic() + FETCH_TIMEOUT_S
     for _ in range(MAX_REDIRECTS + 1):
         check_url(current, remote=remote)
         try:
-            with httpx.stream("GET", current, timeout=FETCH_TIMEOUT_S, follow_redirects=False) as response:
+            with httpx.stream("GET", current, timeout=min(_left(deadline, url), READ_TIMEOUT_S),
+                              follow_redirects=False) as response:
                 if response.is_redirect:
                     current = urljoin(current, response.headers.get("location", ""))
                     continue
                 if response.status_code != 200:
                     raise TrainError(f"script URL {url[:120]!r} answered HTTP {response.status_code}: check it "
                                      "(a raw file URL, not a web page). Nothing was launched.")
-                body = b""
-                for chunk in response.iter_bytes():
-                    body += chunk
-                    if len(body) > MAX_SCRIPT_BYTES:
-                        raise TrainError(f"the script at {url[:120]!r} is over {MAX_SCRIPT_BYTES // 1024} KiB: is it "
-                                         "a script? Nothing was launched.")
+                body = _body(response, url, deadline)
         except httpx.HTTPError as exc:
             raise HubError(f"could not read script URL {url[:120]!r} ({type(exc).__name__}); check it and call "
                            "again. Nothing was launched.") from None
@@ -75,3 +76,22 @@ def fetch_script(url: str, *, remote: bool) -> str:
         except UnicodeDecodeError:
             raise TrainError(f"the file at {url[:120]!r} is not text: send a Python script URL") from None
     raise TrainError(f"script URL {url[:120]!r} redirects more than {MAX_REDIRECTS} times")
+
+
+def _left(deadline: float, url: str) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise HubError(f"script URL {url[:120]!r} took over {FETCH_TIMEOUT_S:.0f} s to read: check it (or send the "
+                       "source itself as script) and call again. Nothing was launched.")
+    return left
+
+
+def _body(response, url: str, deadline: float) -> bytes:
+    body = b""
+    for chunk in response.iter_bytes():
+        body += chunk
+        _left(deadline, url)
+        if len(body) > MAX_SCRIPT_BYTES:
+            raise TrainError(f"the script at {url[:120]!r} is over {MAX_SCRIPT_BYTES // 1024} KiB: is it a script? "
+                             "Nothing was launched.")
+    return body

@@ -5,6 +5,7 @@ following (status, logs, cancel, list), estimating (time, money, memory, measure
 the core as a host.Host; none imports this module.
 """
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -203,6 +204,26 @@ class Core:
         if existing.kind != kind:
             raise KeyConflict(f"idempotency_key {req.idempotency_key!r} already names job {existing.job_id}, a "
                               f"{existing.kind} job: use another key for this {kind} job")
+        changed = _changed_fields(existing.request_json, req)
+        if changed:
+            raise KeyConflict(f"idempotency_key {req.idempotency_key!r} already names job {existing.job_id}, sent "
+                              f"with another {', '.join(changed)}: a retry sends the same arguments. Use another key "
+                              "for a new job. Nothing was launched.")
         return submission_of(existing, extra_warnings=[
             f"idempotency_key matched job {existing.job_id}: returned it instead of submitting again"],
             ledger=self.ledger)
+
+
+_NOT_THE_JOB = ("dry_run", "max_cost_usd")  # how a call is checked, not what its job is
+
+
+def _changed_fields(recorded: str, req: Any) -> list[str]:
+    """The fields in which a retry differs from the call its key first launched (names only: a value may be
+    a script's source)."""
+    try:
+        before = json.loads(recorded)
+    except ValueError:
+        return []
+    now = json.loads(req.model_dump_json())
+    return sorted(name for name in now.keys() | before.keys()
+                  if name not in _NOT_THE_JOB and before.get(name) != now.get(name))

@@ -89,6 +89,9 @@ class Planner:
                 return req.resume_from, None
             raise TrainError(f"resume_from={req.resume_from!r} is neither a job id from list_jobs nor a Hub repo "
                              "'owner/name'")
+        if previous.kind != "train":
+            raise TrainError(f"resume_from={req.resume_from!r} is a {previous.kind} job, not a training job: resume "
+                             "from a submit_training job (list_jobs), or a Hub repo 'owner/name' with checkpoints")
         check_job_inputs(self.host.access, previous, TrainingRequest.model_validate_json(previous.request_json))
         if not backends.traits(previous.backend).pushes_to_hub:
             if not backends.traits(backend_name).reads_local_paths:

@@ -142,13 +142,16 @@ def _literal(annotation: Any) -> bool:
     return get_origin(annotation) is Literal or any(_literal(arg) for arg in get_args(annotation))
 
 
+_NEVER_SHOWN = frozenset({"reward_code", "script", "env"})  # code (a run_script job's source) and its environment
+
+
 def shown_params(params: dict[str, Any], remote: bool) -> dict[str, Any]:
     """What compare_runs shows of a run's settings: never code; to a remote caller only hyperparameters (numbers,
     switches and fixed choices), not names of models, data or repos that another user's run may hold."""
     fields = TrainingRequest.model_fields
     shown = {}
     for name, value in params.items():
-        if name == "reward_code":
+        if name in _NEVER_SHOWN:
             continue
         plain = value is None or isinstance(value, bool | int | float)
         if remote and not plain and not (name in fields and _literal(fields[name].annotation)):

@@ -421,7 +421,10 @@ def cancel_sweep(core: Host, sweep_id: str) -> str:
 # --- pruning -------------------------------------------------------------------------------------------------
 def watched(method: str) -> tuple[str, bool]:
     """The training metric a method's runs are compared on while they train: (name, lower is better). GRPO's
-    loss says little (it hovers near 0); its mean reward is what improves."""
+    loss says little (it hovers near 0); its mean reward is what improves. A run_script job (method 'script')
+    is compared on the loss its log reports."""
+    if method not in methods.REGISTRY:
+        return "loss", True
     return ("reward", False) if methods.get(method).eval_metric == "reward" else ("loss", True)
 
 

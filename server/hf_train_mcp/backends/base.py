@@ -23,6 +23,7 @@ class UserRun:
     env: tuple[tuple[str, str], ...] = ()
     secrets: tuple[str, ...] = ("HF_TOKEN",)
     folder: str | None = None  # a local project folder, synced to the account's bucket and mounted
+    folder_name: str | None = None  # its place in the bucket: one per content, so two versions never mix
 
 
 @dataclass(frozen=True)

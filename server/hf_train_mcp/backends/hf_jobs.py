@@ -15,6 +15,7 @@ from hf_train_mcp import multinode
 from hf_train_mcp.errors import TrainError
 from hf_train_mcp.hub import bounded, hub_api, hub_error, scrub, status_of, transient
 from hf_train_mcp.render import Script
+from hf_train_mcp.scripts import sync_excludes
 
 UV_IMAGE = "ghcr.io/astral-sh/uv:python3.12-bookworm"
 VENV = "/tmp/venv"
@@ -76,6 +77,22 @@ def _inline(script: Script, advice: str) -> str:
         raise TrainError(f"the script is {len(script.text)} bytes, over the {MAX_INLINE_CHARS * 3 // 4} bytes that "
                          f"fit inline in a job; {advice}")
     return encoded
+
+
+def _sync_folder(api, run: UserRun, namespace: str | None):
+    """sync_job_volume's steps, with what it does not offer: the folder's history, environments and credentials
+    left out (scripts.left_out), a place per content (two versions of one folder never mix in a running job),
+    nothing printed (stdout is the CLI's --json answer), and a public bucket refused rather than warned about."""
+    from huggingface_hub import Volume, constants
+
+    owner = namespace or api.whoami()["name"]
+    bucket = f"{owner}/{constants.HF_JOBS_ARTIFACTS_BUCKET_NAME}"
+    api.create_bucket(bucket_id=bucket, exist_ok=True, private=True)
+    if not api.bucket_info(bucket_id=bucket).private:
+        raise TrainError(f"your bucket {bucket} is public: a project folder synced there would be readable by anyone. "
+                         f"Make it private ({api.endpoint}/buckets/{bucket}), then call again. Nothing was launched.")
+    api.sync_bucket(run.folder, f"hf://buckets/{bucket}/{run.folder_name}", exclude=sync_excludes(), quiet=True)
+    return Volume(type="bucket", source=bucket, mount_path=FOLDER_MOUNT, path=run.folder_name, read_only=True)
 
 
 def gpu_readings(event: dict) -> list[GpuReading] | None:
@@ -172,14 +189,13 @@ class HfJobsBackend:
         return out
 
     def synced_folder(self, spec: JobSpec, api) -> list:
-        """A run_script folder, synced to the account's jobs-artifacts bucket (only changed files are sent) and
-        mounted read-only, as `hf jobs run -v ./dir:/code` does."""
-        if spec.run is None or not spec.run.folder:
+        """A run_script folder, synced to the account's jobs-artifacts bucket and mounted read-only, as `hf jobs run
+        -v ./dir:/code` does."""
+        run = spec.run
+        if run is None or not run.folder:
             return []
-        volume = bounded("uploading the project folder to your jobs-artifacts bucket",
-                         lambda: api.sync_job_volume(spec.run.folder, FOLDER_MOUNT, namespace=spec.namespace),
-                         self._token, deadline_s=SYNC_DEADLINE_S)
-        return [volume]
+        return [bounded("uploading the project folder to your jobs-artifacts bucket",
+                        lambda: _sync_folder(api, run, spec.namespace), self._token, deadline_s=SYNC_DEADLINE_S)]
 
     def submit(self, script: Script, spec: JobSpec) -> JobRef:
         """POST the job; on a 5xx, 429 or network failure, look the job up by its one-off `submission` label

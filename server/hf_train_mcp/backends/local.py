@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from hf_train_mcp.backends.base import GpuReading, JobGone, JobRef, JobSpec, JobState, LogRead, UserRun
+from hf_train_mcp import scripts
 from hf_train_mcp.detach import spawn
 from hf_train_mcp.errors import TrainError, EnvironmentMissing, NotFoundError
 from hf_train_mcp.ledger import now_iso
@@ -230,7 +231,8 @@ class LocalBackend:
         """A run_script job's files in its folder: the project copied (a job never writes into the caller's
         own folder), or the script's source; and what runs there."""
         if run.folder:
-            shutil.copytree(run.folder, folder / "project", ignore=shutil.ignore_patterns(".git", "__pycache__"))
+            shutil.copytree(run.folder, folder / "project",
+                            ignore=shutil.ignore_patterns(*scripts.LEFT_OUT_DIRS, *scripts.LEFT_OUT_FILES))
         elif run.command is None:
             (folder / "script.py").write_text(script.text)
         return self.script_command(run)
