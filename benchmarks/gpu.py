@@ -3,12 +3,15 @@
 
 On a GPU machine: python benchmarks/gpu.py [--model PATH_OR_ID] [--steps 20]
 Anywhere (CPU, tiny in-process model, no QLoRA): python benchmarks/gpu.py --cpu
+Unsloth vs TRL on the same QLoRA and LoRA SFT run (CUDA and `pip install unsloth` needed; skipped otherwise):
+    python benchmarks/gpu.py --methods sft --pefts qlora,lora --engines trl,unsloth
 
 Peak memory is measured around the script (torch.cuda.max_memory_allocated on GPU, max RSS on CPU) by a
 wrapper that runs it unchanged, so the figures are what a job would see.
 """
 
 import argparse
+import importlib.util
 import json
 import os
 import re
@@ -86,29 +89,68 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--methods", default=",".join(methods.NAMES))
     parser.add_argument("--pefts", default="lora,qlora,full")
+    parser.add_argument("--engines", default="trl", help="trl,unsloth: each run under each engine that covers it "
+                        "(Unsloth: SFT/GRPO, LoRA/QLoRA, CUDA only), and Unsloth's ratio to TRL on the same run")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="hftm-gpu-bench-"))
     model = args.model or str(build_tiny_model(workdir / "tiny-model"))
     size = model_size(model, offline=True)
     gpu = not args.cpu and _has_cuda()
+    chosen = _engines(args.engines.split(","), gpu)
+    rows = scripted_rows(args, workdir, model, size, gpu, chosen)
+    rows.append(("stock trl sft/lora", stock_sft(args, workdir, model, gpu)))
+
+    print(f"device: {'GPU' if gpu else 'CPU'}; model: {model} ({size.billions:.3f} B); {args.steps} steps, "
+          f"batch {args.batch}")
+    print(f"{'run':30s} {'ok':3s} {'samples/s':>10s} {'tokens/s':>10s} {'peak GB':>8s} {'loss first->last':>18s}")
+    for name, r in rows:
+        loss = (f"{r['first_loss']:.3f}->{r['last_loss']:.3f}" if r["first_loss"] is not None else "-")
+        print(f"{name:30s} {'yes' if r['ok'] else 'NO':3s} {_num(r['samples_per_s']):>10s} "
+              f"{_num(r['tokens_per_s']):>10s} {_num(r['peak_gb']):>8s} {loss:>18s}"
+              + (f"  {r['error']}" if r["error"] else ""))
+    compare_engines(dict(rows))
+
+
+def _engines(names: list[str], gpu: bool) -> list[str]:
+    """The engines to run: Unsloth only where it can run (it needs CUDA, and the package installed)."""
+    if "unsloth" in names and not gpu:
+        print("engine unsloth skipped: Unsloth needs a CUDA GPU (without one it falls back to plain TRL)")
+    elif "unsloth" in names and importlib.util.find_spec("unsloth") is None:
+        print("engine unsloth skipped: the unsloth package is not installed (pip install unsloth)")
+    else:
+        return names
+    return [name for name in names if name != "unsloth"]
+
+
+def scripted_rows(args: argparse.Namespace, workdir: Path, model: str, size, gpu: bool,
+                  chosen: list[str]) -> list[tuple[str, dict]]:
+    """Each method x PEFT x engine with the script submit_training renders for this machine."""
     rows = []
     for method in args.methods.split(","):
         data = write_jsonl(workdir / method / "train.jsonl", example_rows(method, max(64, args.steps * args.batch)))
         for peft in args.pefts.split(","):
             if peft == "qlora" and not gpu:
                 continue
-            try:
-                request = TrainingRequest(model=model, dataset=str(data), method=method, peft=peft, backend="local",
-                                          max_steps=args.steps, per_device_batch_size=args.batch,
-                                          gradient_accumulation=1, max_length=256, **options(method, model))
-            except ValueError:  # a peft the method does not offer (embedding: no QLoRA)
-                continue
-            folder = workdir / f"{method}-{peft}"
-            folder.mkdir()
-            plan = plan_run(request, backend="local", size=size, catalog=fallback_catalog(), namespace=None,
-                            data=DataFacts(), local_cuda=gpu)
-            (folder / "train.py").write_text(plan.render().text)
-            rows.append((f"{method}/{peft}", run(folder, "train.py", [], args.cpu)))
+            for engine in chosen:
+                try:
+                    request = TrainingRequest(model=model, dataset=str(data), method=method, peft=peft,
+                                              backend="local", max_steps=args.steps, per_device_batch_size=args.batch,
+                                              gradient_accumulation=1, max_length=256, engine=engine,
+                                              **options(method, model))
+                except ValueError:  # a peft the method does not offer (embedding: no QLoRA), or the engine
+                    continue
+                name = f"{method}/{peft}" + ("" if engine == "trl" else f" [{engine}]")
+                folder = workdir / f"{method}-{peft}-{engine}"
+                folder.mkdir()
+                plan = plan_run(request, backend="local", size=size, catalog=fallback_catalog(), namespace=None,
+                                data=DataFacts(), local_cuda=gpu)
+                (folder / "train.py").write_text(plan.render().text)
+                rows.append((name, run(folder, "train.py", [], args.cpu)))
+    return rows
+
+
+def stock_sft(args: argparse.Namespace, workdir: Path, model: str, gpu: bool) -> dict:
+    """TRL's own trl/scripts/sft.py with LoRA on the SFT data: the yardstick for our SFT/LoRA row."""
     stock = workdir / "stock-sft"
     stock.mkdir()
     stock_args = ["--model_name_or_path", model, "--dataset_name", str(workdir / "sft"), "--max_steps",
@@ -116,16 +158,21 @@ def main() -> None:
                   "--use_peft", "--lora_r", "16", "--lora_alpha", "32", "--max_length", "256", "--logging_steps",
                   "1", "--report_to", "none", "--output_dir", str(stock / "out"),
                   *(["--bf16"] if gpu else ["--use_cpu"])]
-    rows.append(("stock trl sft/lora", run(stock, "trl.scripts.sft", stock_args, args.cpu)))
+    return run(stock, "trl.scripts.sft", stock_args, args.cpu)
 
-    print(f"device: {'GPU' if gpu else 'CPU'}; model: {model} ({size.billions:.3f} B); {args.steps} steps, "
-          f"batch {args.batch}")
-    print(f"{'run':22s} {'ok':3s} {'samples/s':>10s} {'tokens/s':>10s} {'peak GB':>8s} {'loss first->last':>18s}")
-    for name, r in rows:
-        loss = (f"{r['first_loss']:.3f}->{r['last_loss']:.3f}" if r["first_loss"] is not None else "-")
-        print(f"{name:22s} {'yes' if r['ok'] else 'NO':3s} {_num(r['samples_per_s']):>10s} "
-              f"{_num(r['tokens_per_s']):>10s} {_num(r['peak_gb']):>8s} {loss:>18s}"
-              + (f"  {r['error']}" if r["error"] else ""))
+
+def compare_engines(rows: dict[str, dict]) -> None:
+    """Unsloth against TRL on the same run (same model, data, steps, batch, LoRA settings): its tokens/s and
+    peak GPU memory as ratios, what the estimate's unsloth_speedup and memory shares (engines.py) claim."""
+    pairs = [(name, rows[f"{name} [unsloth]"]) for name in rows if f"{name} [unsloth]" in rows]
+    if not pairs:
+        return
+    print(f"\n{'unsloth vs trl':30s} {'tokens/s x':>10s} {'peak GB x':>10s}")
+    for name, ours in pairs:
+        base = rows[name]
+        speed = ours["tokens_per_s"] / base["tokens_per_s"] if ours["tokens_per_s"] and base["tokens_per_s"] else None
+        memory = ours["peak_gb"] / base["peak_gb"] if ours["peak_gb"] and base["peak_gb"] else None
+        print(f"{name:30s} {_num(speed):>10s} {_num(memory):>10s}")
 
 
 def _num(value: float | None) -> str:
