@@ -25,6 +25,7 @@ from packaging.version import Version
 from hf_train_mcp import engines
 from hf_train_mcp.app import build_server
 from hf_train_mcp.estimate.hardware import fallback_catalog
+from hf_train_mcp.estimate.sizing import ModelSize, memory_need
 from hf_train_mcp.planning import DataFacts, plan_run
 from hf_train_mcp.request import TrainingRequest
 from hf_train_mcp.tiny import example_rows, write_jsonl
@@ -312,6 +313,18 @@ async def test_unsloth_is_estimated_below_trls_memory_and_time_for_the_same_run(
     assert unsloth["memory_gb_needed"] < trl["memory_gb_needed"]
     assert unsloth["hours"] < trl["hours"] and unsloth["cost_usd"] <= trl["cost_usd"]
     assert "engine" in unsloth["assumptions"] and "engine" not in trl["assumptions"]
+
+
+def test_short_sequences_keep_their_checkpoints_on_the_gpu() -> None:
+    """Below a max_seq_length of 512 Unsloth checkpoints the standard way (nothing offloaded): only its chunked
+    loss still saves memory there, so the gap to TRL is smaller than for long sequences."""
+    size = ModelSize(params=8_000_000_000, layers=32, hidden=4096, intermediate=14336, vocab=128_256, source="test")
+
+    def need(engine: str, seq_len: int) -> float:
+        return memory_need(size, method="sft", peft="qlora", batch=4, seq_len=seq_len, engine=engine).activations_gb
+    short_gap = need("trl", 384) - need("unsloth", 384)
+    long_gap = need("trl", 1024) - need("unsloth", 1024)
+    assert 0 < short_gap and short_gap / need("trl", 384) < long_gap / need("trl", 1024)
 
 
 MULTI_GPU = {name for name, _, gpus, _, _ in HARDWARE if gpus > 1}

@@ -35,6 +35,7 @@ class Engine:
     pins: dict[str, str] | None = None  # package -> requirement, replacing the base pins of the same package
     # Peak-memory factors against TRL on the same run (estimate/sizing.py memory_need)
     checkpoint_share: float = 1.0  # checkpointed hidden states kept on the GPU (Unsloth offloads them to RAM)
+    offloads_from_seq_len: int = 0  # ... only for sequences this long (shorter: plain checkpointing, share 1)
     logits_share: float = 1.0  # the LM head's logits and their fp32 upcast (Unsloth's chunked, fused loss)
     why_not: dict[str, str] | None = None  # refusal reasons by kind ("method", "peft", "gpus", "gpu")
 
@@ -56,6 +57,9 @@ ENGINES: dict[str, Engine] = {
         # stays), and its fused cross-entropy computes the loss in chunks without the whole fp32 logits: what
         # remains is fitted to the peak reserved memory of its notebooks (rows 17-20, tests/test_unsloth.py)
         checkpoint_share=0.25, logits_share=0.25,
+        # apply_unsloth_gradient_checkpointing (unsloth/models/_utils.py): below a max_seq_length of 512 the
+        # offload is not worth its copies, and Unsloth falls back to standard checkpointing
+        offloads_from_seq_len=512,
         why_not={
             "method": "engine='unsloth' covers method 'sft' and 'grpo' here (its loaders under TRL's SFT and GRPO "
                       "trainers); send engine='trl' (or leave it out) for {value}",

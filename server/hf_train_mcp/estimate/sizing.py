@@ -271,7 +271,8 @@ def memory_need(
     sequences = batch * max(spec.sequences_per_example, 2 if spec.full_reference_copy else 1)  # KTO: its KL batch
     act_bytes = 2.0
     # checkpointed hidden states of every layer + the working set of the one layer being recomputed
-    acts = sequences * seq_len * size.hidden * act_bytes * size.layers * kept.checkpoint_share
+    offloaded = kept.checkpoint_share if seq_len >= kept.offloads_from_seq_len else 1.0
+    acts = sequences * seq_len * size.hidden * act_bytes * size.layers * offloaded
     acts += sequences * seq_len * (size.hidden * 16 + size.intermediate * 3) * act_bytes
     if not spec.classifier:  # LM head logits (bf16) + their fp32 upcast for the loss
         acts += sequences * seq_len * size.vocab * 6 * kept.logits_share
