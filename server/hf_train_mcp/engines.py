@@ -52,6 +52,7 @@ ENGINES: dict[str, Engine] = {
             "transformers": "transformers>=5.2,<=5.17.0",
             "datasets": "datasets>=4.2,!=4.4.*,!=4.5.0,<5",
             "peft": "peft>=0.18,<1",
+            "bitsandbytes": "bitsandbytes>=0.45.5,!=0.46.0,!=0.48.0",  # its own bounds (a base QLoRA pin is looser)
         },
         # Unsloth's gradient checkpointing offloads each layer's checkpointed input to CPU RAM (one layer's
         # stays), and its fused cross-entropy computes the loss in chunks without the whole fp32 logits: what

@@ -117,13 +117,13 @@ def expects_gpu(flavor: str) -> bool:
 
 def _dependencies(req: TrainingRequest, spec: methods.MethodSpec, data: DataFacts) -> list[str]:
     # Qwen2-VL's (and most VLMs') fast processors need torchvision, built for the torch the header pins
-    deps = [*engines.dependencies(req.engine, BASE_DEPENDENCIES), *spec.dependencies, *spec.request_dependencies(req),
+    deps = [*BASE_DEPENDENCIES, *spec.dependencies, *spec.request_dependencies(req),
             *(["torchvision>=0.21,<0.26"] if data.vision else [])]
     if req.peft == "qlora":
         deps.append("bitsandbytes>=0.45")
     if req.use_liger_kernel:
         deps.append("liger-kernel>=0.5")
-    return deps
+    return engines.dependencies(req.engine, deps)  # an engine's pin replaces ours of the same package
 
 
 @dataclass(frozen=True)
