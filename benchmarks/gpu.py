@@ -5,6 +5,8 @@ On a GPU machine: python benchmarks/gpu.py [--model PATH_OR_ID] [--steps 20]
 Anywhere (CPU, tiny in-process model, no QLoRA): python benchmarks/gpu.py --cpu
 Unsloth vs TRL on the same QLoRA and LoRA SFT run (CUDA and `pip install unsloth` needed; skipped otherwise):
     python benchmarks/gpu.py --methods sft --pefts qlora,lora --engines trl,unsloth
+Across nodes (the ready check of submit_training(nodes=N)), on each node of one Jobs network group:
+    accelerate launch --num_machines N --machine_rank R ... benchmarks/gpu.py --nccl
 
 Peak memory is measured around the script (torch.cuda.max_memory_allocated on GPU, max RSS on CPU) by a
 wrapper that runs it unchanged, so the figures are what a job would see.
@@ -91,7 +93,15 @@ def main() -> None:
     parser.add_argument("--pefts", default="lora,qlora,full")
     parser.add_argument("--engines", default="trl", help="trl,unsloth: each run under each engine that covers it "
                         "(Unsloth: SFT/GRPO, LoRA/QLoRA, CUDA only), and Unsloth's ratio to TRL on the same run")
+    parser.add_argument("--nccl", action="store_true", help="instead: the multi-node ready check (benchmarks/nccl.py, "
+                        "NCCL all-reduce bandwidth), on each node of a network group under accelerate launch/torchrun")
     args = parser.parse_args()
+    if args.nccl:  # what only a GPU cluster can prove: the nodes of one group reach each other at speed
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import nccl
+
+        nccl.main()
+        return
     workdir = Path(tempfile.mkdtemp(prefix="hftm-gpu-bench-"))
     model = args.model or str(build_tiny_model(workdir / "tiny-model"))
     size = model_size(model, offline=True)

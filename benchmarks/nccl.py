@@ -4,6 +4,7 @@ of one Jobs network group, with the bandwidth the estimator assumes (estimate/co
 On each of N nodes (rank R), started the way submit_training(nodes=N) starts its script:
     accelerate launch --num_machines N --machine_rank R --num_processes $((N*GPUS)) \
         --main_process_ip ${HF_NETWORK_GROUP_PREFIX}node0 --main_process_port 29500 benchmarks/nccl.py
+(or benchmarks/gpu.py --nccl, the same check)
 (e.g. as run_script jobs in one network group). Rank 0 prints the measured bus bandwidth in GB/s.
 """
 
