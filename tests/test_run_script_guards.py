@@ -7,13 +7,14 @@ import fnmatch
 import json
 import shutil
 import socket
+import sys
 from pathlib import Path, PurePosixPath
 
 import pytest
 from mcp import Client
 from pydantic import ValidationError
 
-from hf_train_mcp import credentials, script_jobs, script_urls
+from hf_train_mcp import credentials, script_jobs, script_urls, scripts
 from hf_train_mcp.app import build_server
 from hf_train_mcp.errors import TrainError
 from hf_train_mcp.request import ScriptRequest
@@ -78,7 +79,8 @@ async def test_a_url_that_trickles_is_given_up_within_the_deadline(hub: Emulator
     assert len(hub.posted_jobs()) == before
 
 
-@pytest.mark.parametrize("address", ["100.64.0.7", "224.0.0.251", "0.0.0.0", "10.1.2.3", "fe80::1", "::ffff:127.0.0.1"])
+@pytest.mark.parametrize("address", ["100.64.0.7", "224.0.0.251", "0.0.0.0", "10.1.2.3", "fe80::1", "::ffff:127.0.0.1",
+                                     "64:ff9b::a00:5", "2002:a00:5::1"])  # NAT64 and 6to4 carry 10.0.0.5
 def test_a_remote_callers_url_may_not_point_inside_any_network(address: str,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
@@ -95,6 +97,7 @@ def test_a_remote_callers_url_may_not_point_inside_any_network(address: str,
     ('flavor = 3', "flavor must be a non-empty string"),
     ('secrets = ["wandb key"]', "list of variable names"),
     ('image = ""', "image must be a non-empty string"),
+    ('image = "Bad Image; $(id) --privileged"', "is not a Docker image reference"),
 ])
 async def test_a_header_with_values_of_the_wrong_type_is_refused(hub: Emulator, table: str, said: str) -> None:
     script = f"# /// script\n# [tool.hf-jobs]\n# {table}\n# ///\nprint(1)\n"
@@ -105,9 +108,19 @@ async def test_a_header_with_values_of_the_wrong_type_is_refused(hub: Emulator, 
     assert len(hub.posted_jobs()) == before
 
 
+@pytest.mark.parametrize(("header", "said"), [
+    ('tool = "x"', "must be a table"), ("tool = 1", "must be a table"), ("requires-python = 3", "must be a string"),
+])
+def test_a_header_of_the_wrong_shape_is_refused(header: str, said: str) -> None:
+    with pytest.raises(ValueError, match=said):
+        read_header(f"# /// script\n# {header}\n# ///\nprint(1)\n")
+
+
 def test_env_names_are_judged_by_their_words() -> None:
-    ScriptRequest(script=PLAIN, env={"TOKENIZERS_PARALLELISM": "false", "HF_HUB_ENABLE_HF_TRANSFER": "1"})
-    for name in ("WANDB_API_KEY", "GH_TOKEN", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD"):
+    ScriptRequest(script=PLAIN, env={"TOKENIZERS_PARALLELISM": "false", "HF_HUB_ENABLE_HF_TRANSFER": "1",
+                                     "TOKEN_LIMIT": "100", "AUTH_MODE": "none", "MAX_TOKENS": "512"})
+    for name in ("WANDB_API_KEY", "GH_TOKEN", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD", "HFTOKEN", "AWS_SESSIONTOKEN",
+                 "STRIPE_SECRETKEY", "hfToken", "OPENAI_KEY", "GITHUBTOKEN"):
         with pytest.raises(ValidationError, match="looks like a credential"):
             ScriptRequest(script=PLAIN, env={name: "x"})
     assert not credentials.looks_like_credential("TOKENIZERS_PARALLELISM")
@@ -123,18 +136,31 @@ def test_an_argument_cannot_become_an_option(fields: dict, said: str) -> None:
         ScriptRequest(**fields)
 
 
-async def test_a_script_that_does_not_compile_launches_nothing(hub: Emulator, tmp_path: Path) -> None:
-    spaced = tmp_path / "my scripts" / "train v2.py"
+async def test_a_script_that_does_not_compile_launches_nothing(hub: Emulator, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(scripts, "JOB_PYTHON", sys.version_info[:2])  # a server whose Python is the job's
+    spaced = tmp_path / "my scripts" / "train (1).py"  # a browser's second download of train.py
     spaced.parent.mkdir()
     spaced.write_text("def main(:\n    pass\n")
-    assert source_kind(str(spaced)) == "path"
+    assert source_kind(str(spaced)) == source_kind("runs/lr=1e-4/train.py") == "path"
     before = len(hub.posted_jobs())
     text = refused_text(await call_once("run_script", {"script": str(spaced)}))
-    assert "does not compile: line 1" in text
+    assert "train (1).py does not compile: line 1" in text
     assert "does not compile" in refused_text(await call_once("run_script", {"script": "print(\n"}))
+    for deep in ("y = " + "-" * 150_000 + "1\n", "x = " + "1+" * 90_000 + "1\n"):  # RecursionError, not a crash
+        assert "nested too deeply" in refused_text(await call_once("run_script", {"script": deep}))
     newer = "# /// script\n# requires-python = \">=3.99\"\n# ///\nmatch(:\n"  # another Python's syntax: its job judges
     assert not (await call_once("run_script", {"script": newer, "dry_run": True})).is_error
     assert len(hub.posted_jobs()) == before
+
+
+async def test_newer_syntax_than_the_servers_python_is_a_warning(hub: Emulator,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(scripts, "JOB_PYTHON", (3, 99))  # the job's Python is newer than this server's
+    dry = await call_once("run_script", {"script": "type Num = int\nprint(Num)\n", "dry_run": True})
+    assert not dry.is_error, dry.content[0].text
+    said = " ".join(dry.structured_content["warnings"])
+    assert "does not compile: line 1" in said and "fine if it is newer syntax" in said
 
 
 # --- retries, follow-ups, logs ------------------------------------------------------------------------------------
@@ -174,13 +200,15 @@ async def test_a_script_job_is_not_taken_for_a_training_job(chat: Emulator) -> N
 
 async def test_a_secret_a_job_prints_is_masked_in_its_logs(hub: Emulator, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WANDB_API_KEY", "wandb-canary-789")
-    hub.plan_next(JobPlan(**QUICK, log_lines=["key is wandb-canary-789", f"token {WRITE_TOKEN}", "TOKENIZERS ok"]))
+    monkeypatch.setenv("LICENSE_STRING", "license-canary-000")  # not a credential's name: masked since it was handed
+    hub.plan_next(JobPlan(**QUICK, log_lines=["key is wandb-canary-789", f"token {WRITE_TOKEN}", "TOKENIZERS ok",
+                                              "license license-canary-000"]))
     async with Client(build_server()) as client:
-        job = await call(client, "run_script", {"script": PLAIN, "secrets": ["WANDB_API_KEY"]})
+        job = await call(client, "run_script", {"script": PLAIN, "secrets": ["WANDB_API_KEY", "LICENSE_STRING"]})
         await finished(client, job["job_id"], 30)
         logs = await call(client, "job_logs", {"job_id": job["job_id"]})
     shown = json.dumps(logs)
-    assert "wandb-canary-789" not in shown and WRITE_TOKEN not in shown
+    assert "wandb-canary-789" not in shown and WRITE_TOKEN not in shown and "license-canary-000" not in shown
     assert "key is ***" in shown and "TOKENIZERS ok" in shown
 
 

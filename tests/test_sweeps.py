@@ -128,6 +128,8 @@ async def test_a_retried_sweep_returns_the_same_jobs_and_launches_nothing_new(ca
         again = await call(client, "submit_sweep", arguments)
     async with Client(build_server()) as other_server:  # a second server with the same ledger
         third = await call(other_server, "submit_sweep", arguments)
+        other = await refused(other_server, "submit_sweep", {**arguments, "grid": {"learning_rate": [1e-4, 3e-4]}})
+    assert "already names sweep" in other and "another grid" in other
     assert len(capybara.posted_jobs()) == before + 2
     assert again["sweep_id"] == third["sweep_id"] == first["sweep_id"]
     assert [j["job_id"] for j in again["jobs"]] == [j["job_id"] for j in first["jobs"]]

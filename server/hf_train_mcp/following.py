@@ -197,12 +197,13 @@ class Following:
                   and f.gpu.model != current.gpu.model and f.gpu_memory_gb >= current.gpu_memory_gb]
         return [f.name for f in sorted(others, key=lambda f: f.usd_per_hour)[:3]]
 
-    @staticmethod
-    def _logs(backend: Backend, job_id: str, namespace: str | None, *, tail: int | None, finished: bool,
+    def _logs(self, backend: Backend, job_id: str, namespace: str | None, *, tail: int | None, finished: bool,
               upto: int | None = None) -> LogRead:
-        """Log lines with this server's token and credentials masked: a job that prints its environment (or a
-        secret run_script handed it) must not leak them."""
-        token, mask = hub_token(), credentials.masker()
+        """Log lines with this server's token and credentials masked, and the secrets run_script handed the job
+        by name: a job that prints its environment must not leak them."""
+        record = self.host.ledger.get(job_id)
+        named = tuple(record.request.get("secrets") or ()) if record is not None else ()
+        token, mask = hub_token(), credentials.masker(named)
         read = backend.logs(job_id, namespace, tail=tail, finished=finished, upto=upto)
         read.lines = [mask(scrub(line, token)) for line in read.lines]
         return read

@@ -20,7 +20,7 @@ from hf_train_mcp.durations import minutes_since
 from hf_train_mcp.ledger import PENDING, SUBMITTING, JobRecord, KeyConflict, claim_id, now_iso
 from hf_train_mcp.prepared import Prepared, Progress
 from hf_train_mcp.schemas import Submission
-from hf_train_mcp import multinode, node_runs, sweeps
+from hf_train_mcp import multinode, node_runs, retries, sweeps
 
 log = logging.getLogger(__name__)
 RECOVER_AFTER_MIN = 2  # a live server's POST (3 attempts with timeouts) never takes this long
@@ -57,6 +57,7 @@ def _planned_record(prepared: Prepared, submission: str, claim: str | None) -> J
         warnings_json=json.dumps(plan.warnings), idempotency_key=None, created_at=now_iso(),
         worst_case_cost_usd=plan.worst_case_cost_usd, claim=claim or claim_id(),
         output_dir=plan.config["output_dir"], kind=prepared.kind, parent_job_id=prepared.parent_job_id,
+        asked_json=prepared.asked,
     )
 
 
@@ -91,7 +92,9 @@ class Launcher:
             adopted = self._keyed_on_hub(backend, planned, req.idempotency_key, claim)
             if adopted is not None:
                 return adopted
-            spec = replace(spec, labels=submission_labels(spec.labels, submission, req.idempotency_key))
+            asked = {retries.ASKED_LABEL: retries.asked_label(prepared.asked)} if req.idempotency_key and prepared.asked \
+                else {}
+            spec = replace(spec, labels=submission_labels({**spec.labels, **asked}, submission, req.idempotency_key))
             self.host.ledger.journal(planned)
             journal = planned.job_id
         try:
@@ -139,6 +142,10 @@ class Launcher:
         if found_kind != planned.kind:
             raise KeyConflict(f"idempotency_key {key!r} already names job {ref.job_id}, a {found_kind} job: use "
                               f"another key for this {planned.kind} job")
+        found_asked = (ref.labels or {}).get(retries.ASKED_LABEL)
+        if found_asked and planned.asked_json and found_asked != retries.asked_label(planned.asked_json):
+            raise KeyConflict(retries.conflict_message(key, f"job {ref.job_id} (found on the Hub by its label)",
+                                                       ["arguments"]))
         note = f"idempotency_key matched job {ref.job_id}: returned it instead of submitting again"
         known = self.host.ledger.get(ref.job_id)
         if known is not None:  # recorded without its key (a reservation taken over): the key stays free

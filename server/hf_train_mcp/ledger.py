@@ -85,7 +85,7 @@ CREATE TABLE IF NOT EXISTS sweep_runs (
 # Columns added after the first release: older ledgers get them on open.
 _ADDED_COLUMNS = {"worst_case_cost_usd": "REAL", "claim": "TEXT", "output_dir": "TEXT", "started_at": "TEXT",
                   "message": "TEXT", "kind": "TEXT NOT NULL DEFAULT 'train'", "measured_json": "TEXT",
-                  "parent_job_id": "TEXT", "node_rank": "INTEGER"}
+                  "parent_job_id": "TEXT", "node_rank": "INTEGER", "asked_json": "TEXT"}
 
 
 PENDING = "pending:"  # job_id prefix of an idempotency-key reservation
@@ -148,6 +148,7 @@ class JobRecord:
     measured_json: str | None = None  # the preflight's HFTM_PROBE numbers, kept once seen (logs scroll on)
     parent_job_id: str | None = None  # the training job an evaluation or export works on (a node: its run)
     node_rank: int | None = None  # a node of a run across machines (kind "node"; the run's own record is rank 0)
+    asked_json: str | None = None  # the call as its caller sent it: a retry with its key is held to it (retries.py)
 
     @property
     def settled(self) -> bool:

@@ -27,6 +27,7 @@ class Prepared:
     dataset: str | None
     reads: list[tuple[str, str]]  # (repo type, id) the job reads from the Hub: a local job's token depends on them
     parent_job_id: str | None = None  # the training job an evaluation or export works on
+    asked: str | None = None  # the call as its caller sent it (retries.asked_json)
 
     @property
     def worst_case_cost_usd(self) -> float:

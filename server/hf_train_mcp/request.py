@@ -12,6 +12,7 @@ from hf_train_mcp import engines, methods, multinode
 from hf_train_mcp.access import check_reference
 from hf_train_mcp.credentials import looks_like_credential
 from hf_train_mcp.readable import readable
+from hf_train_mcp.scripts import IMAGE_PATTERN, source_kind
 
 from hf_train_mcp.schemas import (
     BackendName,
@@ -350,7 +351,7 @@ def _one_requirement(value: str) -> str:
 
 Requirement = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-\[\],<>=!~*+;:/@ ]{0,255}$"),
                         AfterValidator(_one_requirement)]
-Image = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-/:@]{0,255}$")]
+Image = Annotated[str, Field(pattern=IMAGE_PATTERN)]
 
 
 class ScriptRequest(Request):
@@ -378,8 +379,6 @@ class ScriptRequest(Request):
 
     @model_validator(mode="after")
     def _one_program(self) -> "ScriptRequest":
-        from hf_train_mcp.scripts import source_kind
-
         if (self.script is None) == (self.command is None):
             raise ValueError("send script (source, https URL or .py path) or command (an argv list, with image or "
                              "folder), one of the two")

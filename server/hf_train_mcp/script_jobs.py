@@ -143,12 +143,12 @@ def read_source(req: ScriptRequest, access: Access) -> Source:
     return Source(req.script, _digest(req.script), "inline script", scanned=req.script)
 
 
-def _header(source: Source) -> Header:
+def _header(source: Source, warnings: list[str]) -> Header:
     """The script's header, once the script is known to compile (an image's command has no script)."""
     try:
         header = read_header(source.text)
-        if source.text:
-            check_syntax(source.text, header, source.label)
+        said = check_syntax(source.text, header, source.label) if source.text else None
+        warnings += [said] if said else []
         return header
     except ValueError as exc:
         raise TrainError(f"{exc}. Nothing was launched.") from None
@@ -217,7 +217,7 @@ def _placement(req: ScriptRequest, header: Header, backend: str, catalog: Catalo
 def plan_script(req: ScriptRequest, source: Source, *, backend: str, catalog: Catalog, namespace: str | None,
                 access: Access) -> ScriptPlan:
     warnings: list[str] = []
-    header = _header(source)
+    header = _header(source, warnings)
     where = backends.traits(backend)
     image = req.image or header.jobs.get("image")
     if image and not where.runs_images:
@@ -242,7 +242,7 @@ def plan_script(req: ScriptRequest, source: Source, *, backend: str, catalog: Ca
                   script_args=tuple(req.script_args), dependencies=tuple(dependencies), image=image,
                   command=tuple(req.command) if req.command else None, env=tuple((req.env or {}).items()),
                   secrets=secrets, folder=source.folder,
-                  folder_name=f"hf-train-mcp/{Path(source.folder).name}-{source.sha256[:12]}" if source.folder else None)
+                  folder_name=_bucket_place(source))
     warnings += advice(req, source, run, recipe, gpus=gpus, pushes=where.pushes_to_hub)
     if here:
         warnings += _without_uv(run, header)
@@ -252,6 +252,14 @@ def plan_script(req: ScriptRequest, source: Source, *, backend: str, catalog: Ca
                       worst_case_cost_usd=None if price is None else round(worst_case_usd(timeout, price), 2),
                       namespace=namespace, run=run, source=source, warnings=warnings, usd_per_hour=price,
                       dependencies=dependencies)
+
+
+def _bucket_place(source: Source) -> str | None:
+    """A folder's place in the jobs-artifacts bucket: its name made path-safe, and its content's hash."""
+    if not source.folder:
+        return None
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(source.folder).name).strip("-.")[:64] or "folder"
+    return f"hf-train-mcp/{name}-{source.sha256[:12]}"
 
 
 def _without_uv(run: UserRun, header: Header) -> list[str]:

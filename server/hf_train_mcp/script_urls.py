@@ -26,7 +26,7 @@ def _http_hosts() -> set[str]:
     return {h for h in listed if h in _LOOPBACK}  # never a host off this machine
 
 
-def check_url(url: str, *, remote: bool) -> None:
+def check_url(url: str, *, remote: bool, timeout_s: float = FETCH_TIMEOUT_S) -> None:
     """Refuse what a script URL may not be: not https, credentials in it, or (for a remote caller) a host that
     resolves inside this network, which the server could reach and the caller could not."""
     parsed = urlparse(url)
@@ -37,16 +37,42 @@ def check_url(url: str, *, remote: bool) -> None:
     if parsed.username or parsed.password:
         raise TrainError("the script URL holds credentials: send a public URL, or the source itself as script")
     if remote and host not in _http_hosts():
-        try:
-            addresses = {info[4][0] for info in socket.getaddrinfo(host, parsed.port or 443)}
-        except OSError:
-            raise TrainError(f"cannot resolve the host of script URL {url[:120]!r}") from None
-        for address in addresses:
+        for address in _addresses(host, parsed.port or 443, url, timeout_s):
             ip = ipaddress.ip_address(address.split("%")[0])
+            inner = _embedded_ipv4(ip)
             # not is_global: private, loopback, link-local, CGNAT (100.64/10), reserved, unspecified
-            if not ip.is_global or ip.is_multicast:
+            if any(not a.is_global or a.is_multicast for a in (ip, *([inner] if inner else []))):
                 raise TrainError("the script URL points into the server's own network, which callers over HTTP may "
                                  "not reach: send a public https URL")
+
+
+def _addresses(host: str, port: int, url: str, timeout_s: float) -> set[str]:
+    """The host's addresses, looked up within timeout_s (a resolver that hangs must not hold the call)."""
+    from concurrent.futures import ThreadPoolExecutor, TimeoutError as Late
+
+    pool = ThreadPoolExecutor(1)
+    try:
+        return {info[4][0] for info in pool.submit(socket.getaddrinfo, host, port).result(timeout=timeout_s)}
+    except Late:
+        raise HubError(f"looking up the host of script URL {url[:120]!r} took over {timeout_s:.0f} s: check it and "
+                       "call again. Nothing was launched.") from None
+    except OSError:
+        raise TrainError(f"cannot resolve the host of script URL {url[:120]!r}") from None
+    finally:
+        pool.shutdown(wait=False)
+
+
+def _embedded_ipv4(ip) -> "ipaddress.IPv4Address | None":
+    """The IPv4 address an IPv6 one carries (mapped, 6to4, Teredo, NAT64 64:ff9b::/96), which is where it goes."""
+    if ip.version != 6:
+        return None
+    if ip.ipv4_mapped or ip.sixtofour:
+        return ip.ipv4_mapped or ip.sixtofour
+    if ip.teredo:
+        return ip.teredo[1]
+    if ip in ipaddress.ip_network("64:ff9b::/96"):
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
 
 
 def fetch_script(url: str, *, remote: bool) -> str:
@@ -57,7 +83,7 @@ def fetch_script(url: str, *, remote: bool) -> str:
 
     current, deadline = url, time.monotonic() + FETCH_TIMEOUT_S
     for _ in range(MAX_REDIRECTS + 1):
-        check_url(current, remote=remote)
+        check_url(current, remote=remote, timeout_s=_left(deadline, url))
         try:
             with httpx.stream("GET", current, timeout=min(_left(deadline, url), READ_TIMEOUT_S),
                               follow_redirects=False) as response:

@@ -15,7 +15,8 @@ from hf_train_mcp import pysource
 
 # The reference regular expression of PEP 723 (packaging.python.org, "Inline script metadata")
 _BLOCK = re.compile(r"(?m)^# /// (?P<type>[a-zA-Z0-9-]+)$\s(?P<content>(^#(| .*)$\s)+)^# ///$")
-_CODE_CHARS = frozenset("()=;'\"#")  # in a one-line script, never in a file's path as callers send it
+IMAGE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._\-/:@]{0,255}$"  # a Docker image, as the call's `image` is held too
+JOB_PYTHON = (3, 12)  # the Python of the uv image a script job runs in (backends/hf_jobs.py UV_IMAGE)
 JOBS_KEYS = ("flavor", "timeout", "secrets", "image")  # what the [tool.hf-jobs] table may set for run_script
 _SECRET_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,63}")  # as the call's secrets are held (request.py)
 
@@ -26,8 +27,8 @@ def source_kind(script: str) -> str:
     text = script.strip()
     if re.match(r"^[a-z][a-z0-9+.-]*://", text, re.IGNORECASE):
         return "url"
-    if "\n" not in text and text.endswith(".py") and not _CODE_CHARS.intersection(text):
-        return "path"  # spaces allowed: "my scripts/train v2.py" is a file name, not code
+    if "\n" not in text and text.endswith(".py"):
+        return "path"  # "my scripts/train (1).py" is a file name: no one-line script ends in ".py"
     return "inline"
 
 
@@ -54,9 +55,12 @@ def read_header(source: str) -> Header:
         data = tomllib.loads(content)
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"the script's `# /// script` header is not valid TOML ({exc})") from None
-    table = data.get("tool", {}).get("hf-jobs", {})
+    tool = data.get("tool", {})
+    table = tool.get("hf-jobs", {}) if isinstance(tool, dict) else None
     if not isinstance(table, dict):
         raise ValueError("[tool.hf-jobs] in the script header must be a table")
+    if not isinstance(data.get("requires-python", ""), str):
+        raise ValueError("the header's requires-python must be a string, e.g. requires-python = \">=3.11\"")
     unknown = sorted(set(table) - set(JOBS_KEYS))
     if unknown:
         raise ValueError(f"[tool.hf-jobs] keys {', '.join(unknown)} are not read by run_script; it reads "
@@ -77,35 +81,47 @@ def _check_jobs_table(table: dict) -> None:
     for key in ("flavor", "image"):
         if key in table and not (isinstance(table[key], str) and table[key].strip()):
             raise ValueError(f"[tool.hf-jobs] {key} must be a non-empty string")
+    if "image" in table and not re.fullmatch(IMAGE_PATTERN, table["image"]):
+        raise ValueError(f"[tool.hf-jobs] image {table['image'][:80]!r} is not a Docker image reference (e.g. "
+                         "\"huggingface/trl:1.16.0\")")
     timeout = table.get("timeout")
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, str | int)):
         raise ValueError("[tool.hf-jobs] timeout must be a duration such as \"2h\" or \"90m\", or seconds")
 
 
-def check_syntax(source: str, header: Header, name: str) -> None:
-    """A script that does not compile is refused here, not after a job was billed for starting it; unless its
-    header asks for a newer Python than this server's, whose syntax this one may not read."""
+def check_syntax(source: str, header: Header, name: str) -> str | None:
+    """A script that does not compile is refused here, not after a job was billed for starting it. Where the
+    job's Python is newer than this server's (JOB_PYTHON, the uv image's), this one may not read its syntax:
+    then a warning. Skipped when the header asks for a Python this server is not."""
     import platform
+    import sys
 
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
     try:
         if header.requires_python and platform.python_version() not in SpecifierSet(header.requires_python):
-            return
+            return None
     except InvalidSpecifier:
         raise ValueError(f"the header's requires-python {header.requires_python!r} is not a version specifier "
                          "(e.g. \">=3.11\")") from None
     try:
         pysource.check_compiles(source, name)
     except SyntaxError as exc:
-        raise ValueError(f"{name} does not compile: line {exc.lineno}: {exc.msg}") from None
+        said = f"{name} does not compile: line {exc.lineno}: {exc.msg}"
+        if sys.version_info[:2] >= JOB_PYTHON:
+            raise ValueError(said) from None
+        return (f"{said} under this server's Python {platform.python_version()}: fine if it is newer syntax (the "
+                f"job runs Python {'.'.join(map(str, JOB_PYTHON))}), a failure in the job otherwise")
+    except (RecursionError, MemoryError):
+        raise ValueError(f"{name} is nested too deeply for Python to compile") from None
+    return None
 
 
 # What a project folder's copy leaves behind: history, environments, caches and credentials (a job gets its
 # secrets as secrets). One list for the hash, the bucket upload and the local copy.
 LEFT_OUT_DIRS = (".git", ".hg", ".venv", "venv", "__pycache__", "node_modules", ".ipynb_checkpoints", ".mypy_cache",
-                 ".pytest_cache")
-LEFT_OUT_FILES = (".env", ".env.*", ".netrc", "*.pyc")
+                 ".pytest_cache", ".cache", ".aws", ".ssh", ".gnupg")
+LEFT_OUT_FILES = (".env", ".env.*", ".envrc", ".netrc", ".pypirc", ".npmrc", "*.pem", "*.pyc")
 
 
 def left_out(relative: PurePosixPath) -> bool:

@@ -5,11 +5,10 @@ following (status, logs, cancel, list), estimating (time, money, memory, measure
 the core as a host.Host; none imports this module.
 """
 
-import json
 from collections.abc import Callable
 from typing import Any
 
-from hf_train_mcp import backends, node_runs, sweep_results, sweeps
+from hf_train_mcp import backends, node_runs, retries, sweep_results, sweeps
 from hf_train_mcp.access import STDIO, Access, is_local
 from hf_train_mcp.backends.base import Backend, SubmissionUnknown
 from hf_train_mcp.data.validate import validate_dataset
@@ -79,6 +78,7 @@ class Core:
         existing = self.existing_submission(req)
         if existing is not None:
             self.check_sweep_access(existing)
+            retries.check_same_sweep(existing, req)
             sweeps.ensure_supervised(self, existing)
             return sweep_results.sweep_result(self, existing, [
                 f"idempotency_key matched sweep {existing.sweep_id}: returned it instead of launching again"])
@@ -175,6 +175,7 @@ class Core:
 
         def submit(claim: str | None) -> Submission:
             prepared = self.prepare(req, backend_name, kind=kind, progress=progress)
+            prepared.asked = retries.asked_json(req, backend_name)  # the call as sent (a retry is held to it)
             if confirm is not None and not req.dry_run:
                 confirm(prepared)
             return self.launcher.launch(prepared, claim, progress)
@@ -185,7 +186,7 @@ class Core:
         claim = claim_id()
         existing = self.ledger.reserve(req.idempotency_key, claim)
         if existing is not None:
-            return self._keyed(req, kind, existing)
+            return self._keyed(req, kind, existing, backend_name)
         try:
             return submit(claim)
         except SubmissionUnknown:
@@ -194,7 +195,7 @@ class Core:
             self.ledger.release(req.idempotency_key, claim)
             raise
 
-    def _keyed(self, req: Any, kind: str, existing: JobRecord) -> Submission:
+    def _keyed(self, req: Any, kind: str, existing: JobRecord, backend_name: str) -> Submission:
         """A retry: the job its key already names (or why it cannot be given)."""
         if existing.job_id.startswith(PENDING):
             raise SubmissionInProgress(f"a submission with idempotency_key {req.idempotency_key!r} is in progress; "
@@ -204,26 +205,9 @@ class Core:
         if existing.kind != kind:
             raise KeyConflict(f"idempotency_key {req.idempotency_key!r} already names job {existing.job_id}, a "
                               f"{existing.kind} job: use another key for this {kind} job")
-        changed = _changed_fields(existing.request_json, req)
+        changed = retries.changed_fields(existing.asked_json, retries.asked_json(req, backend_name))
         if changed:
-            raise KeyConflict(f"idempotency_key {req.idempotency_key!r} already names job {existing.job_id}, sent "
-                              f"with another {', '.join(changed)}: a retry sends the same arguments. Use another key "
-                              "for a new job. Nothing was launched.")
+            raise KeyConflict(retries.conflict_message(req.idempotency_key, f"job {existing.job_id}", changed))
         return submission_of(existing, extra_warnings=[
             f"idempotency_key matched job {existing.job_id}: returned it instead of submitting again"],
             ledger=self.ledger)
-
-
-_NOT_THE_JOB = ("dry_run", "max_cost_usd")  # how a call is checked, not what its job is
-
-
-def _changed_fields(recorded: str, req: Any) -> list[str]:
-    """The fields in which a retry differs from the call its key first launched (names only: a value may be
-    a script's source)."""
-    try:
-        before = json.loads(recorded)
-    except ValueError:
-        return []
-    now = json.loads(req.model_dump_json())
-    return sorted(name for name in now.keys() | before.keys()
-                  if name not in _NOT_THE_JOB and before.get(name) != now.get(name))

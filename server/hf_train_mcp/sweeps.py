@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from hf_train_mcp import backends, methods
+from hf_train_mcp import backends, methods, retries
 from hf_train_mcp.backends.base import SubmissionUnknown
 from hf_train_mcp.access import shown_name
 from hf_train_mcp.detach import spawn_once
@@ -226,6 +226,7 @@ def store_and_start(core: Host, plan: SweepPlan, progress) -> tuple[SweepRecord,
             for index, (params, pinned, prepared) in enumerate(plan.runs)]
     holder = core.ledger.create_sweep(record, runs)
     if holder is not None:
+        retries.check_same_sweep(holder, req)
         ensure_supervised(core, holder)
         return holder, [f"idempotency_key matched sweep {holder.sweep_id}: returned it instead of launching again"]
     for run in runs[:req.max_parallel]:

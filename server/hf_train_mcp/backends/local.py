@@ -231,7 +231,8 @@ class LocalBackend:
         """A run_script job's files in its folder: the project copied (a job never writes into the caller's
         own folder), or the script's source; and what runs there."""
         if run.folder:
-            shutil.copytree(run.folder, folder / "project",
+            # links stay links (as the hash and the caps counted them): a linked folder is not copied whole
+            shutil.copytree(run.folder, folder / "project", symlinks=True,
                             ignore=shutil.ignore_patterns(*scripts.LEFT_OUT_DIRS, *scripts.LEFT_OUT_FILES))
         elif run.command is None:
             (folder / "script.py").write_text(script.text)
