@@ -145,6 +145,18 @@ async def test_the_worst_case_of_every_node_is_checked_before_the_first_post(clu
     assert len(posted_after(cluster, before)) == 0
 
 
+async def test_a_sweep_of_runs_across_nodes_prices_every_node_of_every_run(cluster: Emulator) -> None:
+    base = dict(RUN)  # each run pushes to its own <hub_model_id>-<i>
+    before = len(cluster.posted_jobs())
+    async with Client(build_server()) as client:
+        plan = await call(client, "submit_sweep", {"base": base, "grid": {"learning_rate": [1e-5, 2e-5]},
+                                                   "dry_run": True})
+        text = await refused(client, "submit_sweep", {"base": base, "grid": {"learning_rate": [1e-5, 2e-5]},
+                                                      "max_cost_usd": 60})
+    assert plan["worst_case_cost_usd"] == pytest.approx(2 * 40.32)  # 2 runs x 2 nodes x 1 h x a100x8
+    assert "$80.64" in text and len(posted_after(cluster, before)) == 0
+
+
 @pytest.mark.parametrize(("extra", "expected"), [
     ({"peft": "qlora"}, "nodes with peft='qlora' is not offered"),
     ({"backend": "local"}, "send backend='hf'"),
