@@ -2,6 +2,7 @@
 downloading an image, image tokens counted in the estimate, trained on CPU through the tools with the model's
 processor, evaluated by held-out loss, exported merged; images for a text-only model are refused."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -9,11 +10,13 @@ from mcp import Client
 
 from hf_train_mcp.app import build_server
 from hf_train_mcp.data.validate import validate_dataset
+from hf_train_mcp.estimate.sizing import ImageGrid, image_grid
 from hf_train_mcp.planning import DataFacts, Hyper
 from hf_train_mcp.request import TrainingRequest
 from hf_train_mcp.tiny import build_tiny_vlm, example_rows, write_images, write_jsonl
 from tests.conftest import needs_training
-from tests.helpers import RENDER_SIZE, call, finished, script_config
+from tests.emulator import Emulator, ViewerDataset
+from tests.helpers import RENDER_SIZE, call, call_once, finished, script_config
 
 pytestmark = pytest.mark.anyio
 
@@ -51,6 +54,41 @@ def test_the_estimate_counts_each_images_tokens() -> None:
     text = hyper.workload(vlm, 1, DataFacts(num_rows=100, mean_tokens=200)).tokens_per_example
     seen = hyper.workload(vlm, 1, DataFacts(num_rows=100, mean_tokens=200, vision=True, images_per_row=2))
     assert text == 200 and seen.tokens_per_example == 200 + 2 * 256
+
+
+QWEN2_VL = {"model_type": "qwen2_vl", "text_config": {"hidden_size": 1536, "num_hidden_layers": 28,
+                                                       "intermediate_size": 8960, "vocab_size": 151936,
+                                                       "num_attention_heads": 12, "num_key_value_heads": 2},
+            "vision_config": {"patch_size": 14, "spatial_merge_size": 2, "depth": 32}}
+QWEN2_VL_PROCESSOR = {"patch_size": 14, "merge_size": 2, "temporal_patch_size": 2,
+                      "min_pixels": 56 * 56, "max_pixels": 28 * 28 * 1280}
+
+
+def test_a_dynamic_resolution_processor_counts_tokens_by_image_size() -> None:
+    grid = image_grid(QWEN2_VL_PROCESSOR)
+    # as transformers' qwen2_vl smart_resize: 1080p is scaled into max_pixels (728 x 1316), a tiny one up to min_pixels
+    assert grid.tokens(448, 448) == 256 and grid.tokens(1080, 1920) == 1222 and grid.tokens(20, 20) == 4
+    assert image_grid({"size": {"shortest_edge": 3136, "longest_edge": 1003520}, "patch_size": 14,
+                       "merge_size": 2}) == ImageGrid(14, 2, 3136, 1003520)  # transformers 5's spelling
+    assert image_grid({"size": {"height": 224, "width": 224}, "patch_size": 16}) is None  # a fixed-size one
+
+
+async def test_the_estimate_reads_the_processors_resolution_and_the_rows_image_sizes(hub: Emulator) -> None:
+    """Qwen2-VL's tokens follow the image's size within its processor's pixel bounds: the processor's
+    preprocessor_config.json and the viewer's image cells ({src, height, width}) say both, no image downloaded."""
+    hub.models["org/Qwen2-VL-2B"] = 2_200_000_000
+    hub.files[("org/Qwen2-VL-2B", "config.json")] = json.dumps(QWEN2_VL).encode()
+    hub.files[("org/Qwen2-VL-2B", "preprocessor_config.json")] = json.dumps(QWEN2_VL_PROCESSOR).encode()
+    rows = [{"messages": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is it?"}]},
+                          {"role": "assistant", "content": [{"type": "text", "text": "A chart."}]}],
+             "images": [{"src": f"{hub.url}/assets/shot{i}.png", "height": 1080, "width": 1920}]} for i in range(6)]
+    hub.datasets["org/screens"] = ViewerDataset({"default": {"train": rows}})
+    before = len(hub.requests)
+    estimate = await call_once("estimate_cost", {"model": "org/Qwen2-VL-2B", "dataset": "org/screens",
+                                                 "flavor": "a10g-large"})
+    assert not estimate.is_error, estimate.content[0].text
+    assert estimate.structured_content["assumptions"]["image_tokens_per_example"] == 1222  # a 1080p screenshot
+    assert not any("/assets/" in r["path"] for r in hub.requests[before:])
 
 
 @needs_training

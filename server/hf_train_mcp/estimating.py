@@ -246,7 +246,8 @@ def _assumptions(chosen: FlavorEstimate, size: Any, work: Workload, data: DataFa
         **({"active_params_billions": round(size.compute_params / 1e9, 3)} if size.active else {}),
         "num_examples": data.num_rows, "tokens_per_example": data.mean_tokens, "tokens_source": token_source,
         "tokens_total": int(chosen.tokens), "tokens_per_second": int(chosen.tokens_per_second),
-        **({"image_tokens_per_example": round(data.images_per_row * size.image_tokens, 1)} if data.vision else {}),
+        **({"image_tokens_per_example": round(data.images_per_row * size.tokens_per_image(data.image_pixels), 1)}
+           if data.vision else {}),
         "throughput": "measured" if chosen.measured else "modelled",
         "per_device_batch_size": work.per_device_batch_size,
         "gradient_accumulation": work.gradient_accumulation, "max_length": work.max_length,

@@ -46,6 +46,7 @@ class DataFacts:
     conversational: bool = False  # rows hold lists of messages: the tokenizer needs a chat template
     vision: bool = False  # rows hold messages and images: a vision-language model's processor reads them
     images_per_row: float = 0.0  # images a row holds, on average in the sample
+    image_pixels: tuple[float, float] | None = None  # their mean (height, width), where the viewer said them
 
 
 @dataclass
@@ -182,7 +183,7 @@ class Hyper:
             num_examples=data.num_rows or EC.DEFAULT_NUM_EXAMPLES,
             # an image is its patch grid of tokens beside the text (validation counts the text alone)
             tokens_per_example=(data.mean_tokens or self.spec.tokens_per_example)
-            + data.images_per_row * size.image_tokens,
+            + data.images_per_row * size.tokens_per_image(data.image_pixels),
             epochs=self.resolved_epochs, max_steps=self.max_steps, max_length=self.resolved_max_length,
             per_device_batch_size=sched.per_device_batch_size, gradient_accumulation=sched.gradient_accumulation,
             **{**physical, "num_generations": self.generations},

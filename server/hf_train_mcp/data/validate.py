@@ -119,10 +119,16 @@ def _token_stats(model: str, token: str | None, rows: list[dict], fmt: str, limi
 
 def image_facts(report: Any) -> dict[str, Any]:
     """What a report says of the rows' images, as DataFacts fields: whether the rows hold images beside their text,
-    and how many a sampled row holds on average (in the column its mapping names `images`)."""
+    how many a sampled row holds on average (in the column its mapping names `images`), and their mean size."""
     if report.detected_format not in rules.VISION_FORMATS:
-        return {"vision": False, "images_per_row": 0.0}
+        return {"vision": False, "images_per_row": 0.0, "image_pixels": None}
     column = (report.suggested_column_mapping or {}).get("images", "images")
-    counts = [len(r[column]) if isinstance(r.get(column), list) else int(r.get(column) is not None)
-              for r in report.sample_rows if column in r]
-    return {"vision": True, "images_per_row": sum(counts) / len(counts) if counts else 0.0}
+    cells = [r[column] if isinstance(r[column], list) else [r[column]] for r in report.sample_rows
+             if r.get(column) is not None]
+    counts = [len(cell) for cell in cells] + [0] * sum(1 for r in report.sample_rows if r.get(column, 0) is None)
+    # the viewer's image cells say their size ({src, height, width}): no image is downloaded to know it
+    sized = [(i["height"], i["width"]) for cell in cells for i in cell if isinstance(i, dict)
+             and isinstance(i.get("height"), int | float) and isinstance(i.get("width"), int | float)
+             and i["height"] > 0 and i["width"] > 0]
+    pixels = (sum(h for h, _ in sized) / len(sized), sum(w for _, w in sized) / len(sized)) if sized else None
+    return {"vision": True, "images_per_row": sum(counts) / len(counts) if counts else 0.0, "image_pixels": pixels}

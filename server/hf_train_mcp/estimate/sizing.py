@@ -34,6 +34,14 @@ class ModelSize:
     dtype: str | None = None  # the dtype config.json says the weights are saved in ("bfloat16", "float32", ...)
     model_type: str | None = None  # config.json's model_type ("qwen2", "gemma2", "vit", ...)
     image_tokens: int = 0  # a vision-language model: the tokens one image becomes (0: it reads no images)
+    image_grid: "ImageGrid | None" = None  # a dynamic-resolution one: its processor's grid (tokens per image size)
+
+    def tokens_per_image(self, pixels: tuple[float, float] | None) -> int:
+        """What one image of (height, width) pixels becomes: its processor's resize and patch grid where the
+        model's tokens follow the image's size, else the fixed grid of its vision config."""
+        if self.image_grid is None:
+            return self.image_tokens
+        return self.image_grid.tokens(*(pixels or (DYNAMIC_IMAGE_SIDE, DYNAMIC_IMAGE_SIDE)))
 
     @property
     def billions(self) -> float:
@@ -139,6 +147,44 @@ def _from_config(cfg: dict, params: int | None, source: str) -> ModelSize:
 
 # Qwen2-VL style dynamic resolution has no fixed image size: a 448x448 image in 14 px patches, merged 2x2
 DYNAMIC_IMAGE_TOKENS = 256
+DYNAMIC_IMAGE_SIDE = 448  # the image assumed when the rows' sizes are unknown
+
+
+@dataclass(frozen=True)
+class ImageGrid:
+    """A dynamic-resolution processor (Qwen2-VL's preprocessor_config.json): images resized to multiples of
+    patch x merge within [min_pixels, max_pixels], one token per merged patch."""
+
+    patch: int
+    merge: int
+    min_pixels: int
+    max_pixels: int
+
+    def tokens(self, height: float, width: float) -> int:
+        # transformers' qwen2_vl smart_resize: round each side to the factor, then scale into the pixel bounds
+        factor = self.patch * self.merge
+        h, w = max(factor, round(height / factor) * factor), max(factor, round(width / factor) * factor)
+        if h * w > self.max_pixels:
+            beta = math.sqrt(height * width / self.max_pixels)
+            h, w = (max(factor, math.floor(side / beta / factor) * factor) for side in (height, width))
+        elif h * w < self.min_pixels:
+            beta = math.sqrt(self.min_pixels / (height * width))
+            h, w = (math.ceil(side * beta / factor) * factor for side in (height, width))
+        return (h // factor) * (w // factor)
+
+
+def image_grid(processor: dict | None) -> ImageGrid | None:
+    """The grid a preprocessor_config.json describes, if it is a dynamic-resolution one (min/max pixels, or
+    transformers 5's size.shortest_edge/longest_edge in pixels, with a merge size)."""
+    if not isinstance(processor, dict):
+        return None
+    size = processor.get("size") if isinstance(processor.get("size"), dict) else {}
+    low = processor.get("min_pixels") or size.get("shortest_edge")
+    high = processor.get("max_pixels") or size.get("longest_edge")
+    patch, merge = processor.get("patch_size"), processor.get("merge_size")
+    if all(isinstance(v, int) and v > 0 for v in (low, high, patch, merge)) and high >= low:
+        return ImageGrid(patch, merge, low, high)
+    return None
 
 
 def image_tokens(cfg: dict) -> int:
@@ -184,15 +230,30 @@ def params_from_name(name: str) -> int | None:
     return int(float(number) * (1e9 if unit.lower() == "b" else 1e6))
 
 
+def _with_grid(size: ModelSize, read_processor) -> ModelSize:
+    """A dynamic-resolution vision-language model with its processor's grid (read only for those); without
+    it, the fixed DYNAMIC_IMAGE_TOKENS stands, as an assumption."""
+    if size.image_tokens != DYNAMIC_IMAGE_TOKENS:
+        return size
+    try:
+        grid = image_grid(read_processor())
+    except Exception as exc:  # the grid is a refinement: the assumption stands, and the log says why
+        log.info("no preprocessor_config.json read: %s", exc)
+        return size
+    return replace(size, image_grid=grid) if grid else size
+
+
 def model_size(model: str, token: str | None = None, *, offline: bool = False) -> ModelSize:
     """Parameters and shape of `model`: local config.json, else Hub metadata, else its name."""
     path = Path(model).expanduser()
     local = is_local(model)  # a remote caller's Hub id is never read from the server's working folder
     if local and (path / "config.json").is_file():
         try:
-            return _from_config(json.loads((path / "config.json").read_text()), None, "local config.json")
+            size = _from_config(json.loads((path / "config.json").read_text()), None, "local config.json")
         except ValueError as exc:
             raise ValueError(f"cannot tell the size of {model!r}: {exc}") from None
+        processor = path / "preprocessor_config.json"
+        return _with_grid(size, lambda: json.loads(processor.read_text()) if processor.is_file() else None)
     hub_params: int | None = None
     note = None
     if not offline and not local:
@@ -207,7 +268,11 @@ def model_size(model: str, token: str | None = None, *, offline: bool = False) -
                 hub_params = int(info.safetensors.total)
             cfg_path = bounded(f"reading {model}/config.json", lambda: hf_hub_download(
                 model, "config.json", token=token or False, endpoint=hub_endpoint()), token)
-            return _from_config(json.loads(Path(cfg_path).read_text()), hub_params, "hub config.json + safetensors")
+            size = _from_config(json.loads(Path(cfg_path).read_text()), hub_params, "hub config.json + safetensors")
+            return _with_grid(size, lambda: json.loads(Path(bounded(
+                f"reading {model}/preprocessor_config.json", lambda: hf_hub_download(
+                    model, "preprocessor_config.json", token=token or False, endpoint=hub_endpoint()),
+                token)).read_text()))
         except Exception as exc:  # metadata is a nicety: fall through to what we have, and say why
             log.info("could not read Hub metadata of %s: %s", model, exc)
             note = str(exc)
