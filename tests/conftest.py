@@ -162,6 +162,40 @@ def served(monkeypatch: pytest.MonkeyPatch):
     server.server_close()
 
 
+# llama.cpp's real converter, from the llama.cpp sources that llama-cpp-python's sdist carries
+LLAMA_CPP_SDIST = "llama-cpp-python==0.3.36"
+
+
+@pytest.fixture(scope="session")
+def llama_cpp() -> Path:
+    """A llama.cpp source tree: HFTM_LLAMA_CPP, else the one inside llama-cpp-python's sdist (PyPI), cached."""
+    import os
+    import subprocess
+    import sys
+    import tarfile
+
+    given = os.environ.get("HFTM_LLAMA_CPP")
+    if given:
+        return Path(given)
+    cache = Path(__file__).resolve().parents[1] / ".cache" / "llama.cpp"
+    if (cache / "convert_hf_to_gguf.py").exists():
+        return cache
+    download = cache.parent / "sdist"
+    try:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-q", "-d",
+                        str(download), LLAMA_CPP_SDIST], check=True, timeout=300, capture_output=True)
+    except (subprocess.SubprocessError, OSError) as exc:
+        pytest.skip(f"llama.cpp's converter is not installable here ({LLAMA_CPP_SDIST} from PyPI: {exc})")
+    prefix = f"llama_cpp_python-{LLAMA_CPP_SDIST.split('==')[1]}/vendor/llama.cpp/"
+    with tarfile.open(next(download.glob("*.tar.gz"))) as sdist:
+        members = [m for m in sdist.getmembers() if m.name.startswith(prefix) and m.isfile() and
+                   m.name[len(prefix):].split("/")[0] in ("convert_hf_to_gguf.py", "conversion", "gguf-py")]
+        for member in members:
+            member.name = member.name[len(prefix):]
+        sdist.extractall(cache, members=members, filter="data")
+    return cache
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """No sweep supervisor of this session outlives it (each would poll a Hub emulator that is gone)."""
     import signal

@@ -1,6 +1,7 @@
 """Embedding models (method="embedding"): pairs, triplets and scored pairs validated with their popular layouts,
 bad rows refused with the fix, sized without a language-model head, trained on CPU through the tools with the
-loss the data calls for, evaluated by the matching evaluator against the base, exported merged; never GGUF."""
+loss the data calls for, evaluated by the matching evaluator against the base, exported merged, and to GGUF when
+its encoder is one llama.cpp converts (BERT-style)."""
 
 import importlib.util
 import json
@@ -147,7 +148,7 @@ async def test_triplets_train_evaluate_and_merge_through_the_tools(tiny_model: P
 
         gguf = await refused(client, "export_model", {"model": trained["job_id"], "format": "gguf",
                                                       "backend": "local"})
-        assert "does not export embedding models to GGUF yet" in gguf and "BERT-style encoders" in gguf
+        assert "BERT-style encoders" in gguf and "'qwen2' model" in gguf  # a decoder's embedding: refused
         exported = await call(client, "export_model", {"model": trained["job_id"], "format": "merged",
                                                        "backend": "local"})
         report = await finished(client, exported["job_id"])
@@ -176,3 +177,64 @@ async def test_scored_pairs_train_fully_and_are_evaluated_by_spearman(tiny_model
         report = await finished(client, evaluation["job_id"])
         assert report["stage"] == "COMPLETED", report
         assert -1 <= report["last_metrics"]["spearman"] <= 1 and "base_spearman" in report["last_metrics"]
+
+
+def llama_cpp_knowing(llama_cpp: Path, tokenizer_folder: Path, copy: Path) -> Path:
+    """A copy of llama.cpp's converter that knows the tiny tokenizer: it names a BERT vocabulary's pre-tokenizer by
+    the hash of one text's tokens, which a WordPiece vocabulary trained here has no entry for (real encoders' do).
+    The hash is registered as llama.cpp's convert_hf_to_gguf_update.py would add it."""
+    import ast
+    import hashlib
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    shutil.copytree(llama_cpp, copy)
+    base = copy / "conversion" / "base.py"
+    source = base.read_text()
+    line = next(line for line in source.splitlines() if line.strip().startswith("chktxt = "))
+    tokens = AutoTokenizer.from_pretrained(tokenizer_folder).encode(ast.literal_eval(line.split("=", 1)[1].strip()))
+    marker = "        if res is None:\n"
+    assert source.count(marker) == 1, "llama.cpp's get_vocab_base_pre changed: read it again"
+    known = f'        if chkhsh == "{hashlib.sha256(str(tokens).encode()).hexdigest()}":\n            res = "default"\n'
+    base.write_text(source.replace(marker, known + marker))
+    return copy
+
+
+@needs_training
+@needs_sentence_transformers
+@pytest.mark.training
+async def test_a_bert_embedding_model_exports_to_gguf_with_its_pooling(tmp_path: Path, llama_cpp: Path, offline,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from hf_train_mcp.tiny import build_tiny_bert
+
+    encoder = build_tiny_bert(tmp_path / "tiny-bert")
+    monkeypatch.setenv("HFTM_LLAMA_CPP", str(llama_cpp_knowing(llama_cpp, encoder, tmp_path / "llama.cpp")))
+    data = write_jsonl(tmp_path / "triplets.jsonl", example_rows(METHOD, 16))
+    async with Client(build_server()) as client:
+        trained = await call(client, "submit_training", {
+            "model": str(encoder), "dataset": str(data), "method": METHOD, "backend": "local", "max_steps": 2,
+            "per_device_batch_size": 8, "gradient_accumulation": 1, "max_length": 64})
+        report = await finished(client, trained["job_id"])
+        assert report["stage"] == "COMPLETED", report
+        exported = await call(client, "export_model", {"model": trained["job_id"], "format": "gguf",
+                                                       "backend": "local"})
+        report = await finished(client, exported["job_id"])
+    assert report["stage"] == "COMPLETED", report["log_tail"]
+    folder = Path(exported["model_url"].removeprefix("file://")) / "gguf"
+    [gguf_file] = list(folder.glob("*.gguf"))
+    assert gguf_file.name.endswith("-q8_0.gguf")  # an embedding's default: 8 bits
+    sys.path.insert(0, str(llama_cpp / "gguf-py"))
+    try:
+        from gguf import GGMLQuantizationType, GGUFReader, PoolingType
+    finally:
+        sys.path.remove(str(llama_cpp / "gguf-py"))
+    reader = GGUFReader(gguf_file)
+    field = reader.fields["general.architecture"]
+    assert bytes(field.parts[field.data[0]]).decode() == "bert"
+    pooling = reader.fields["bert.pooling_type"]
+    assert int(pooling.parts[pooling.data[0]][0]) == PoolingType.MEAN  # from the model's modules.json
+    types = {t.name: t.tensor_type for t in reader.tensors}
+    assert types["blk.0.attn_q.weight"] == GGMLQuantizationType.Q8_0 and "blk.1.ffn_up.weight" in types

@@ -262,40 +262,7 @@ async def test_a_hub_model_is_found_to_be_an_adapter_from_its_adapter_config(tra
     assert config["model_kind"] == "full" and config["dataset_split"] == "test" and config["card_repo"] is None
 
 
-# --- GGUF: llama.cpp's real converter, from the llama.cpp sources that llama-cpp-python's sdist carries ---------
-LLAMA_CPP_SDIST = "llama-cpp-python==0.3.36"
-
-
-@pytest.fixture(scope="session")
-def llama_cpp() -> Path:
-    """A llama.cpp source tree: HFTM_LLAMA_CPP, else the one inside llama-cpp-python's sdist (PyPI), cached."""
-    import os
-    import subprocess
-    import sys
-    import tarfile
-
-    given = os.environ.get("HFTM_LLAMA_CPP")
-    if given:
-        return Path(given)
-    cache = Path(__file__).resolve().parents[1] / ".cache" / "llama.cpp"
-    if (cache / "convert_hf_to_gguf.py").exists():
-        return cache
-    download = cache.parent / "sdist"
-    try:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-q", "-d",
-                        str(download), LLAMA_CPP_SDIST], check=True, timeout=300, capture_output=True)
-    except (subprocess.SubprocessError, OSError) as exc:
-        pytest.skip(f"llama.cpp's converter is not installable here ({LLAMA_CPP_SDIST} from PyPI: {exc})")
-    prefix = f"llama_cpp_python-{LLAMA_CPP_SDIST.split('==')[1]}/vendor/llama.cpp/"
-    with tarfile.open(next(download.glob("*.tar.gz"))) as sdist:
-        members = [m for m in sdist.getmembers() if m.name.startswith(prefix) and m.isfile() and
-                   m.name[len(prefix):].split("/")[0] in ("convert_hf_to_gguf.py", "conversion", "gguf-py")]
-        for member in members:
-            member.name = member.name[len(prefix):]
-        sdist.extractall(cache, members=members, filter="data")
-    return cache
-
-
+# --- GGUF: llama.cpp's real converter (the llama_cpp fixture: conftest.py) ------------------------------------
 def sentencepiece_tiny_model(tiny_model: Path, folder: Path) -> Path:
     """The tiny model with a SentencePiece tokenizer.model beside its tokenizer (as Llama 2 or Mistral ship one)."""
     import io

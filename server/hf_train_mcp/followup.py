@@ -45,6 +45,10 @@ SAMPLE_TOKENS = 96
 # lm-evaluation-harness: the well-kept harness with a stable Python API (simple_evaluate), PEFT adapters as a
 # model argument, and the largest registry of standard tasks (the Open LLM Leaderboard's first version used it)
 LM_EVAL = "lm-eval>=0.4.8,<0.5"
+# config.json model types of the encoders llama.cpp's convert_hf_to_gguf.py converts as embedding models (its
+# conversion/bert.py registrations, llama-cpp-python 0.3.36's tree): the pooling comes from modules.json
+GGUF_ENCODERS = frozenset({"bert", "camembert", "distilbert", "roberta", "xlm-roberta", "nomic_bert", "neobert",
+                           "eurobert", "jina_bert", "modernbert"})
 GGUF_DEPENDENCIES = ["gguf>=0.17", "sentencepiece>=0.2", "protobuf>=4", "numpy>=1.26"]
 CMAKE = "cmake>=3.28"  # llama-quantize is built in the job: the image has a compiler, not cmake
 # llama.cpp's sources at a pinned release: the tree llama-cpp-python's sdist vendors (PyPI never replaces a
@@ -378,11 +382,12 @@ def _exportable(req: ExportRequest, subject: Subject, size: ModelSize) -> bool:
                          "which this server does not do yet: export format='merged' and convert with llama.cpp's "
                          "own tools. Nothing was launched.")
     spec = methods.get(subject.method) if subject.method else None
-    if spec and spec.model_library == "sentence-transformers" and req.format == "gguf":
-        raise TrainError("this server does not export embedding models to GGUF yet (llama.cpp's converter handles "
-                         "BERT-style encoders; this export writes causal language models). format='merged' makes an "
-                         "adapter a standalone SentenceTransformer. Nothing was launched.")
-    if classifier and req.format == "gguf":
+    embedding = bool(spec and spec.model_library == "sentence-transformers")
+    if embedding and req.format == "gguf" and size.model_type not in GGUF_ENCODERS:
+        raise TrainError(f"llama.cpp's converter takes embedding models built on BERT-style encoders "
+                         f"({', '.join(sorted(GGUF_ENCODERS))}); this one is a {size.model_type or 'unknown'!r} model. "
+                         "format='merged' makes an adapter a standalone SentenceTransformer. Nothing was launched.")
+    if classifier and not embedding and req.format == "gguf":
         summary = methods.get(subject.method).summary
         raise TrainError(f"{'an' if summary[0] in 'aeiou' else 'a'} {summary} is a classifier, which llama.cpp does "
                          "not run: GGUF does not apply. format='merged' makes an adapter a standalone model. Nothing "
@@ -399,7 +404,9 @@ def plan_export(req: ExportRequest, subject: Subject, *, backend: str, size: Mod
     classifier = _exportable(req, subject, size)
     spec = methods.get(subject.method) if subject.method else None
     library = spec.model_library if spec else "transformers"
-    quantization = (req.quantization or "q4_k_m") if req.format == "gguf" else None
+    # an embedding's quality lives in its vector: 8 bits by default, where a chat model takes 4
+    default = "q8_0" if library == "sentence-transformers" else "q4_k_m"
+    quantization = (req.quantization or default) if req.format == "gguf" else None
     if req.format == "merged" and subject.kind == "full":
         warnings.append("this model is a full fine-tune, already standalone: the export re-saves it as safetensors "
                         "with its tokenizer")

@@ -151,6 +151,33 @@ def build_tiny_vit(folder: Path) -> Path:
     return folder
 
 
+def build_tiny_bert(folder: Path) -> Path:
+    """A 2-layer BERT encoder with random weights and a WordPiece tokenizer trained here (an embedding model's
+    transformer, of the architecture llama.cpp converts), saved to `folder`."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    if (folder / "config.json").exists():
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    corpus = [json.dumps(r) for f in ("sentence_triplets", "sentence_pairs", "scored_pairs") for r in _rows(f, 64, 0)]
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.train_from_iterator(corpus, trainers.WordPieceTrainer(vocab_size=300, special_tokens=specials))
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))])
+    tokenizer = BertTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+                                  sep_token="[SEP]", mask_token="[MASK]")
+    tokenizer.save_pretrained(folder)
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=64, max_position_embeddings=128, pad_token_id=tokenizer.pad_token_id)
+    BertModel(config).save_pretrained(folder)
+    return folder
+
+
 def build_tiny_vlm(folder: Path, text_model: Path) -> Path:
     """A LLaVA-style vision-language model with random weights: a 2-layer CLIP vision tower at 32 px (16 patches
     and the class token), a projector and the tiny Qwen2 text model's shape and tokenizer (plus `<image>`), with
