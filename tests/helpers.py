@@ -205,3 +205,20 @@ async def estimated_then_trained(client: Client, arguments: dict[str, Any], rows
     report = await finished(client, trained["job_id"])
     assert report["stage"] == "COMPLETED", report
     return dry, trained, report
+
+
+def read_gguf(llama_cpp: Path, path: Path) -> tuple[Any, Any]:
+    """(llama.cpp's gguf module, a reader of the file): the tree's own reader, not an installed one."""
+    sys.path.insert(0, str(llama_cpp / "gguf-py"))
+    try:
+        import gguf
+    finally:
+        sys.path.remove(str(llama_cpp / "gguf-py"))
+    return gguf, gguf.GGUFReader(path)
+
+
+def gguf_value(reader: Any, key: str) -> Any:
+    """A GGUF metadata value: a string decoded, a number as a number."""
+    field = reader.fields[key]
+    part = field.parts[field.data[0]]
+    return bytes(part).decode() if field.types[0].name == "STRING" else part.tolist()[0]

@@ -22,7 +22,7 @@ from hf_train_mcp.estimate.hardware import fallback_catalog
 from hf_train_mcp.request import TrainingRequest
 from hf_train_mcp.tiny import example_rows, write_jsonl
 from tests.conftest import needs_training
-from tests.helpers import QWEN_05B, call, estimated_then_trained, finished, refused
+from tests.helpers import QWEN_05B, call, estimated_then_trained, finished, gguf_value, read_gguf, refused
 
 pytestmark = pytest.mark.anyio
 METHOD = "embedding"
@@ -206,8 +206,6 @@ def llama_cpp_knowing(llama_cpp: Path, tokenizer_folder: Path, copy: Path) -> Pa
 @pytest.mark.training
 async def test_a_bert_embedding_model_exports_to_gguf_with_its_pooling(tmp_path: Path, llama_cpp: Path, offline,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    import sys
-
     from hf_train_mcp.tiny import build_tiny_bert
 
     encoder = build_tiny_bert(tmp_path / "tiny-bert")
@@ -226,15 +224,8 @@ async def test_a_bert_embedding_model_exports_to_gguf_with_its_pooling(tmp_path:
     folder = Path(exported["model_url"].removeprefix("file://")) / "gguf"
     [gguf_file] = list(folder.glob("*.gguf"))
     assert gguf_file.name.endswith("-q8_0.gguf")  # an embedding's default: 8 bits
-    sys.path.insert(0, str(llama_cpp / "gguf-py"))
-    try:
-        from gguf import GGMLQuantizationType, GGUFReader, PoolingType
-    finally:
-        sys.path.remove(str(llama_cpp / "gguf-py"))
-    reader = GGUFReader(gguf_file)
-    field = reader.fields["general.architecture"]
-    assert bytes(field.parts[field.data[0]]).decode() == "bert"
-    pooling = reader.fields["bert.pooling_type"]
-    assert int(pooling.parts[pooling.data[0]][0]) == PoolingType.MEAN  # from the model's modules.json
+    gguf, reader = read_gguf(llama_cpp, gguf_file)
+    assert gguf_value(reader, "general.architecture") == "bert"
+    assert gguf_value(reader, "bert.pooling_type") == gguf.PoolingType.MEAN  # from the model's modules.json
     types = {t.name: t.tensor_type for t in reader.tensors}
-    assert types["blk.0.attn_q.weight"] == GGMLQuantizationType.Q8_0 and "blk.1.ffn_up.weight" in types
+    assert types["blk.0.attn_q.weight"] == gguf.GGMLQuantizationType.Q8_0 and "blk.1.ffn_up.weight" in types

@@ -15,8 +15,8 @@ from hf_train_mcp.service import Core
 from tests.conftest import READ_TOKEN, WRITE_TOKEN, needs_training
 from tests.emulator import Emulator, JobPlan, ViewerDataset
 from tests.helpers import CAPYBARA_BASE as BASE
-from tests.helpers import (CAPYBARA_ROWS, call, completed_training, decoded_script, finished, refused, run_script,
-                           script_config)
+from tests.helpers import (CAPYBARA_ROWS, call, completed_training, decoded_script, finished, gguf_value, read_gguf,
+                           refused, run_script, script_config)
 
 pytestmark = pytest.mark.anyio
 
@@ -285,8 +285,6 @@ def sentencepiece_tiny_model(tiny_model: Path, folder: Path) -> Path:
 @pytest.mark.training
 async def test_a_gguf_export_converts_with_llama_cpp_and_quantizes_to_q8_0(tiny_model: Path, tmp_path: Path,
                                                                         llama_cpp: Path, offline, monkeypatch) -> None:
-    import sys
-
     source = sentencepiece_tiny_model(tiny_model, tmp_path / "tiny-chat")
     monkeypatch.setenv("HFTM_LLAMA_CPP", str(llama_cpp))
     async with Client(build_server()) as client:
@@ -298,14 +296,8 @@ async def test_a_gguf_export_converts_with_llama_cpp_and_quantizes_to_q8_0(tiny_
     assert gguf_file.exists(), report["log_tail"]
     assert (gguf_file.parent / "README.md").read_text().count("gguf") >= 1
 
-    sys.path.insert(0, str(llama_cpp / "gguf-py"))
-    try:
-        from gguf import GGMLQuantizationType, GGUFReader
-    finally:
-        sys.path.remove(str(llama_cpp / "gguf-py"))
-    reader = GGUFReader(gguf_file)
-    architecture = reader.fields["general.architecture"]
-    assert bytes(architecture.parts[architecture.data[0]]).decode() == "qwen2"
+    gguf, reader = read_gguf(llama_cpp, gguf_file)
+    assert gguf_value(reader, "general.architecture") == "qwen2"
     types = {t.name: t.tensor_type for t in reader.tensors}
-    assert types["blk.0.attn_q.weight"] == GGMLQuantizationType.Q8_0
+    assert types["blk.0.attn_q.weight"] == gguf.GGMLQuantizationType.Q8_0
     assert len(reader.tensors) == 26
