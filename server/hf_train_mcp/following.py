@@ -82,7 +82,7 @@ class Following:
         # read in the background while the log is: a slow metrics stream then costs job_status no extra time
         gpus = self.telemetry.start(backend, bare, namespace, stage=None if state.stale else state.stage,
                                     flavor=record.flavor if record else None)
-        read, parsed = self._status_logs(backend, bare, namespace, state, tail)
+        read, parsed = self._status_logs(backend, bare, namespace, record, state, tail)
         parsed = replace(parsed, metrics=dict(parsed.metrics))  # the cached parse stays as read
         measured = parsed.probe or (record.measured if record else None)
         if parsed.probe and record is not None and record.measured != parsed.probe:
@@ -129,8 +129,8 @@ class Following:
         """One job's state (a node's, or rank 0's alone)."""
         return self.state(job_id)[4]
 
-    def _status_logs(self, backend: Backend, job_id: str, namespace: str | None, state: JobState,
-                     tail: int) -> tuple[LogRead, ParsedLog]:
+    def _status_logs(self, backend: Backend, job_id: str, namespace: str | None, record: JobRecord | None,
+                     state: JobState, tail: int) -> tuple[LogRead, ParsedLog]:
         """The log lines job_status shows and what they say; a settled job's are read once and kept."""
         wanted = max(tail, STATUS_LOG_LINES)
         cached = self._settled_logs.get(job_id)
@@ -139,7 +139,7 @@ class Following:
             return cached[1], cached[2]
         if state.stage in ("SCHEDULING", "DELETED") or state.stale:
             return LogRead([]), parse_log([])
-        read = self._logs(backend, job_id, namespace, tail=wanted, finished=state.stage in TERMINAL_STAGES)
+        read = self._logs(backend, job_id, namespace, record, tail=wanted, finished=state.stage in TERMINAL_STAGES)
         parsed = parse_log(read.lines)
         # kept once the log is known to be whole: the Hub's log can lag its stage, so wait for the final line
         finished_log = parsed.done or parsed.error is not None or backend.logs_final_when_settled
@@ -197,11 +197,11 @@ class Following:
                   and f.gpu.model != current.gpu.model and f.gpu_memory_gb >= current.gpu_memory_gb]
         return [f.name for f in sorted(others, key=lambda f: f.usd_per_hour)[:3]]
 
-    def _logs(self, backend: Backend, job_id: str, namespace: str | None, *, tail: int | None, finished: bool,
-              upto: int | None = None) -> LogRead:
+    @staticmethod
+    def _logs(backend: Backend, job_id: str, namespace: str | None, record: JobRecord | None, *, tail: int | None,
+              finished: bool, upto: int | None = None) -> LogRead:
         """Log lines with this server's token and credentials masked, and the secrets run_script handed the job
-        by name: a job that prints its environment must not leak them."""
-        record = self.host.ledger.get(job_id)
+        by name (its record's request): a job that prints its environment must not leak them."""
         named = tuple(record.request.get("secrets") or ()) if record is not None else ()
         token, mask = hub_token(), credentials.masker(named)
         read = backend.logs(job_id, namespace, tail=tail, finished=finished, upto=upto)
@@ -209,13 +209,13 @@ class Following:
         return read
 
     def job_logs(self, job_id: str, offset: int = 0, limit: int = 200) -> LogPage:
-        backend, bare, namespace, _, state = self.state(job_id)
+        backend, bare, namespace, record, state = self.state(job_id)
         if state.stale:
             raise HubUnreachable(state.stale.removesuffix(" Showing the last known state from the ledger.") +
                                  " The logs live on the Hub: try again in a minute.")
         finished = state.stage in TERMINAL_STAGES
-        read = LogRead([]) if state.stage in ("SCHEDULING", "DELETED") else self._logs(
-            backend, bare, namespace, tail=None, finished=finished, upto=offset + limit + 1)  # +1: is there more?
+        read = LogRead([]) if state.stage in ("SCHEDULING", "DELETED") else self._logs(  # upto +1: is there more?
+            backend, bare, namespace, record, tail=None, finished=finished, upto=offset + limit + 1)
         page = read.lines[offset:offset + limit]
         next_offset = offset + len(page)
         return LogPage(job_id=bare, offset=offset, lines=page, next_offset=next_offset,

@@ -12,7 +12,7 @@ from hf_train_mcp import engines, methods, multinode
 from hf_train_mcp.access import check_reference
 from hf_train_mcp.credentials import looks_like_credential
 from hf_train_mcp.readable import readable
-from hf_train_mcp.scripts import IMAGE_PATTERN, source_kind
+from hf_train_mcp.scripts import IMAGE_PATTERN, SECRET_NAME_PATTERN, source_kind
 
 from hf_train_mcp.schemas import (
     BackendName,
@@ -338,9 +338,8 @@ class HardwareRequest(Request):
 
 
 # --- run_script: the caller's own code -------------------------------------------------------------------------
-SecretName = Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]{0,63}$")]
+SecretName = Annotated[str, Field(pattern=SECRET_NAME_PATTERN)]
 Arg = Annotated[str, Field(max_length=4096)]
-# a requirement uv takes after --with (never an option: it starts with a letter or digit)
 def _one_requirement(value: str) -> str:
     """One `uv run --with` item: a space would make it more than a requirement (e.g. ' --index-url ...')."""
     if " " in value:
@@ -349,6 +348,8 @@ def _one_requirement(value: str) -> str:
     return value
 
 
+# a requirement uv takes after --with (never an option: it starts with a letter or digit; the pattern admits a
+# space so that _one_requirement, not a regular expression, says what is wrong with one)
 Requirement = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._\-\[\],<>=!~*+;:/@ ]{0,255}$"),
                         AfterValidator(_one_requirement)]
 Image = Annotated[str, Field(pattern=IMAGE_PATTERN)]

@@ -160,12 +160,11 @@ def _secrets(req: ScriptRequest, header: Header, source: Source, access: Access)
     other secret of the server's environment is handed to a caller's code."""
     named = req.secrets if req.secrets is not None else header.jobs.get("secrets", [])
     out = tuple(dict.fromkeys(["HF_TOKEN", *named]))
-    asked = [name for name in out if name != "HF_TOKEN"]
-    if source.url and req.secrets is None and asked:
-        raise TrainError(f"the script at the URL asks for secrets {', '.join(asked)} in its [tool.hf-jobs] header: a "
+    extra = [name for name in out if name != "HF_TOKEN"]
+    if source.url and req.secrets is None and extra:
+        raise TrainError(f"the script at the URL asks for secrets {', '.join(extra)} in its [tool.hf-jobs] header: a "
                          "URL's header does not pick your credentials. Send secrets=[...] naming the ones to hand "
                          "it (HF_TOKEN is always sent), or secrets=[] for none. Nothing was launched.")
-    extra = [name for name in out if name != "HF_TOKEN"]
     if extra and access.remote:
         raise AccessError(f"secrets {', '.join(extra)} would hand this server's own credentials to your code; callers "
                           f"over {access.over} get HF_TOKEN only. Nothing was launched.")
@@ -246,7 +245,7 @@ def plan_script(req: ScriptRequest, source: Source, *, backend: str, catalog: Ca
     warnings += advice(req, source, run, recipe, gpus=gpus, pushes=where.pushes_to_hub)
     if here:
         warnings += _without_uv(run, header)
-    if not here:
+    else:
         check_arg_files(req, access)
     return ScriptPlan(request=req, backend=backend, flavor=flavor, gpus=gpus, timeout_seconds=timeout,
                       worst_case_cost_usd=None if price is None else round(worst_case_usd(timeout, price), 2),

@@ -18,7 +18,7 @@ _BLOCK = re.compile(r"(?m)^# /// (?P<type>[a-zA-Z0-9-]+)$\s(?P<content>(^#(| .*)
 IMAGE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._\-/:@]{0,255}$"  # a Docker image, as the call's `image` is held too
 JOB_PYTHON = (3, 12)  # the Python of the uv image a script job runs in (backends/hf_jobs.py UV_IMAGE)
 JOBS_KEYS = ("flavor", "timeout", "secrets", "image")  # what the [tool.hf-jobs] table may set for run_script
-_SECRET_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,63}")  # as the call's secrets are held (request.py)
+SECRET_NAME_PATTERN = r"^[A-Z_][A-Z0-9_]{0,63}$"  # a secret's name, in the header as in the call (request.py)
 
 
 def source_kind(script: str) -> str:
@@ -76,7 +76,7 @@ def read_header(source: str) -> Header:
 def _check_jobs_table(table: dict) -> None:
     """The [tool.hf-jobs] values' types, as the call's own arguments would be held to them."""
     secrets = table.get("secrets", [])
-    if not isinstance(secrets, list) or not all(isinstance(s, str) and _SECRET_NAME.fullmatch(s) for s in secrets):
+    if not isinstance(secrets, list) or not all(isinstance(s, str) and re.fullmatch(SECRET_NAME_PATTERN, s) for s in secrets):
         raise ValueError("[tool.hf-jobs] secrets must be a list of variable names, e.g. secrets = [\"HF_TOKEN\"]")
     for key in ("flavor", "image"):
         if key in table and not (isinstance(table[key], str) and table[key].strip()):

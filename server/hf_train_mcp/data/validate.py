@@ -123,9 +123,9 @@ def image_facts(report: Any) -> dict[str, Any]:
     if report.detected_format not in rules.VISION_FORMATS:
         return {"vision": False, "images_per_row": 0.0, "image_pixels": None}
     column = (report.suggested_column_mapping or {}).get("images", "images")
-    cells = [r[column] if isinstance(r[column], list) else [r[column]] for r in report.sample_rows
-             if r.get(column) is not None]
-    counts = [len(cell) for cell in cells] + [0] * sum(1 for r in report.sample_rows if r.get(column, 0) is None)
+    cells = [value if isinstance(value, list) else [] if value is None else [value]
+             for value in (r[column] for r in report.sample_rows if column in r)]
+    counts = [len(cell) for cell in cells]
     # the viewer's image cells say their size ({src, height, width}): no image is downloaded to know it
     sized = [(i["height"], i["width"]) for cell in cells for i in cell if isinstance(i, dict)
              and isinstance(i.get("height"), int | float) and isinstance(i.get("width"), int | float)
