@@ -281,7 +281,7 @@ def _register_tool(mcp: MCPServer, spec: ToolSpec, runner: _Runner, get_core: Ca
                 not confirmation.data.submit:
             raise CodedToolError("not submitted: the user chose not to launch it; nothing was launched", "declined")
         hooks = Hooks(progress=runner.reporter(ctx) if spec.progress else None)
-        return await runner.call(lambda core: spec.run(core, req, hooks), spec.name)
+        return await runner.call(lambda core: spec.call(core, req, hooks), spec.name)
 
     annotations = ToolAnnotations(read_only_hint=spec.read_only, destructive_hint=spec.destructive,
                                   idempotent_hint=spec.idempotent, open_world_hint=True)

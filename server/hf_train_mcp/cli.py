@@ -250,7 +250,7 @@ def run_tool(spec: Any, args: argparse.Namespace) -> None:
     except ValidationError as exc:
         raise TrainError(f"invalid options for {spec.command}: {readable(exc)}") from None
     progress = (lambda message: print(f"... {message}", file=sys.stderr, flush=True)) if not args.json else None
-    result = spec.run(_core(), request, Hooks(progress=progress, confirm=_confirm_on_terminal(args.yes)))
+    result = spec.call(_core(), request, Hooks(progress=progress, confirm=_confirm_on_terminal(args.yes)))
     print(json.dumps(result.model_dump(mode="json", by_alias=True), indent=2) if args.json else render(result))
 
 

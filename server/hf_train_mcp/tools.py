@@ -7,6 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from hf_train_mcp.model_files import one_read_each
+
 from hf_train_mcp.request import (
     CancelRequest,
     CompareRequest,
@@ -60,6 +62,11 @@ class ToolSpec:
     progress: bool = False  # takes long enough (Hub reads, tokenizers, submission) to report progress
     launches: str | None = None  # the kind of paid job it can start: a big worst case is confirmed with the user
     aliases: tuple[str, ...] = field(default=())
+
+    def call(self, core: Any, req: Any, hooks: Hooks) -> BaseModel:
+        """The tool's work, each model file it needs read once however many steps ask (model_files.py)."""
+        with one_read_each():
+            return self.run(core, req, hooks)
 
 
 TOOLS: tuple[ToolSpec, ...] = (

@@ -1,15 +1,14 @@
 """How big a model is (Hub metadata, a local config.json, or its name) and how much GPU memory training takes."""
 
-import json
 import logging
 import math
 import re
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from hf_train_mcp import engines, methods
-from hf_train_mcp.access import is_local
 from hf_train_mcp.estimate import constants as C
+from hf_train_mcp.model_family import DUAL_ENCODER_TYPES, Family, family_of
+from hf_train_mcp.model_files import model_files, text_config, vision_config
 
 log = logging.getLogger(__name__)
 DTYPE_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
@@ -35,6 +34,7 @@ class ModelSize:
     model_type: str | None = None  # config.json's model_type ("qwen2", "gemma2", "vit", ...)
     image_tokens: int = 0  # a vision-language model: the tokens one image becomes (0: it reads no images)
     image_grid: "ImageGrid | None" = None  # a dynamic-resolution one: its processor's grid (tokens per image size)
+    family: Family | None = None  # what the model's files say it is (model_family.py); None: nothing was read
 
     def tokens_per_image(self, pixels: tuple[float, float] | None) -> int:
         """What one image of (height, width) pixels becomes: its processor's resize and patch grid where the
@@ -68,12 +68,6 @@ def _experts(cfg: dict) -> tuple[int, int, int] | None:
     return int(experts), int(per_token), int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size"))
 
 
-def _text_config(cfg: dict) -> dict:
-    """The language model's part of a multimodal config (its text_config), else the config itself."""
-    text = cfg.get("text_config")
-    return text if isinstance(text, dict) and text else cfg
-
-
 def _first(cfg: dict, names: tuple[str, ...]) -> int | None:
     return next((int(cfg[n]) for n in names if isinstance(cfg.get(n), int | float) and cfg[n]), None)
 
@@ -90,20 +84,51 @@ def _shape(cfg: dict) -> tuple[int, int, int]:
 # encoders whose MLP is up and down projections only (decoders since LLaMA gate theirs: three matrices); ViT-base
 # counts 86M this way, as published, against 113M as a gated MLP
 UNGATED_MLP = frozenset({"vit", "deit", "beit", "dinov2", "bert", "roberta", "xlm-roberta", "distilbert", "electra",
-                         "deberta", "deberta-v2", "mpnet", "clip_vision_model", "siglip_vision_model"})
+                         "deberta", "deberta-v2", "mpnet", "clip_vision_model", "siglip_vision_model",
+                         "clip_text_model", "siglip_text_model"})
+
+
+GATED_VISION = frozenset({"qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"})  # vision towers with a gated MLP
+
+
+def _vision_params(cfg: dict, text_hidden: int) -> int:
+    """The vision tower beside the text model (a VLM's, a dual encoder's) and what joins them: patch embedding,
+    its layers, and the projector into the text model's width (pixel-shuffled or merged patches first)."""
+    vision = vision_config(cfg)
+    width = vision and (vision.get("embed_dim") or vision.get("hidden_size"))
+    depth = vision and (vision.get("depth") or vision.get("num_hidden_layers"))
+    if not isinstance(width, int) or not isinstance(depth, int):
+        return 0
+    inter = vision.get("intermediate_size") or int(vision.get("mlp_ratio", 4) * width)
+    mlp = 3 if cfg.get("model_type") in GATED_VISION else 2
+    patch = (vision.get("patch_size") or 14) ** 2 * (vision.get("temporal_patch_size") or 1)
+    tower = depth * (4 * width * width + mlp * width * inter) + patch * (vision.get("in_chans") or 3) * width
+    if cfg.get("model_type") in DUAL_ENCODER_TYPES:  # CLIP, SigLIP: each tower projected into a shared space
+        return tower + (width + text_hidden) * (cfg.get("projection_dim") or 0)
+    if cfg.get("scale_factor"):  # Idefics3 / SmolVLM: pixel shuffle, then one linear layer
+        return tower + width * cfg["scale_factor"] ** 2 * text_hidden
+    joined = width * (vision.get("spatial_merge_size") or 1) ** 2  # Qwen2-VL merges 2x2 patches first
+    return tower + joined * text_hidden + max(joined, text_hidden) ** 2  # a two-layer MLP projector
 
 
 def param_counts(cfg: dict) -> tuple[int, int | None]:
     """(total, active per token or None when dense) from a transformers config: embeddings, attention with GQA,
-    gated MLP, and routed plus shared experts for a mixture of experts."""
-    cfg = _text_config(cfg)
+    gated MLP, and routed plus shared experts for a mixture of experts; and a vision tower beside them."""
+    vision = _vision_params(cfg, _shape(text_config(cfg))[0])
+    total, active = _text_param_counts(text_config(cfg))
+    return total + vision, (active + vision if active is not None else None)
+
+
+def _text_param_counts(cfg: dict) -> tuple[int, int | None]:
     h, layers, inter = _shape(cfg)
     vocab = cfg.get("vocab_size") or 0  # none in a vision or audio encoder (ViT): no embedding matrix to count
     heads = cfg.get("num_attention_heads") or cfg.get("n_head") or max(1, h // 64)
     kv_dim = cfg.get("head_dim", h // heads) * cfg.get("num_key_value_heads", heads)
     q_dim = cfg.get("head_dim", h // heads) * heads
     attention = 2 * h * q_dim + 2 * h * kv_dim
-    embeddings = vocab * h * (1 if cfg.get("tie_word_embeddings", False) else 2)
+    # an output head the size of the embeddings, unless tied, or none at all (an encoder, a dual encoder's text)
+    headless = cfg.get("model_type") in UNGATED_MLP
+    embeddings = vocab * h * (1 if headless or cfg.get("tie_word_embeddings", False) else 2)
     moe = _experts(cfg)
     if moe is None:
         mlp = 2 if cfg.get("model_type") in UNGATED_MLP else 3  # up and down, or gate, up and down
@@ -120,8 +145,8 @@ def params_from_config(cfg: dict) -> int:
     return param_counts(cfg)[0]
 
 
-def _from_config(cfg: dict, params: int | None, source: str) -> ModelSize:
-    text = _text_config(cfg)
+def _from_config(cfg: dict, params: int | None, source: str, family: Family | None = None) -> ModelSize:
+    text = text_config(cfg)
     h, layers, inter = _shape(text)
     total, active = param_counts(cfg)
     if params and active:  # the Hub's exact total, with the config's share of it active per token
@@ -141,7 +166,8 @@ def _from_config(cfg: dict, params: int | None, source: str) -> ModelSize:
         config_vocab=vocab,
         dtype=str(dtype).removeprefix("torch.") if dtype else None,
         model_type=cfg.get("model_type"),
-        image_tokens=image_tokens(cfg),
+        image_tokens=image_tokens(cfg) if family is None or family.vision_language else 0,
+        family=family,
     )
 
 
@@ -188,14 +214,16 @@ def image_grid(processor: dict | None) -> ImageGrid | None:
 
 
 def image_tokens(cfg: dict) -> int:
-    """Tokens per image of a vision-language model (its vision_config's patch grid), 0 for a text model. An image
-    encoder alone (ViT) has a vision config of its own, not a `vision_config`: it is no vision-language model."""
-    vision = cfg.get("vision_config")
-    if not isinstance(vision, dict) or not isinstance(cfg.get("text_config"), dict):
+    """Tokens per image of a vision-language model (its vision tower's patch grid; pixel-shuffled by
+    scale_factor where the model does so), 0 for a model without a vision tower. Flat (Qwen2-VL: text fields beside
+    `vision_config`) and nested (LLaVA: `text_config`) configs alike; whether the model reads images as a VLM at
+    all is its family's to say (model_family.py), a dual encoder has a vision tower too."""
+    vision = vision_config(cfg)
+    if vision is None:
         return 0
     size, patch = vision.get("image_size"), vision.get("patch_size")
     if isinstance(size, int) and isinstance(patch, int) and patch:
-        return (size // patch) ** 2
+        return (size // patch) ** 2 // (cfg.get("scale_factor") or 1) ** 2
     return DYNAMIC_IMAGE_TOKENS
 
 
@@ -230,59 +258,41 @@ def params_from_name(name: str) -> int | None:
     return int(float(number) * (1e9 if unit.lower() == "b" else 1e6))
 
 
-def _with_grid(size: ModelSize, read_processor) -> ModelSize:
+def _with_grid(size: ModelSize, files) -> ModelSize:
     """A dynamic-resolution vision-language model with its processor's grid (read only for those); without
     it, the fixed DYNAMIC_IMAGE_TOKENS stands, as an assumption."""
     if size.image_tokens != DYNAMIC_IMAGE_TOKENS:
         return size
-    try:
-        grid = image_grid(read_processor())
-    except Exception as exc:  # the grid is a refinement: the assumption stands, and the log says why
-        log.info("no preprocessor_config.json read: %s", exc)
-        return size
+    grid = image_grid(files.json("preprocessor_config.json"))  # unread (log says why): the assumption stands
     return replace(size, image_grid=grid) if grid else size
 
 
 def model_size(model: str, token: str | None = None, *, offline: bool = False) -> ModelSize:
-    """Parameters and shape of `model`: local config.json, else Hub metadata, else its name."""
-    path = Path(model).expanduser()
-    local = is_local(model)  # a remote caller's Hub id is never read from the server's working folder
-    if local and (path / "config.json").is_file():
-        try:
-            size = _from_config(json.loads((path / "config.json").read_text()), None, "local config.json")
-        except ValueError as exc:
-            raise ValueError(f"cannot tell the size of {model!r}: {exc}") from None
-        processor = path / "preprocessor_config.json"
-        return _with_grid(size, lambda: json.loads(processor.read_text()) if processor.is_file() else None)
-    hub_params: int | None = None
+    """Parameters, shape and family of `model`: its config.json (a local folder's, or the Hub's with the
+    safetensors total), else its Hub total alone, else its name."""
     note = None
-    if not offline and not local:
+    try:
+        files = model_files(model, token, offline=offline)
+    except Exception as exc:  # metadata is a nicety: fall through to what we have, and say why
+        log.info("could not read Hub metadata of %s: %s", model, exc)
+        files, note = None, str(exc)
+    if files is not None and files.config is not None:
         try:
-            from huggingface_hub import hf_hub_download
-
-            from hf_train_mcp.hub import bounded, hub_api, hub_endpoint
-
-            info = bounded(f"reading {model}", lambda: hub_api(token).model_info(model, expand=["safetensors"]),
-                           token)
-            if info.safetensors is not None:
-                hub_params = int(info.safetensors.total)
-            cfg_path = bounded(f"reading {model}/config.json", lambda: hf_hub_download(
-                model, "config.json", token=token or False, endpoint=hub_endpoint()), token)
-            size = _from_config(json.loads(Path(cfg_path).read_text()), hub_params, "hub config.json + safetensors")
-            return _with_grid(size, lambda: json.loads(Path(bounded(
-                f"reading {model}/preprocessor_config.json", lambda: hf_hub_download(
-                    model, "preprocessor_config.json", token=token or False, endpoint=hub_endpoint()),
-                token)).read_text()))
-        except Exception as exc:  # metadata is a nicety: fall through to what we have, and say why
-            log.info("could not read Hub metadata of %s: %s", model, exc)
+            size = _from_config(files.config, files.params, files.source, family_of(files))
+        except ValueError as exc:
+            if files.local:
+                raise ValueError(f"cannot tell the size of {model!r}: {exc}") from None
             note = str(exc)
-    if hub_params:
-        return replace(_guess_architecture(hub_params, "hub safetensors metadata (shape guessed)"), note=note,
-                       active=active_from_name(model))
+        else:
+            return _with_grid(size, files)
+    family = family_of(files) if files is not None else None
+    if files is not None and files.params:
+        return replace(_guess_architecture(files.params, "hub safetensors metadata (shape guessed)"),
+                       note=note or files.note, active=active_from_name(model), family=family)
     from_name = params_from_name(model)
     if from_name:
         return replace(_guess_architecture(from_name, "model name (shape guessed)"), note=note,
-                       active=active_from_name(model))
+                       active=active_from_name(model), family=family)
     raise ValueError(
         f"cannot tell the size of {model!r}: no local config.json, no Hub metadata, no size in its name. "
         "Send a Hub model id with safetensors weights, a local model folder, or a name such as 'org/Model-7B'."

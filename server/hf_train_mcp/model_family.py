@@ -1,0 +1,201 @@
+"""What a model is, decided from its own files, in one place for every tool: validate_dataset's model check,
+estimate_cost's sizing, submit_training's model checks, and the evaluation and export of a model no job of this
+server trained.
+
+The files decide in this order: modules.json (or the Hub's library_name) makes a sentence-transformers model; a
+dual encoder's model type (CLIP, SigLIP: a vision and a text tower side by side, no text written); a vision tower
+(`vision_config`) with a generating architecture, an image token id or the image-text-to-text tag makes a
+vision-language model, flat (Qwen2-VL) or nested (LLaVA); then config.json's `architectures` head
+(*ForCausalLM, *ForSequenceClassification, *ForImageClassification, *ForMaskedLM, *Model); then the pipeline tag.
+"""
+
+import re
+from dataclasses import dataclass
+
+from hf_train_mcp.model_files import ModelFiles
+
+VISION_LANGUAGE = "vision-language"
+CAUSAL_LM = "causal-lm"
+DUAL_ENCODER = "dual-encoder"
+EMBEDDING = "sentence-transformers"
+ENCODER = "encoder"  # a base or masked-LM encoder: no task head
+TEXT_CLASSIFIER = "text-classifier"
+IMAGE_CLASSIFIER = "image-classifier"
+IMAGE_ENCODER = "image-encoder"
+SEQ2SEQ = "seq2seq"
+UNKNOWN = "unknown"  # nothing was read (offline, or no config.json)
+
+DUAL_ENCODER_TYPES = frozenset({"clip", "siglip", "siglip2", "chinese_clip", "altclip", "align", "owlvit", "owlv2",
+                                "metaclip_2", "x_clip"})
+_GENERATING = re.compile(r"(ForConditionalGeneration|ImageTextToText|ForVision2Seq|VisionText2Text|ForCausalLM)$")
+_IMAGE_TOKEN_KEYS = ("image_token_id", "image_token_index")
+VLM_TAGS = frozenset({"image-text-to-text", "visual-question-answering", "image-to-text"})
+_TAG_KINDS = {"text-generation": CAUSAL_LM, "fill-mask": ENCODER, "feature-extraction": ENCODER,
+              "sentence-similarity": EMBEDDING, "text-classification": TEXT_CLASSIFIER,
+              "image-classification": IMAGE_CLASSIFIER, "image-feature-extraction": IMAGE_ENCODER,
+              "zero-shot-image-classification": DUAL_ENCODER, "image-text-to-text": VISION_LANGUAGE,
+              "text2text-generation": SEQ2SEQ}
+# for a model one can pick instead, by what the caller wanted to do
+VLM_EXAMPLES = ("Qwen/Qwen2-VL-2B-Instruct", "HuggingFaceTB/SmolVLM-Instruct")
+
+
+@dataclass(frozen=True)
+class Family:
+    kind: str
+    model_type: str | None = None
+    architecture: str | None = None
+    why: str = ""  # the file and field that decided it
+    classes: int = 0  # a classifier head's outputs (config.json id2label): 1 is a reward model's score
+
+    @property
+    def vision_language(self) -> bool:
+        return self.kind == VISION_LANGUAGE
+
+    @property
+    def known(self) -> bool:
+        return self.kind != UNKNOWN
+
+    @property
+    def generates_text(self) -> bool:
+        """A model a chat method (SFT, DPO, GRPO, ...) can train: it writes text (unknown: let the job decide)."""
+        return self.kind in (CAUSAL_LM, VISION_LANGUAGE, UNKNOWN)
+
+    def describe(self) -> str:
+        what = {VISION_LANGUAGE: "a vision-language model", CAUSAL_LM: "a causal language model",
+                DUAL_ENCODER: "a dual encoder (an image and a text tower side by side that embed, and write no text)",
+                EMBEDDING: "a sentence-transformers embedding model", ENCODER: "an encoder without a task head",
+                TEXT_CLASSIFIER: "a text classifier", IMAGE_CLASSIFIER: "an image classifier",
+                IMAGE_ENCODER: "an image encoder", SEQ2SEQ: "an encoder-decoder (seq2seq) model",
+                UNKNOWN: "a model of unknown family"}[self.kind]
+        named = ", ".join(x for x in (self.architecture, f"model_type {self.model_type!r}" if self.model_type
+                                      else None) if x)
+        return f"{what} ({named})" if named else what
+
+
+def _architecture(config: dict) -> str | None:
+    archs = config.get("architectures")
+    return str(archs[0]) if isinstance(archs, list) and archs else None
+
+
+def _is_vision_language(config: dict, arch: str | None, tag: str | None) -> bool:
+    if not isinstance(config.get("vision_config"), dict):
+        return False
+    return bool(arch is None or _GENERATING.search(arch)  # no head named: its vision tower says it (dual encoders
+                # were told apart by their model type first) or any(config.get(k) is not None for k in _IMAGE_TOKEN_KEYS)
+                or tag in VLM_TAGS)
+
+
+def _by_head(arch: str, config: dict) -> str | None:
+    if arch.endswith("ForSequenceClassification"):
+        return TEXT_CLASSIFIER
+    if arch.endswith("ForImageClassification"):
+        return IMAGE_CLASSIFIER
+    if arch.endswith(("ForCausalLM", "LMHeadModel")):
+        return CAUSAL_LM
+    if arch.endswith("ForConditionalGeneration"):
+        return SEQ2SEQ
+    if arch.endswith(("ForMaskedLM", "ForPreTraining", "ForTokenClassification", "ForQuestionAnswering",
+                      "ForMultipleChoice")):
+        return ENCODER
+    if arch.endswith("Model"):  # the bare backbone: text (a vocabulary) or images
+        return ENCODER if config.get("vocab_size") else IMAGE_ENCODER
+    return None
+
+
+def decide(config: dict | None, *, pipeline_tag: str | None = None, library_name: str | None = None,
+           sentence_transformers: bool = False) -> Family:
+    """The family of a model from its config.json, the Hub's tags and whether it has modules.json."""
+    model_type = str(config.get("model_type")) if config and config.get("model_type") else None
+    arch = _architecture(config) if config else None
+    labels = config.get("id2label") if config else None
+    common = {"model_type": model_type, "architecture": arch, "classes": len(labels) if isinstance(labels, dict) else 0}
+    if sentence_transformers or library_name == "sentence-transformers":
+        return Family(EMBEDDING, **common, why="modules.json (sentence-transformers)")
+    if config is None:
+        kind = _TAG_KINDS.get(pipeline_tag or "", UNKNOWN)
+        return Family(kind, why=f"pipeline tag {pipeline_tag!r}" if kind != UNKNOWN else "no config.json read")
+    if model_type in DUAL_ENCODER_TYPES:
+        return Family(DUAL_ENCODER, **common, why=f"config.json model_type {model_type!r}")
+    if _is_vision_language(config, arch, pipeline_tag):
+        return Family(VISION_LANGUAGE, **common, why="config.json vision_config with a generating architecture")
+    if isinstance(config.get("vision_config"), dict) and isinstance(config.get("text_config"), dict):
+        return Family(DUAL_ENCODER, **common, why="config.json vision_config + text_config, no text generation")
+    kind = _by_head(arch, config) if arch else None
+    if kind:
+        return Family(kind, **common, why=f"config.json architectures {arch!r}")
+    if pipeline_tag in _TAG_KINDS:
+        return Family(_TAG_KINDS[pipeline_tag], **common, why=f"pipeline tag {pipeline_tag!r}")
+    kind = CAUSAL_LM if config.get("vocab_size") or config.get("text_config") else IMAGE_ENCODER
+    return Family(kind, **common, why="config.json (no architectures named)")
+
+
+# the families whose modules.json decides whether they are sentence-transformers models (a decoder with a
+# generating head is used as one only through its own modules.json, which the Hub's library_name then says)
+_EMBEDDABLE = frozenset({ENCODER, UNKNOWN, IMAGE_ENCODER, DUAL_ENCODER})
+
+
+def family_of(files: ModelFiles) -> Family:
+    """The family of the model these files belong to; modules.json (and sentence_bert_config.json) are read only
+    where they can change the answer and the Hub's library_name has not said it already."""
+    found = decide(files.config, pipeline_tag=files.pipeline_tag, library_name=files.library_name)
+    if found.kind == EMBEDDING or files.config is None or (found.kind not in _EMBEDDABLE and not files.local):
+        return found
+    if files.library_name and not files.local:
+        return found
+    modules = files.json("modules.json")
+    if isinstance(modules, list) and modules or (files.local and files.json("sentence_bert_config.json")):
+        return decide(files.config, pipeline_tag=files.pipeline_tag, sentence_transformers=True)
+    return found
+
+
+def training_refusal(family: Family, model: str, *, method: str, generative: bool, vision: bool) -> str | None:
+    """Why a model cannot be trained this way, with what to pick instead; None when it can (or is unknown)."""
+    if not family.known:
+        return None
+    instead_vlm = ", ".join(m for m in VLM_EXAMPLES if m.lower() != model.lower())
+    if vision and not family.vision_language:
+        extra = (" To fine-tune its image and text embeddings, use its own contrastive recipe (open_clip, or "
+                 "sentence-transformers' CLIP support): this server trains vision-language models that write "
+                 "text." if family.kind == DUAL_ENCODER else "")
+        return (f"the rows hold images, but {model} is {family.describe()}, which reads no images as a "
+                f"vision-language model: pick an image-text-to-text model (e.g. {instead_vlm}), or map the text "
+                f"columns only.{extra} Nothing was launched.")
+    if generative and not family.generates_text:
+        return (f"method={method!r} trains a model that writes text, and {model} is {family.describe()}: pick a "
+                "causal language model (or an image-text-to-text model for images); for an encoder, "
+                "method='text-classification' or 'embedding' fit. Nothing was launched.")
+    return None
+
+
+# what a model no job of this server trained is evaluated and exported as, by its family (followup.for_family)
+FOLLOWUP_METHODS = {EMBEDDING: "embedding", TEXT_CLASSIFIER: "text-classification",
+                    IMAGE_CLASSIFIER: "image-classification"}
+_FOLLOWUP_INSTEAD = {
+    ENCODER: "train it first (submit_training with method='text-classification' on labelled rows, or "
+             "method='embedding' on pairs) and pass that job_id; or pass a model with a trained head (a "
+             "*ForSequenceClassification checkpoint) or a sentence-transformers model (modules.json)",
+    IMAGE_ENCODER: "train it first (submit_training with method='image-classification') and pass that job_id, or "
+                   "pass a *ForImageClassification checkpoint",
+    DUAL_ENCODER: "this server evaluates and exports models it can train: vision-language models that write text "
+                  f"(e.g. {VLM_EXAMPLES[0]}), causal language models, classifiers and sentence-transformers models",
+    SEQ2SEQ: "this server evaluates and exports causal and vision-language models, classifiers and "
+             "sentence-transformers models",
+}
+
+
+def followup_method(family: Family) -> str | None:
+    """The method whose evaluation and export fit a model of this family (None: a language model's)."""
+    if family.kind == TEXT_CLASSIFIER and family.classes == 1:
+        return "reward"  # one score, no classes
+    return FOLLOWUP_METHODS.get(family.kind)
+
+
+def followup_refusal(family: Family, ref: str, what: str) -> str | None:
+    """Why no evaluation or export (`what`) of this server can read a model of this family, and what to send."""
+    if family.kind not in _FOLLOWUP_INSTEAD:
+        return None
+    head = (" It has no trained task head, so an accuracy would score a randomly initialised classifier, and "
+            "llama.cpp converts an encoder only as an embedding model with the pooling of its modules.json, which "
+            "it has none of." if family.kind in (ENCODER, IMAGE_ENCODER) else "")
+    return (f"{ref} is {family.describe()}, which no {what} of this server can read: "
+            f"{_FOLLOWUP_INSTEAD[family.kind]}.{head} Nothing was launched.")

@@ -1,0 +1,184 @@
+"""A model's own files, as the Hub serves them (or a local folder holds them): config.json, the JSON files beside
+it (preprocessor_config.json, modules.json, sentence_bert_config.json) and the Hub's model_info (pipeline tag,
+library, safetensors total). Each is read at most once per tool call (`one_read_each`), so that validation,
+sizing and planning of one call read the same files, and agree.
+
+A config.json leaves out what equals its model type's default: a nested text_config (LLaVA-1.5's names only
+`model_type: llama` and a vocabulary) is filled from TEXT_DEFAULTS the way transformers' config classes fill it,
+without importing transformers (tests/test_model_families.py checks the table against them).
+"""
+
+import json
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any
+
+from hf_train_mcp.access import is_local
+
+log = logging.getLogger(__name__)
+
+# The defaults of the text models vision-language models nest, as transformers' <Type>Config.__init__ sets them
+# (None: derived, e.g. num_key_value_heads defaults to num_attention_heads)
+_LLAMA = {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32,
+          "num_key_value_heads": None, "vocab_size": 32000, "tie_word_embeddings": False}
+TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
+    "llama": _LLAMA,  # LLaVA-1.5 (vicuna), Idefics2/3 and SmolVLM's SmolLM
+    "mistral": {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+                "num_key_value_heads": 8, "vocab_size": 32000, "tie_word_embeddings": False},
+    "qwen2": {"hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32, "num_attention_heads": 32,
+              "num_key_value_heads": 32, "vocab_size": 151936, "tie_word_embeddings": False},
+    "gemma": {"hidden_size": 3072, "intermediate_size": 24576, "num_hidden_layers": 28, "num_attention_heads": 16,
+              "num_key_value_heads": 16, "head_dim": 256, "vocab_size": 256000, "tie_word_embeddings": True},
+    "gemma2": {"hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26, "num_attention_heads": 8,
+               "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 256000, "tie_word_embeddings": True},
+    "phi3": {"hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32, "num_attention_heads": 32,
+             "num_key_value_heads": None, "vocab_size": 32064, "tie_word_embeddings": False},
+    "opt": {"hidden_size": 768, "ffn_dim": 3072, "num_hidden_layers": 12, "num_attention_heads": 12,
+            "vocab_size": 50272, "tie_word_embeddings": True},  # BLIP-2
+}
+# the vision towers VLMs nest without writing their sizes (LLaVA's CLIP, PaliGemma's SigLIP)
+VISION_DEFAULTS: dict[str, dict[str, Any]] = {
+    "clip_vision_model": {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
+                          "num_attention_heads": 12, "image_size": 224, "patch_size": 32},
+    "siglip_vision_model": {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
+                            "num_attention_heads": 12, "image_size": 224, "patch_size": 16},
+}
+
+
+def filled(sub: dict, table: dict[str, dict[str, Any]]) -> dict:
+    """A nested config with what its model type leaves out filled in, as transformers' config class would."""
+    defaults = table.get(str(sub.get("model_type")), {})
+    out = {**{k: v for k, v in defaults.items() if v is not None}, **{k: v for k, v in sub.items() if v is not None}}
+    if "num_attention_heads" in out and out.get("num_key_value_heads") is None and "num_key_value_heads" in defaults:
+        out["num_key_value_heads"] = out["num_attention_heads"]
+    return out
+
+
+def text_config(cfg: dict) -> dict:
+    """The language model's part of a config, filled: a nested text_config (LLaVA, Idefics3), else the config
+    itself (a text model, or a flat VLM such as Qwen2-VL whose text fields sit beside its vision_config)."""
+    text = cfg.get("text_config")
+    if not isinstance(text, dict) or not text:
+        return cfg
+    inherited = {"tie_word_embeddings": cfg["tie_word_embeddings"]} if "tie_word_embeddings" in cfg else {}
+    return filled({**inherited, **text}, TEXT_DEFAULTS)
+
+
+def vision_config(cfg: dict) -> dict | None:
+    vision = cfg.get("vision_config")
+    return filled(vision, VISION_DEFAULTS) if isinstance(vision, dict) else None
+
+
+# set while a tool call runs: (model, offline) -> its files, so that the call reads each file once
+_CALL_FILES: ContextVar[dict | None] = ContextVar("call_model_files", default=None)
+
+
+@contextmanager
+def one_read_each() -> Iterator[None]:
+    """Within this block a model's files are read once, however many layers ask for them."""
+    if _CALL_FILES.get() is not None:
+        yield
+        return
+    reset = _CALL_FILES.set({})
+    try:
+        yield
+    finally:
+        _CALL_FILES.reset(reset)
+
+
+class ModelFiles:
+    """What one model's files say. `config` is None when there is no config.json to read (offline, or none)."""
+
+    def __init__(self, model: str, *, token: str | None, local: bool, config: dict | None, info: Any = None,
+                 source: str, note: str | None = None) -> None:
+        self.model, self.token, self.local, self.config, self.source, self.note = (model, token, local, config,
+                                                                                   source, note)
+        self.pipeline_tag = getattr(info, "pipeline_tag", None)
+        self.library_name = getattr(info, "library_name", None)
+        safetensors = getattr(info, "safetensors", None)
+        self.params = int(safetensors.total) if safetensors is not None and safetensors.total else None
+        self._json: dict[str, Any] = {}
+
+    def json(self, name: str) -> Any:
+        """Another JSON file of the model (None when it has none), read once; a read that fails says so in the
+        log and counts as none (these files refine what config.json says)."""
+        if name not in self._json:
+            try:
+                self._json[name] = self._read(name)
+            except Exception as exc:
+                log.info("could not read %s of %s: %s", name, self.model, exc)
+                self._json[name] = None
+        return self._json[name]
+
+    def _read(self, name: str) -> Any:
+        if self.local:
+            path = Path(self.model).expanduser() / name
+            return json.loads(path.read_text()) if path.is_file() else None
+        if self.config is None:
+            return None
+        from huggingface_hub import hf_hub_download
+        from huggingface_hub.errors import EntryNotFoundError
+
+        from hf_train_mcp.hub import bounded, hub_endpoint
+
+        def read() -> Any:
+            try:
+                path = hf_hub_download(self.model, name, token=self.token or False, endpoint=hub_endpoint())
+            except EntryNotFoundError:
+                return None
+            return json.loads(Path(path).read_text())
+
+        return bounded(f"reading {self.model}/{name}", read, self.token)
+
+
+def model_files(model: str, token: str | None = None, *, offline: bool = False) -> ModelFiles:
+    """The files of a local model folder, or of a Hub model (model_info with its pipeline tag, library and
+    safetensors total, then config.json); offline, a Hub model has none. Raises when the Hub cannot be read
+    (sizing falls back to the model's name and says why)."""
+    cache = _CALL_FILES.get()
+    key = (model, bool(offline), token)
+    if cache is not None and key in cache:
+        found = cache[key]
+        if isinstance(found, Exception):
+            raise found
+        return found
+    try:
+        files = _read_files(model, token, offline=offline)
+    except Exception as exc:
+        if cache is not None:
+            cache[key] = exc
+        raise
+    if cache is not None:
+        cache[key] = files
+    return files
+
+
+def _read_files(model: str, token: str | None, *, offline: bool) -> ModelFiles:
+    path = Path(model).expanduser()
+    if is_local(model):  # a remote caller's Hub id is never read from the server's working folder
+        config = path / "config.json"
+        return ModelFiles(model, token=token, local=True, source="local config.json",
+                          config=json.loads(config.read_text()) if config.is_file() else None)
+    if offline:
+        return ModelFiles(model, token=token, local=False, config=None, source="model name")
+    from huggingface_hub import hf_hub_download
+
+    from hf_train_mcp.hub import bounded, hub_api, hub_endpoint
+
+    info = bounded(f"reading {model}", lambda: hub_api(token).model_info(
+        model, expand=["safetensors", "pipeline_tag", "library_name"]), token)
+    from huggingface_hub.errors import EntryNotFoundError
+
+    def config() -> dict | None:
+        try:
+            return json.loads(Path(hf_hub_download(model, "config.json", token=token or False,
+                                                   endpoint=hub_endpoint())).read_text())
+        except EntryNotFoundError:  # a repo without one (GGUF files only, say): its safetensors total still counts
+            return None
+
+    found = bounded(f"reading {model}/config.json", config, token)
+    return ModelFiles(model, token=token, local=False, info=info, config=found,
+                      source="hub config.json + safetensors", note=None if found else "it has no config.json")
