@@ -84,11 +84,11 @@ def hub(emulator: Emulator, monkeypatch: pytest.MonkeyPatch) -> Iterator[Emulato
         emulator.faults.clear()
         emulator.plans.clear()
         kept = (dict(emulator.files), dict(emulator.models), set(emulator.gated_models), dict(emulator.datasets),
-                dict(emulator.jobs), dict(emulator.buckets))
+                dict(emulator.jobs), dict(emulator.buckets), dict(emulator.model_info))
     yield emulator
     with emulator.lock:  # jobs too: a job's labels (its idempotency key) must not answer another test's lookup
         (emulator.files, emulator.models, emulator.gated_models, emulator.datasets, emulator.jobs,
-         emulator.buckets) = kept
+         emulator.buckets, emulator.model_info) = kept
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
@@ -143,6 +144,7 @@ class Emulator:
         self.plans: list[JobPlan] = []
         self.requests: list[dict[str, Any]] = []
         self.models: dict[str, int] = {}  # repo id -> parameter count
+        self.model_info: dict[str, dict] = {}  # repo id -> more model_info fields (pipeline_tag, library_name, ...)
         self.gated_models: set[str] = set()
         self.datasets: dict[str, ViewerDataset] = {}
         self.files: dict[tuple[str, str], bytes] = {}  # (repo id, path) -> content, served under /resolve/
@@ -164,6 +166,22 @@ class Emulator:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+    def serve_model(self, folder: Path, repo: str | None = None, **overrides: Any) -> str:
+        """Serve a real model's Hub files (tests/data/configs/<org>--<name>/, see its README.md) as the Hub does:
+        each JSON file under /resolve/, and model_info with its model_info.json fields (pipeline tag, library,
+        safetensors) and the file list (siblings). `overrides` replace model_info fields (None: left out).
+        Returns the repo id (<org>/<name>, or `repo`)."""
+        repo = repo or folder.name.replace("--", "/", 1)
+        info = {**json.loads((folder / "model_info.json").read_text()), **overrides}
+        names = sorted(p.name for p in folder.iterdir() if p.suffix == ".json" and p.name != "model_info.json")
+        with self.lock:
+            for name in names:
+                self.files[(repo, name)] = (folder / name).read_bytes()
+            self.models[repo] = int(info["safetensors"]["total"]) if info.get("safetensors") else 0
+            self.model_info[repo] = {**{k: v for k, v in info.items() if v is not None},
+                                     "siblings": [{"rfilename": name} for name in names]}
+        return repo
 
     def plan_next(self, plan: JobPlan) -> None:
         """The next submitted job follows `plan` (else a quick successful default)."""
@@ -341,9 +359,10 @@ class Emulator:
                     if repo not in emu.models:  # the Hub's code for it: huggingface_hub raises RepositoryNotFoundError
                         return self._error(404, "Repository not found", {"X-Error-Code": "RepoNotFound"})
                     n = emu.models[repo]
-                    return self._send(200, {"id": repo, "modelId": repo, "private": False,
-                                            "gated": "manual" if repo in emu.gated_models else False,
-                                            "safetensors": {"parameters": {"BF16": n}, "total": n}})
+                    body = {"id": repo, "modelId": repo, "private": False,
+                            "gated": "manual" if repo in emu.gated_models else False,
+                            "safetensors": {"parameters": {"BF16": n}, "total": n}}
+                    return self._send(200, {**body, **emu.model_info.get(repo, {})})
                 match = re.fullmatch(r"/api/datasets/(.+)", path)
                 if match:
                     ds = emu.datasets.get(match.group(1))

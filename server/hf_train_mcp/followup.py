@@ -9,7 +9,7 @@ data and held-out split come from the ledger), a local folder, or a Hub repo.
 import json
 import os
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hf_train_mcp.access import Access, is_local
@@ -31,6 +31,7 @@ from hf_train_mcp.estimate.jobs import (
 from hf_train_mcp.estimate.sizing import DTYPE_BYTES, ModelSize
 from hf_train_mcp.hub import hub_endpoint
 from hf_train_mcp.ledger import JobRecord
+from hf_train_mcp.model_family import Family, followup_method, followup_refusal
 from hf_train_mcp.budget import chosen_timeout, within_budget, worst_case_usd
 from hf_train_mcp.planning import BASE_DEPENDENCIES, DataFacts, RunPlan, expects_gpu
 from hf_train_mcp.request import EvaluateRequest, ExportRequest, TrainingRequest
@@ -158,6 +159,20 @@ def subject_from_ref(ref: str, *, access: Access, backend_name: str, adapter_con
                    method=methods.for_peft_task(config.get("task_type"), labelled=labelled(ref)))
 
 
+def for_family(subject: Subject, family: Family | None, what: str) -> Subject:
+    """A model whose training this server does not know (a Hub repo, a folder) is planned for the family its own
+    files say (model_family.py): an embedding model as a SentenceTransformer, a classifier by its head, a reward
+    model by its one score; a family no follow-up can read is refused with what to send instead. `what`:
+    'evaluation' or 'export'."""
+    if subject.method is not None or family is None:
+        return subject
+    refusal = followup_refusal(family, subject.ref, what)
+    if refusal:
+        raise TrainError(refusal)
+    method = followup_method(family)
+    return replace(subject, method=method) if method else subject
+
+
 @dataclass(frozen=True)
 class EvalData:
     """Where the evaluation's rows come from, resolved."""
@@ -256,14 +271,19 @@ def _plan(req, *, backend: str, flavor: str, estimate: JobEstimate | None, price
 VISION_CLASSES = ("AutoModelForImageTextToText", "AutoProcessor")  # a vision-language model and its processor
 
 
+def _vision(size: ModelSize) -> bool:
+    """A vision-language model, as its files say (model_family.py): flat (Qwen2-VL) or nested (LLaVA) alike."""
+    return size.family.vision_language if size.family and size.family.known else bool(size.image_tokens)
+
+
 def _common_config(subject: Subject, backend: str, size: ModelSize) -> dict:
-    """What every follow-up script reads of the model; a vision-language model (its config has a vision tower)
-    loads with its processor."""
+    """What every follow-up script reads of the model; a vision-language model loads with its processor."""
     training = subject.training
     spec = methods.get(subject.method or "sft")
-    auto_class, processor = VISION_CLASSES if size.image_tokens else (spec.auto_class, spec.processor)
+    vision = _vision(size)
+    auto_class, processor = VISION_CLASSES if vision else (spec.auto_class, spec.processor)
     return {
-        "auto_class": auto_class, "processor": processor, "vision": bool(size.image_tokens),
+        "auto_class": auto_class, "processor": processor, "vision": vision,
         "model": subject.ref, "model_kind": subject.kind,
         "base_model": subject.base_model, "method": subject.method or "sft",
         "peft": training.peft if training else ("lora" if subject.kind == "adapter" else "full"),
@@ -377,7 +397,7 @@ def _exportable(req: ExportRequest, subject: Subject, size: ModelSize) -> bool:
     """Whether the model is a classifier; refused: GGUF of what llama.cpp cannot run or this server cannot convert,
     and a model this export cannot write."""
     classifier = bool(subject.method and methods.get(subject.method).classifier)
-    if size.image_tokens and req.format == "gguf":
+    if _vision(size) and req.format == "gguf":
         raise TrainError("GGUF export of a vision-language model needs its vision projector (mmproj) converted too, "
                          "which this server does not do yet: export format='merged' and convert with llama.cpp's "
                          "own tools. Nothing was launched.")

@@ -20,6 +20,7 @@ from hf_train_mcp.estimate.advice import flavor_warnings
 from hf_train_mcp.estimate.cost import FlavorEstimate, Workload, estimate_on, how_to_fit
 from hf_train_mcp.estimate.hardware import Catalog
 from hf_train_mcp.measure import apply_measurement, probe_config, probe_timeout
+from hf_train_mcp.model_family import UNKNOWN, Family, training_refusal
 from hf_train_mcp.estimate.sizing import ModelSize
 from hf_train_mcp.hub import hub_endpoint
 from hf_train_mcp.budget import chosen_timeout, within_budget, worst_case_usd
@@ -357,16 +358,18 @@ def _run_name_and_folder(req: TrainingRequest, where: type) -> tuple[str, str]:
 
 def _check_models(req: TrainingRequest, spec: methods.MethodSpec, size: ModelSize, teacher: ModelSize | None,
                   data: DataFacts) -> None:
-    """What the models' configs rule out before anything is launched: the method's own checks (a distillation
-    teacher of another vocabulary size), and images for a model that reads none."""
+    """What the models' files rule out before anything is launched: the method's own checks (a distillation
+    teacher of another vocabulary size), images for a model that is no vision-language model, and a chat
+    method for a model that writes no text (model_family.py decides both, as validate_dataset does)."""
     try:
         spec.check_sizes(req, size, teacher)
     except ValueError as exc:
         raise TrainError(str(exc)) from None
-    if data.vision and not size.image_tokens:
-        raise DatasetError(f"the rows hold images, but {req.model} reads no images (its config.json has no vision "
-                           "tower): pick an image-text-to-text model (e.g. Qwen/Qwen2-VL-2B-Instruct), or map the "
-                           "text columns only. Nothing was launched.")
+    family = size.family or Family(UNKNOWN)
+    refusal = training_refusal(family, req.model, method=req.method, generative=not spec.classifier,
+                               vision=data.vision)
+    if refusal:
+        raise (DatasetError if data.vision else TrainError)(refusal)
 
 
 def plan_run(req: TrainingRequest, *, backend: str, size: ModelSize, catalog: Catalog, namespace: str | None,

@@ -21,7 +21,7 @@ from hf_train_mcp.errors import TrainError, DatasetError, HubError
 from hf_train_mcp.estimate.hardware import get_catalog
 from hf_train_mcp.estimate.sizing import ModelSize, model_size
 from hf_train_mcp.followup import EvalData, Subject, job_data, method_for_format, plan_evaluation, plan_export
-from hf_train_mcp.followup import check_job_inputs, subject_from_job, subject_from_ref
+from hf_train_mcp.followup import check_job_inputs, for_family, subject_from_job, subject_from_ref
 from hf_train_mcp.host import Host
 from hf_train_mcp.hub import adapter_config, existing_repo, hub_endpoint, hub_token, repo_has_file, resolve_identity
 from hf_train_mcp.measure import config_key
@@ -322,6 +322,7 @@ class Planner:
             self.host.access.check_reward_code()  # the evaluation runs the job's reward code again
         progress(f"sizing {subject.sized_by}")
         size = self.model_size(subject.sized_by, token, offline=here)
+        subject = for_family(subject, size.family, "evaluation" if isinstance(req, EvaluateRequest) else "export")
         return token, namespace, subject, size, get_catalog(token, offline=here)
 
     def _eval_data(self, req: EvaluateRequest, subject: Subject, backend_name: str, token: str | None,

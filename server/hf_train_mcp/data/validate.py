@@ -62,6 +62,9 @@ def validate_dataset(dataset: str, method: str, *, split: str = "train", config:
                                    base=Path(dataset).expanduser().parent if is_local(dataset) else None)
     if not sample.rows:
         issues.append(DatasetIssue(severity="error", message="the dataset has no rows"))
+    if model and fmt in rules.VISION_FORMATS:
+        step(f"reading {model}'s config.json")
+        issues += _model_issues(model, method, token)
     stats, no_stats = None, None
     if model and rows and methods.get(method).inputs == "text":  # an image's tokens are its patch grid
         step(f"counting tokens with {model}'s tokenizer")
@@ -83,6 +86,22 @@ def validate_dataset(dataset: str, method: str, *, split: str = "train", config:
     )
     report._no_token_stats = no_stats
     return report
+
+
+def _model_issues(model: str, method: str, token: str | None) -> list[DatasetIssue]:
+    """Images for a model that reads none as a vision-language model (a text model, a dual encoder such as CLIP):
+    the family submit_training and estimate_cost decide from the same files (model_family.py)."""
+    from hf_train_mcp.model_family import family_of, training_refusal
+    from hf_train_mcp.model_files import model_files
+
+    try:
+        family = family_of(model_files(model, token))
+    except Exception as exc:  # unreadable here: the job's own loading decides, and sizing says why
+        return [DatasetIssue(severity="warning", message=f"could not read {model}'s config.json ({exc}): whether "
+                             "it reads images was not checked")]
+    refusal = training_refusal(family, model, method=method, generative=not methods.get(method).classifier,
+                               vision=True)
+    return [DatasetIssue(severity="error", message=refusal.removesuffix(" Nothing was launched.").rstrip("."))] if refusal else []
 
 
 def _from_sharegpt(rows: list[dict]) -> list[dict]:
