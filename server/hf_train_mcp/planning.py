@@ -210,10 +210,17 @@ def estimate_node_flavor(hyper: Hyper, size: ModelSize, info: Any, data: DataFac
     return estimate_on(size, hyper.workload(size, whole.gpus, data), whole)
 
 
-def choose_flavor(hyper: Hyper, size: ModelSize, catalog: Catalog, data: DataFacts) -> FlavorEstimate:
-    """The cheapest GPU flavor whose memory fits; a clear error with what would fit otherwise."""
+def choose_flavor(hyper: Hyper, size: ModelSize, catalog: Catalog, data: DataFacts,
+                  shared_output: bool = False) -> FlavorEstimate:
+    """The cheapest GPU flavor whose memory fits (its machines' too, across nodes); a clear error with what would
+    fit otherwise."""
     ranked = estimate_flavors(hyper, size, catalog, data)
-    fitting = [e for e in ranked if e.fits]
+    gpu_fits = [e for e in ranked if e.fits]
+    fitting = [e for e in gpu_fits if not host_ram_refusal(hyper, size, catalog.flavors[e.flavor], shared_output)]
+    if gpu_fits and not fitting:  # the GPUs would do, the machines' memory would not
+        first = gpu_fits[0].flavor
+        raise NoFitError(f"{hyper.nodes} x {first}: "
+                         f"{host_ram_refusal(hyper, size, catalog.flavors[first], shared_output)}")
     if not fitting:
         largest = max(ranked, key=lambda e: e.gpu_memory_gb)
         raise NoFitError(
@@ -221,6 +228,16 @@ def choose_flavor(hyper: Hyper, size: ModelSize, catalog: Catalog, data: DataFac
             f"{largest.gpu_memory_gb:.0f} GB). " + how_to_fit(hyper.workload(size, 1, data), None)
         )
     return fitting[0]
+
+
+def host_ram_refusal(hyper: Hyper, size: ModelSize, info: Any, shared_output: bool) -> str | None:
+    """Why a multi-node full fine-tune's machines of `info` cannot hold its model and checkpoints in CPU memory
+    (multinode.host_ram_refusal), or None; shared_output: checkpoints sharded into a bucket every node mounts."""
+    if hyper.nodes <= 1 or hyper.peft != "full":
+        return None
+    return multinode.host_ram_refusal(params=size.params, ram_gb=info.ram_gb, gpus=info.gpus,
+                                      copies=2 if hyper.spec.full_reference_copy else 1,
+                                      full_checkpoints=not shared_output)
 
 
 def _placement(req: TrainingRequest, where: type, hyper: "Hyper", size: ModelSize, catalog: Catalog,
@@ -255,13 +272,16 @@ def _placement(req: TrainingRequest, where: type, hyper: "Hyper", size: ModelSiz
                     raise TrainError(f"nodes={hyper.nodes} runs on a multi-GPU flavor (each node's GPUs first, "
                                      f"then the network between them); {req.flavor} has one GPU: pick e.g. "
                                      "'a100x8' or 'h200x8', or drop nodes")
+                refusal = host_ram_refusal(hyper, size, info, bool(req.output_bucket))
+                if refusal:
+                    raise TrainError(f"{hyper.nodes} x {req.flavor}: {refusal}. Nothing was launched.")
                 _check_engine(req, req.flavor, info.gpus, True)
                 work = hyper.workload(size, info.gpus * hyper.nodes, data)
                 estimate = estimate_node_flavor(hyper, size, info, data)
                 if not estimate.fits:
                     warnings.append(f"{req.flavor} is likely too small: {estimate.reasons[0]}. {how_to_fit(work, None)}")
             else:
-                estimate = choose_flavor(hyper, size, catalog, data)
+                estimate = choose_flavor(hyper, size, catalog, data, shared_output=bool(req.output_bucket))
             flavor = estimate.flavor
             gpus = catalog.flavors[flavor].gpus
             if measured:
