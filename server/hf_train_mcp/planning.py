@@ -33,8 +33,12 @@ from hf_train_mcp.request import Request, RunShape, TrainingRequest
 BASE_DEPENDENCIES = ["trl>=1.0,<2", "transformers>=5.0,<6", "datasets>=4.0,<6", "accelerate>=1.4,<2",
                      "peft>=0.15,<1", "trackio>=0.4,<1", "torch>=2.6,<2.11"]
 BUCKET_MOUNT = "/outputs"
-# LoRA on a vision-language model's language tower alone (TRL's VLM recipes): the vision encoder stays frozen
-LANGUAGE_TOWER = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
+# LoRA on a vision-language model's language tower alone (TRL's VLM recipes): the vision encoder and the projector
+# stay frozen. The tower is `language_model` (Qwen2/2.5/3-VL, LLaVA, LLaVA-NeXT, Gemma 3, Mllama, PaliGemma) or
+# `text_model` (Idefics2/3, SmolVLM), the names transformers' own get_decoder() looks for; PEFT matches a string
+# target against each module's whole name (re.fullmatch), so vision blocks' own q/k/v/o or gate/up/down_proj
+# (SigLIP, Mllama's encoder, Qwen2.5-VL's, Idefics2's perceiver) are left out.
+LANGUAGE_TOWER = r"(.*\.)?(language_model|text_model)\.(.*\.)?(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
 
 
 @dataclass(frozen=True)
