@@ -196,7 +196,8 @@ def test_the_final_model_is_gathered_whole_after_sharded_checkpoints(tmp_path: P
     no_fsdp = types.SimpleNamespace(accelerator=types.SimpleNamespace(state=types.SimpleNamespace()))
     script["full_state_dict_for_final_save"](no_fsdp)  # DDP: nothing to switch
     text = (tmp_path / "train.py").read_text()
-    assert text.index("full_state_dict_for_final_save(trainer)") < text.index('trainer.save_model(CONFIG["output_dir"])')
+    final_save = text.index('trainer.save_model(CONFIG["output_dir"])')
+    assert text.index("full_state_dict_for_final_save(trainer)") < final_save
 
 
 GATHER = '''
