@@ -279,6 +279,25 @@ def test_trainer_model_goes_through_unsloths_loader_with_the_runs_settings(peft:
 
 
 @needs_training
+@pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
+def test_unsloths_vision_loader_adapts_the_text_tower_of_a_smolvlm_layout(tiny_model: Path, tmp_path: Path,
+                                                                        fake_unsloth: Path) -> None:
+    """Idefics3/SmolVLM keep their language model at model.text_model. Unsloth 2026.10.9's FastBaseModel.
+    get_peft_model hands a string target to PEFT as it is (only a list goes through its get_peft_regex, whose
+    finetune_* flags then scope it), so the rendered regex alone decides: it must match `text_model` too."""
+    import torch
+
+    from tests.tiny_vlms import save_idefics3
+
+    model = save_idefics3(tmp_path / "idefics3", tiny_model)
+    script = loaded(tmp_path, planned(vision=True), model)
+    given = script["trainer_model"]({"compute_dtype": torch.float32, "gradient_checkpointing": False}, "CAUSAL_LM")
+    trainable = {n for n, p in given["model"].named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n and ".text_model." in n for n in trainable)
+    assert isinstance(sys.modules["unsloth"].CALLS[1][1]["target_modules"], str)
+
+
+@needs_training
 @pytest.mark.training
 def test_the_unsloth_script_trains_on_cpu_against_the_stand_in(tiny_model: Path, tmp_path: Path, fake_unsloth: Path,
                                                                offline) -> None:

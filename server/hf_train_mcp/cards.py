@@ -49,6 +49,10 @@ def training_card(config: dict[str, Any], *, flavor: str, usd_per_hour: float | 
         "gradient accumulation": config["gradient_accumulation"], "effective batch": effective_batch_size,
         "LoRA r / alpha": f"{config['lora']['r']} / {config['lora']['alpha']}" if adapter else None,
         **{f"{spec.title} {key}": value for key, value in spec.card_settings(config).items()},
+        # a vision-language model: what trained of it (the template's frozen_vision_tower) and the image budget
+        "trained": "language model and projector; vision encoder frozen" if config.get("vision") and not adapter
+        else None,
+        "image tokens (max)": config.get("max_image_tokens"),
         "hardware": flavor, "seed": config["seed"],
     }
     summary = (f"A {spec.summary} of `{config['model']}` on `{config['dataset']}` with {library}"

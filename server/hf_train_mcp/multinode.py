@@ -18,7 +18,15 @@ MASTER_PORT = 29500
 # The nodes must all be running within this bound: a node left scheduling keeps the others waiting at the
 # rendezvous, billed for nothing.
 START_BOUND_MIN = 20.0
+# ...and each then installs the header's pins into its own venv before its launcher dials the rendezvous: minutes
+# that differ between machines (a cold uv cache, a slow mirror, torch's 2-3 GB of wheels)
+INSTALL_MARGIN_MIN = 10.0
 NODE_KIND = "node"  # the ledger kind of ranks 1..N-1 (rank 0's record stands for the run)
+# What a multi-node full fine-tune holds in a machine's CPU memory (host_ram_refusal): the share of it a run may
+# plan on (the OS, the CUDA contexts and the data take the rest), and bytes per parameter
+HOST_RAM_SHARE = 0.85
+FP32_BYTES = 4
+ADAM_BYTES = 8  # exp_avg and exp_avg_sq, fp32
 GROUP_PATTERN = re.compile(r"^[a-z0-9-]{1,46}$")  # what Jobs accepts as a network group name
 
 
@@ -58,18 +66,65 @@ def node_flavor(info: Any, nodes: int) -> Any:
     return replace(info, gpus=info.gpus * nodes, usd_per_hour=info.usd_per_hour * nodes)
 
 
-def launcher_args(*, nodes: int, rank: int, gpus: int, full: bool) -> list[str]:
+def rendezvous_timeout_s() -> int:
+    """How long a node's launcher waits at the rendezvous for the others: the latest a node may start after the
+    first (START_BOUND_MIN, then node_runs stops the run) plus the spread of their installs. torch's static
+    rendezvous (`--rdzv_backend static`) waits `rdzv_conf` timeout seconds, 900 unless set
+    (torch/distributed/launcher/api.py LaunchConfig), for every node's TCPStore to join: a node 15-20 min behind
+    the first ended in DistStoreError after both had billed."""
+    return int((START_BOUND_MIN + INSTALL_MARGIN_MIN) * 60)
+
+
+def launcher_args(*, nodes: int, rank: int, gpus: int, full: bool, shared_output: bool = False) -> list[str]:
     """accelerate's multi-node arguments for one node: the machine's rank, every process of the run, rank 0's
-    alias as the rendezvous, and FSDP (full shard, a full state dict gathered on rank 0 for the push) when the
-    whole model trains; LoRA runs data parallel."""
+    alias as the rendezvous (waiting for late nodes, see rendezvous_timeout_s), and FSDP (full shard) when the
+    whole model trains; LoRA runs data parallel.
+
+    FSDP checkpoints: a FULL_STATE_DICT checkpoint gathers the whole model and the whole optimizer (Adam: 8 bytes a
+    parameter) into rank 0's CPU memory at every save (accelerate's save_fsdp_optimizer, FullOptimStateDictConfig
+    (offload_to_cpu=True, rank0_only=True)). With a folder every node shares (shared_output: an output bucket
+    mounted on each) the checkpoints are SHARDED_STATE_DICT, each rank writing its own part and nothing gathered; the
+    script gathers the full state dict once, for the final save and push (full_state_dict_for_final_save). Without
+    one a sharded checkpoint would leave each node's parts on its own disk and push only rank 0's node's: those
+    runs keep full checkpoints, and the planner checks rank 0's machine can hold them (host_ram_refusal)."""
     args = ["--num_machines", str(nodes), "--machine_rank", str(rank), "--num_processes", str(nodes * gpus),
             "--main_process_ip", f"${{HF_NETWORK_GROUP_PREFIX}}{MASTER_ALIAS}", "--main_process_port",
-            str(MASTER_PORT), "--rdzv_backend", "static", "--same_network"]
+            str(MASTER_PORT), "--rdzv_backend", "static", "--rdzv_conf", f"timeout={rendezvous_timeout_s()}",
+            "--same_network"]
     if full:
         args += ["--use_fsdp", "--fsdp_sharding_strategy", "FULL_SHARD", "--fsdp_auto_wrap_policy",
-                 "TRANSFORMER_BASED_WRAP", "--fsdp_state_dict_type", "FULL_STATE_DICT", "--fsdp_use_orig_params",
+                 "TRANSFORMER_BASED_WRAP", "--fsdp_state_dict_type",
+                 "SHARDED_STATE_DICT" if shared_output else "FULL_STATE_DICT", "--fsdp_use_orig_params",
                  "true", "--fsdp_cpu_ram_efficient_loading", "true", "--fsdp_sync_module_states", "true"]
     return args
+
+
+def host_ram_refusal(*, params: int, ram_gb: float | None, gpus: int, copies: int = 1,
+                     full_checkpoints: bool) -> str | None:
+    """Why one machine of a multi-node full fine-tune cannot hold what the run puts in its CPU memory, or None.
+
+    Loading: on a multi-GPU run TRL loads the model id with `device_map=None` on every rank (trl/trainer/
+    sft_trainer.py and its siblings: `if args.distributed_state.distributed_type in ["MULTI_GPU", "DEEPSPEED"]:
+    model_init_kwargs["device_map"] = None`), and transformers 5.24 reads every rank's copy into CPU memory before
+    FSDP shards it: its FSDP_CPU_RAM_EFFICIENT_LOADING path (modeling_utils.py `_move_missing_keys_from_meta_to_device`,
+    `_initialize_missing_keys`) only skips buffers and initialisation on the other ranks, the weights are loaded
+    on all of them. So each of the machine's `gpus` processes holds the fp32 model (a DPO/KTO reference too:
+    `copies`) until FSDP moves it to the GPUs. Full checkpoints gather the whole Adam state (two fp32 moments) on
+    rank 0."""
+    if not ram_gb:
+        return None
+    usable = ram_gb * HOST_RAM_SHARE
+    load_gb = gpus * copies * FP32_BYTES * params / 1e9
+    if load_gb > usable:
+        return (f"each of this flavor's {gpus} processes loads the whole model in fp32 into the machine's memory "
+                f"before FSDP shards it (~{load_gb:.0f} GB of its {ram_gb:.0f} GB): pick a flavor with more memory "
+                "per GPU (e.g. 'h200x8', 'a100x8'), or peft='lora'")
+    gather_gb = ADAM_BYTES * params / 1e9
+    if full_checkpoints and gather_gb > usable:
+        return (f"every checkpoint gathers the whole optimizer state on rank 0's machine (~{gather_gb:.0f} GB of its "
+                f"{ram_gb:.0f} GB): send output_bucket (checkpoints are then sharded, each node writing its part to "
+                "the bucket), or pick a flavor with more memory")
+    return None
 
 
 def shell_words(args: list[str]) -> str:

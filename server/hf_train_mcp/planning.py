@@ -34,8 +34,12 @@ from hf_train_mcp.request import Request, RunShape, TrainingRequest
 BASE_DEPENDENCIES = ["trl>=1.0,<2", "transformers>=5.0,<6", "datasets>=4.0,<6", "accelerate>=1.4,<2",
                      "peft>=0.15,<1", "trackio>=0.4,<1", "torch>=2.6,<2.11"]
 BUCKET_MOUNT = "/outputs"
-# LoRA on a vision-language model's language tower alone (TRL's VLM recipes): the vision encoder stays frozen
-LANGUAGE_TOWER = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
+# LoRA on a vision-language model's language tower alone (TRL's VLM recipes): the vision encoder and the projector
+# stay frozen. The tower is `language_model` (Qwen2/2.5/3-VL, LLaVA, LLaVA-NeXT, Gemma 3, Mllama, PaliGemma) or
+# `text_model` (Idefics2/3, SmolVLM), the names transformers' own get_decoder() looks for; PEFT matches a string
+# target against each module's whole name (re.fullmatch), so vision blocks' own q/k/v/o or gate/up/down_proj
+# (SigLIP, Mllama's encoder, Qwen2.5-VL's, Idefics2's perceiver) are left out.
+LANGUAGE_TOWER = r"(.*\.)?(language_model|text_model)\.(.*\.)?(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
 
 
 @dataclass(frozen=True)
@@ -211,10 +215,17 @@ def estimate_node_flavor(hyper: Hyper, size: ModelSize, info: Any, data: DataFac
     return estimate_on(size, hyper.workload(size, whole.gpus, data), whole)
 
 
-def choose_flavor(hyper: Hyper, size: ModelSize, catalog: Catalog, data: DataFacts) -> FlavorEstimate:
-    """The cheapest GPU flavor whose memory fits; a clear error with what would fit otherwise."""
+def choose_flavor(hyper: Hyper, size: ModelSize, catalog: Catalog, data: DataFacts,
+                  shared_output: bool = False) -> FlavorEstimate:
+    """The cheapest GPU flavor whose memory fits (its machines' too, across nodes); a clear error with what would
+    fit otherwise."""
     ranked = estimate_flavors(hyper, size, catalog, data)
-    fitting = [e for e in ranked if e.fits]
+    gpu_fits = [e for e in ranked if e.fits]
+    fitting = [e for e in gpu_fits if not host_ram_refusal(hyper, size, catalog.flavors[e.flavor], shared_output)]
+    if gpu_fits and not fitting:  # the GPUs would do, the machines' memory would not
+        first = gpu_fits[0].flavor
+        raise NoFitError(f"{hyper.nodes} x {first}: "
+                         f"{host_ram_refusal(hyper, size, catalog.flavors[first], shared_output)}")
     if not fitting:
         largest = max(ranked, key=lambda e: e.gpu_memory_gb)
         raise NoFitError(
@@ -222,6 +233,16 @@ def choose_flavor(hyper: Hyper, size: ModelSize, catalog: Catalog, data: DataFac
             f"{largest.gpu_memory_gb:.0f} GB). " + how_to_fit(hyper.workload(size, 1, data), None)
         )
     return fitting[0]
+
+
+def host_ram_refusal(hyper: Hyper, size: ModelSize, info: Any, shared_output: bool) -> str | None:
+    """Why a multi-node full fine-tune's machines of `info` cannot hold its model and checkpoints in CPU memory
+    (multinode.host_ram_refusal), or None; shared_output: checkpoints sharded into a bucket every node mounts."""
+    if hyper.nodes <= 1 or hyper.peft != "full":
+        return None
+    return multinode.host_ram_refusal(params=size.params, ram_gb=info.ram_gb, gpus=info.gpus,
+                                      copies=2 if hyper.spec.full_reference_copy else 1,
+                                      full_checkpoints=not shared_output)
 
 
 def _placement(req: TrainingRequest, where: type, hyper: "Hyper", size: ModelSize, catalog: Catalog,
@@ -256,13 +277,16 @@ def _placement(req: TrainingRequest, where: type, hyper: "Hyper", size: ModelSiz
                     raise TrainError(f"nodes={hyper.nodes} runs on a multi-GPU flavor (each node's GPUs first, "
                                      f"then the network between them); {req.flavor} has one GPU: pick e.g. "
                                      "'a100x8' or 'h200x8', or drop nodes")
+                refusal = host_ram_refusal(hyper, size, info, bool(req.output_bucket))
+                if refusal:
+                    raise TrainError(f"{hyper.nodes} x {req.flavor}: {refusal}. Nothing was launched.")
                 _check_engine(req, req.flavor, info.gpus, True)
                 work = hyper.workload(size, info.gpus * hyper.nodes, data)
                 estimate = estimate_node_flavor(hyper, size, info, data)
                 if not estimate.fits:
                     warnings.append(f"{req.flavor} is likely too small: {estimate.reasons[0]}. {how_to_fit(work, None)}")
             else:
-                estimate = choose_flavor(hyper, size, catalog, data)
+                estimate = choose_flavor(hyper, size, catalog, data, shared_output=bool(req.output_bucket))
             flavor = estimate.flavor
             gpus = catalog.flavors[flavor].gpus
             if measured:

@@ -153,7 +153,8 @@ class HfJobsBackend:
             # venv and launch from it, so multi-GPU jobs run exactly the versions single-GPU jobs do.
             pins = " ".join(shlex.quote(d) for d in spec.dependencies)
             launch = (multinode.shell_words(multinode.launcher_args(
-                nodes=spec.nodes, rank=spec.node_rank, gpus=spec.gpus, full=spec.full))
+                nodes=spec.nodes, rank=spec.node_rank, gpus=spec.gpus, full=spec.full,
+                shared_output=bool(spec.output_bucket)))
                 if spec.nodes > 1 else f"--num_processes {spec.gpus}")
             run = (f"uv venv -q {VENV} && uv pip install -q --python {VENV}/bin/python {pins} && "
                    f"exec {VENV}/bin/accelerate launch {launch} {SCRIPT_PATH}")

@@ -209,7 +209,8 @@ def image_grid(processor: dict | None) -> ImageGrid | None:
     high = processor.get("max_pixels") or size.get("longest_edge")
     patch, merge = processor.get("patch_size"), processor.get("merge_size")
     if all(isinstance(v, int) and v > 0 for v in (low, high, patch, merge)) and high >= low:
-        return ImageGrid(patch, merge, low, high)
+        # the training scripts cap the processor at C.MAX_IMAGE_TOKENS an image (their cap_image_tokens)
+        return ImageGrid(patch, merge, low, max(low, min(high, C.MAX_IMAGE_TOKENS * (patch * merge) ** 2)))
     return None
 
 

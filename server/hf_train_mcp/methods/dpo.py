@@ -5,7 +5,7 @@ from typing import Annotated
 from pydantic import Field
 
 from hf_train_mcp.methods.base import MethodSpec, Option
-from hf_train_mcp.methods.sft import IMAGE_ALIASES
+from hf_train_mcp.methods.sft import IMAGE_ALIASES, vision_config
 from hf_train_mcp.script_config import TrainingConfig
 
 BETA_DEFAULT = 0.1  # TRL's DPO and KTO default
@@ -19,6 +19,7 @@ class BetaConfig(TrainingConfig):
 
 class DpoConfig(BetaConfig):
     vision: bool  # prompts with images: the processor, TRL's vision collator, no max_length cut
+    max_image_tokens: int | None  # vision: an image's tokens at most (the processor's pixel budget)
 
 # target column <- the paired-answer layouts of popular preference datasets (Intel/orca_dpo_pairs: question;
 # lvwerra/stack-exchange-paired: response_j/response_k; argilla: chosen_response/rejected_response, ...)
@@ -48,6 +49,6 @@ METHOD = MethodSpec(
     sequences_per_example=2, reference_passes=1.0, full_reference_copy=True, eval_metric="preference",
     prompt_required=True, check=positive_beta,
     config=lambda req: {"beta": BETA_DEFAULT if req.beta is None else req.beta}, config_schema=DpoConfig,
-    data_config=lambda data: {"vision": data.vision},
+    data_config=vision_config,
     card_settings=lambda config: {"beta": config["beta"]},
 )

@@ -10,7 +10,7 @@ from pydantic import AfterValidator, Field
 
 from hf_train_mcp import pysource
 from hf_train_mcp.methods.base import MethodSpec, Option
-from hf_train_mcp.methods.sft import IMAGE_ALIASES
+from hf_train_mcp.methods.sft import IMAGE_ALIASES, vision_config
 from hf_train_mcp.script_config import TrainingConfig
 
 NUM_GENERATIONS_DEFAULT = 8
@@ -30,7 +30,8 @@ RESERVED_NAMES = frozenset({
     "base_license", "write_card", "read_card", "EVALUATION_MARK", "own_gpu", "new_trainer", "truncate_prompts",
     "truncated_prompt", "teardown", "adapter_labels", "load_processing", "trainer_model", "unsloth_model", "unsloth",
     "as_images", "vision_rows", "vision_loss", "image_path", "as_turns", "vision_processor", "vision_generate",
-    "vision_preference_accuracy",
+    "vision_preference_accuracy", "fsdp_loading", "full_state_dict_for_final_save", "cap_image_tokens",
+    "frozen_vision_tower",
 })
 
 
@@ -145,6 +146,7 @@ class GrpoConfig(GeneratingConfig):
     num_generations: int
     reward_funcs: list[str]
     vision: bool  # prompts with images: the processor, completions sampled from prompt and images
+    max_image_tokens: int | None  # vision: an image's tokens at most (the processor's pixel budget)
 
 
 def notes(columns: set[str]) -> list[tuple[str, str, str | None]]:
@@ -169,7 +171,7 @@ METHOD = MethodSpec(
     options=(NUM_GENERATIONS, MAX_COMPLETION_LENGTH, REWARD_FUNCS, REWARD_CODE),
     generates=True, grouped=True, prompt_length=True, eval_metric="reward", data_notes=notes,
     config=lambda req: {**METHOD.sizing_options(req), "reward_funcs": reward_functions(req)}, config_schema=GrpoConfig,
-    data_config=lambda data: {"vision": data.vision},
+    data_config=vision_config,
     request_dependencies=lambda req: reward_code_dependencies(getattr(req, "reward_code", None)),
     card_settings=lambda config: {"generations": config["num_generations"], "rewards": ", ".join(
         config["reward_funcs"]) or "reward_code"},

@@ -4,6 +4,7 @@ from typing import Annotated
 
 from pydantic import Field
 
+from hf_train_mcp.estimate.constants import MAX_IMAGE_TOKENS
 from hf_train_mcp.methods.base import MethodSpec, Option
 from hf_train_mcp.script_config import TrainingConfig
 
@@ -14,9 +15,16 @@ PACKING = Option("packing", Annotated[bool, Field(description="SFT: pack rows in
 IMAGE_ALIASES = ("image", "pictures", "photos", "image_paths", "images_path")  # what a row's images are called
 
 
+def vision_config(data) -> dict:
+    """What a template reads of the rows' images (DataFacts): whether there are any, and how many tokens an image
+    may become (the processor's cap, which the estimate counts too)."""
+    return {"vision": data.vision, "max_image_tokens": MAX_IMAGE_TOKENS if data.vision else None}
+
+
 class SftConfig(TrainingConfig):
     packing: bool
     vision: bool  # messages with images: the processor, the collator for images, no max_length cut
+    max_image_tokens: int | None  # vision: an image's tokens at most (the processor's pixel budget)
 
 METHOD = MethodSpec(
     name="sft", title="SFT", summary="supervised fine-tune",
@@ -32,5 +40,5 @@ METHOD = MethodSpec(
     },
     options=(PACKING,),
     config=lambda req: {"packing": req.packing}, config_schema=SftConfig,
-    data_config=lambda data: {"vision": data.vision},
+    data_config=vision_config,
 )
