@@ -11,6 +11,7 @@ import pytest
 from mcp import Client
 
 from hf_train_mcp.app import build_server
+from hf_train_mcp.estimate.constants import MAX_IMAGE_TOKENS
 from hf_train_mcp.estimate.sizing import ImageGrid, param_counts
 from hf_train_mcp.model_family import CAUSAL_LM, Family, decide, training_refusal
 from hf_train_mcp.model_files import TEXT_DEFAULTS, VISION_DEFAULTS, model_files, one_read_each, text_config
@@ -160,10 +161,12 @@ async def test_validate_dataset_reads_images_for_flat_and_nested_vlms_and_refuse
 
 
 async def test_estimate_cost_counts_the_image_tokens_of_flat_and_nested_vlms(models: Emulator) -> None:
-    expected = {QWEN2_VL: ImageGrid(14, 2, 3136, 12845056).tokens(1080, 1920),  # its processor's own grid
+    # its processor's own grid, capped as the training script caps it (MAX_IMAGE_TOKENS per image)
+    expected = {QWEN2_VL: ImageGrid(14, 2, 3136, MAX_IMAGE_TOKENS * 28 * 28).tokens(1080, 1920),
                 QWEN25_VL: 256,  # no processor file: the 448 px assumption
                 LLAVA: (336 // 14) ** 2, SMOLVLM: (384 // 14) ** 2 // 9}  # fixed grids (pixel shuffle 3x3)
-    assert expected[QWEN2_VL] == 39 * 69
+    assert ImageGrid(14, 2, 3136, 12845056).tokens(1080, 1920) == 39 * 69  # uncapped: the Hub's max_pixels
+    assert expected[QWEN2_VL] == 26 * 47
     async with Client(build_server()) as client:
         for repo, tokens in expected.items():
             estimate = await call(client, "estimate_cost", {"model": repo, "dataset": "org/screens",
