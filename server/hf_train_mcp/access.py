@@ -6,6 +6,7 @@ listed (`--allow-local-files`), and run jobs on this machine only with `--allow-
 """
 
 import re
+import stat
 import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -62,6 +63,15 @@ def check_reference(value: str) -> str:
     return value
 
 
+def hard_linked(path: Path) -> bool:
+    """A file with more than one name: a hard link inside a folder may be a file outside it under another name."""
+    try:
+        info = path.stat()
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_nlink > 1
+
+
 def shown_name(ref: str) -> str:
     """A caller's model or dataset name as the server's own text quotes it: in quotes, cut short."""
     return repr(ref if len(ref) <= 96 else ref[:93] + "...")
@@ -107,10 +117,12 @@ class Access:
                          "this server will not run it for you; ask the operator, or work on a model pushed to the Hub")
 
     def allows_path(self, path: Path) -> bool:
+        """Inside the allowed folders however it is spelled: symlinks and '..' cannot lead outside, and a file with
+        other names (a hard link) is refused, since nothing tells whether one of them lies outside."""
         if self.local_dirs is None:
             return True
-        resolved = path.expanduser().resolve()  # symlinks and '..' cannot lead outside
-        return any(resolved.is_relative_to(folder) for folder in self.local_dirs)
+        resolved = path.expanduser().resolve()
+        return any(resolved.is_relative_to(folder) for folder in self.local_dirs) and not hard_linked(resolved)
 
     def may_read(self, ref: str | None) -> bool:
         """A Hub id, or a path this caller may read. '..' is refused before anything looks at the disk, so an
@@ -124,7 +136,7 @@ class Access:
         if self.may_read(ref):
             return
         where = ("no local folder is allowed" if not self.local_dirs
-                 else "only inside the folders the operator allowed")
+                 else "only inside the folders the operator allowed, and no file with other names (a hard link)")
         raise AccessError(f"{kind} {ref!r} is a path on the server, which callers over {self.over} may not read "
                          f"({where}; the operator adds one with --allow-local-files DIR). Send a Hub id instead.")
 
@@ -149,7 +161,7 @@ class Access:
         if path.is_absolute() and ".." not in path.parts and self.allows_path(Path(ref)):
             return
         where = ("no local folder is allowed" if not self.local_dirs
-                 else "only absolute paths inside the folders the operator allowed")
+                 else "only absolute paths inside the folders the operator allowed, and no hard-linked file")
         raise AccessError(f"{kind} {ref[:120]!r} is a path on the server, which callers over {self.over} may not "
                           f"read ({where}; the operator adds one with --allow-local-files DIR). Send the script's "
                           "source or an https URL instead.")
