@@ -5,6 +5,7 @@ HTTP the caller is whoever reaches the port: they may name local files only insi
 listed (`--allow-local-files`), and run jobs on this machine only with `--allow-local-jobs`.
 """
 
+import hashlib
 import re
 import stat
 import unicodedata
@@ -13,6 +14,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path, PurePath
+from urllib.parse import urlsplit, urlunsplit
 
 from hf_train_mcp.errors import AccessError
 
@@ -75,6 +77,22 @@ def hard_linked(path: Path) -> bool:
 def shown_name(ref: str) -> str:
     """A caller's model or dataset name as the server's own text quotes it: in quotes, cut short."""
     return repr(ref if len(ref) <= 96 else ref[:93] + "...")
+
+
+# What a name in a question to the user may hold: a Hub id's, a path's, an image's or a URL's characters; no space,
+# '$', '#', '?', '%' or quote, so a caller's sentence ("correction: the real maximum is $0.40") cannot pass as one
+_REFERENCE = re.compile(r"^[A-Za-z0-9~/.][A-Za-z0-9._\-/~:@+=,]{0,159}$")
+
+
+def question_name(ref: str) -> str:
+    """A name as a question to the user shows it: a reference (a URL without its query and fragment, which are
+    free text) in quotes, or, where it holds anything else, its digest; never the caller's prose."""
+    if "://" in ref:
+        parts = urlsplit(ref)
+        ref = urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
+    if _REFERENCE.match(ref) and not _hidden(ref):
+        return shown_name(ref)
+    return f"a name with other characters (sha256 {hashlib.sha256(ref.encode()).hexdigest()[:12]})"
 
 
 @dataclass(frozen=True)
