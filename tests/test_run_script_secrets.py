@@ -249,10 +249,10 @@ def tls_server(tmp_path: Path, name: str, body: bytes) -> tuple[int, Path, list]
     from cryptography.x509.oid import NameOID
 
     def certificate(subject: str, key, issuer, issuer_key, ca: bool):
-        now = datetime.datetime.now(datetime.UTC)
+        now, hour = datetime.datetime.now(datetime.UTC), datetime.timedelta(hours=1)
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
-        builder = (x509.CertificateBuilder().subject_name(name).issuer_name(issuer).public_key(key.public_key()).serial_number(x509.random_serial_number())
-                   .not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + datetime.timedelta(hours=1))
+        builder = (x509.CertificateBuilder().subject_name(name).issuer_name(issuer).public_key(key.public_key())
+                   .serial_number(x509.random_serial_number()).not_valid_before(now - hour).not_valid_after(now + hour)
                    .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
         if not ca:
             builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName(subject)]), critical=False)
