@@ -223,6 +223,10 @@ def _project(root: Path) -> Path:
     (".git/config", True), ("src/.git/HEAD", True), (".env", True), ("conf/.env.prod", True), (".venv/lib/x.py", True),
     ("pkg/__pycache__/m.cpython-311.pyc", True), ("train.py", False), ("configs/run.yaml", False),
     ("gitnotes/.gitkeep", False), ("venvs.md", False), ("envs/base.yaml", False),
+    (".git-credentials", True), (".kube/config", True), (".config/gcloud/adc.json", True), ("a/.docker/c.json", True),
+    ("keys/id_ed25519", True), ("deploy_rsa", True), ("tls/server.key", True), ("p/cert.p12", True), ("prod.env", True),
+    ("infra/terraform.tfstate", True), ("infra/.terraform/providers/x", True), ("credentials.json", True),
+    ("src/id_utils.py", False), ("keys.py", False), (".config/app.yaml", False), ("keys/id_ed25519.pub", False),
 ])
 def test_what_stays_home_is_one_rule_for_the_hash_and_the_upload(path: str, out: bool) -> None:
     assert left_out(PurePosixPath(path)) is out

@@ -126,3 +126,45 @@ async def test_the_question_leads_with_the_servers_figures(tool: str, hub: Emula
     assert question.startswith("It can bill at most $")
     assert question.index("$") < question.index("Qwen/Qwen2-0.5B-Instruct")
     assert "'Qwen/Qwen2-0.5B-Instruct'" in question  # the caller's name quoted, as a name
+
+
+CORRECTION = "correction: the real maximum is $0.40, approved by the operator"
+PRICED = "# /// script\n# [tool.hf-jobs]\n# flavor = \"a10g-small\"\n# timeout = \"2h\"\n# ///\nprint('train')\n"
+
+
+async def test_a_script_is_named_by_reference_never_by_the_callers_prose(hub: Emulator, served, tmp_path) -> None:
+    """A URL's fragment and query, and a file name holding a sentence, are caller text: the question names the
+    script by its address and its sha256."""
+    import httpx
+
+    files, base = served
+    files["/s/train.py"] = PRICED.encode()
+    asking = f"{base}/s/train.py?note={CORRECTION}"
+    files[httpx.URL(asking).raw_path.decode()] = PRICED.encode()  # the path as the request line sends it
+    prose = tmp_path / f"{CORRECTION}.py"
+    prose.write_text(PRICED)
+    asked: list[str] = []
+    before = len(hub.posted_jobs())
+    async with Client(build_server(), elicitation_callback=answering("decline", asked=asked)) as client:
+        for script in (f"{base}/s/train.py#{CORRECTION}", asking, str(prose)):
+            declined = await client.call_tool("run_script", {"script": script})
+            assert declined.is_error and "not submitted" in declined.content[0].text
+    assert len(asked) == 3 and len(hub.posted_jobs()) == before
+    for question in asked:
+        assert question.startswith("It can bill at most $") and "sha256 " in question, question
+        assert "correction" not in question and "$0.40" not in question and "operator" not in question, question
+    assert f"'{base}/s/train.py'" in asked[0] and f"'{base}/s/train.py'" in asked[1]
+
+
+async def test_a_run_across_machines_says_how_many_in_its_question(hub: Emulator) -> None:
+    hub.models.setdefault(BASE["model"], 494_000_000)
+    run = {**BASE, "nodes": 2, "flavor": "a100x8", "peft": "full", "max_steps": 10, "timeout": "1h"}
+    asked: list[str] = []
+    before = len(hub.posted_jobs())
+    async with Client(build_server(), elicitation_callback=answering("decline", asked=asked)) as client:
+        declined = await client.call_tool("submit_training", run)
+    assert declined.is_error and len(hub.posted_jobs()) == before
+    question = asked[0]
+    assert question.startswith("It can bill at most $40.32"), question  # two a100x8 for the hour
+    assert "2 machines x a100x8 ($20.16/h each, $40.32/h together)" in question, question
+    assert question.endswith("on 2 machines x a100x8?"), question

@@ -5,13 +5,16 @@ HTTP the caller is whoever reaches the port: they may name local files only insi
 listed (`--allow-local-files`), and run jobs on this machine only with `--allow-local-jobs`.
 """
 
+import hashlib
 import re
+import stat
 import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path, PurePath
+from urllib.parse import urlsplit, urlunsplit
 
 from hf_train_mcp.errors import AccessError
 
@@ -62,9 +65,34 @@ def check_reference(value: str) -> str:
     return value
 
 
+def hard_linked(path: Path) -> bool:
+    """A file with more than one name: a hard link inside a folder may be a file outside it under another name."""
+    try:
+        info = path.stat()
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_nlink > 1
+
+
 def shown_name(ref: str) -> str:
     """A caller's model or dataset name as the server's own text quotes it: in quotes, cut short."""
     return repr(ref if len(ref) <= 96 else ref[:93] + "...")
+
+
+# What a name in a question to the user may hold: a Hub id's, a path's, an image's or a URL's characters; no space,
+# '$', '#', '?', '%' or quote, so a caller's sentence ("correction: the real maximum is $0.40") cannot pass as one
+_REFERENCE = re.compile(r"^[A-Za-z0-9~/.][A-Za-z0-9._\-/~:@+=,]{0,159}$")
+
+
+def question_name(ref: str) -> str:
+    """A name as a question to the user shows it: a reference (a URL without its query and fragment, which are
+    free text) in quotes, or, where it holds anything else, its digest; never the caller's prose."""
+    if "://" in ref:
+        parts = urlsplit(ref)
+        ref = urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
+    if _REFERENCE.match(ref) and not _hidden(ref):
+        return shown_name(ref)
+    return f"a name with other characters (sha256 {hashlib.sha256(ref.encode()).hexdigest()[:12]})"
 
 
 @dataclass(frozen=True)
@@ -107,10 +135,12 @@ class Access:
                          "this server will not run it for you; ask the operator, or work on a model pushed to the Hub")
 
     def allows_path(self, path: Path) -> bool:
+        """Inside the allowed folders however it is spelled: symlinks and '..' cannot lead outside, and a file with
+        other names (a hard link) is refused, since nothing tells whether one of them lies outside."""
         if self.local_dirs is None:
             return True
-        resolved = path.expanduser().resolve()  # symlinks and '..' cannot lead outside
-        return any(resolved.is_relative_to(folder) for folder in self.local_dirs)
+        resolved = path.expanduser().resolve()
+        return any(resolved.is_relative_to(folder) for folder in self.local_dirs) and not hard_linked(resolved)
 
     def may_read(self, ref: str | None) -> bool:
         """A Hub id, or a path this caller may read. '..' is refused before anything looks at the disk, so an
@@ -124,7 +154,7 @@ class Access:
         if self.may_read(ref):
             return
         where = ("no local folder is allowed" if not self.local_dirs
-                 else "only inside the folders the operator allowed")
+                 else "only inside the folders the operator allowed, and no file with other names (a hard link)")
         raise AccessError(f"{kind} {ref!r} is a path on the server, which callers over {self.over} may not read "
                          f"({where}; the operator adds one with --allow-local-files DIR). Send a Hub id instead.")
 
@@ -149,7 +179,7 @@ class Access:
         if path.is_absolute() and ".." not in path.parts and self.allows_path(Path(ref)):
             return
         where = ("no local folder is allowed" if not self.local_dirs
-                 else "only absolute paths inside the folders the operator allowed")
+                 else "only absolute paths inside the folders the operator allowed, and no hard-linked file")
         raise AccessError(f"{kind} {ref[:120]!r} is a path on the server, which callers over {self.over} may not "
                           f"read ({where}; the operator adds one with --allow-local-files DIR). Send the script's "
                           "source or an https URL instead.")

@@ -73,13 +73,17 @@ def can_elicit(ctx: Context) -> bool:
 
 
 def confirmation_question(prepared: Any) -> str:
-    """The server's own figures first: what a caller sent (a model name, say) cannot pass for them."""
+    """The server's own figures first: what a caller sent (a model name, say) cannot pass for them. A run across
+    machines says how many, each at the flavor's price."""
     common = prepared.common
     hours = f", ~{common['estimated_hours']:.1f} h estimated" if common.get("estimated_hours") else ""
     estimate = f" (estimated ${common['estimated_cost_usd']:.2f})" if common.get("estimated_cost_usd") else ""
-    return (f"It can bill at most ${prepared.worst_case_cost_usd:.2f}{estimate}: {common['flavor']} for up to "
-            f"{common['timeout']}{hours}, billed per minute while it runs. Launch {prepared.summary} on "
-            f"{common['flavor']}?")
+    nodes = getattr(prepared, "nodes", 1)
+    machines = f"{nodes} machines x {common['flavor']}" if nodes > 1 else common["flavor"]
+    price = getattr(getattr(prepared, "plan", None), "usd_per_hour", None)
+    rate = f" (${price / nodes:.2f}/h each, ${price:.2f}/h together)" if nodes > 1 and price else ""
+    return (f"It can bill at most ${prepared.worst_case_cost_usd:.2f}{estimate}: {machines}{rate} for up to "
+            f"{common['timeout']}{hours}, billed per minute while it runs. Launch {prepared.summary} on {machines}?")
 
 
 class CompactMCPServer(MCPServer):

@@ -200,9 +200,10 @@ class Following:
     @staticmethod
     def _logs(backend: Backend, job_id: str, namespace: str | None, record: JobRecord | None, *, tail: int | None,
               finished: bool, upto: int | None = None) -> LogRead:
-        """Log lines with this server's token and credentials masked, and the secrets run_script handed the job
-        by name (its record's request): a job that prints its environment must not leak them."""
-        named = tuple(record.request.get("secrets") or ()) if record is not None else ()
+        """Log lines with this server's token and credentials masked, and every secret the job was handed (named
+        in the call or chosen by its script's header, as its record says): a job that prints its environment must
+        not leak them."""
+        named = record.secret_names if record is not None else ()
         token, mask = hub_token(), credentials.masker(named)
         read = backend.logs(job_id, namespace, tail=tail, finished=finished, upto=upto)
         read.lines = [mask(scrub(line, token)) for line in read.lines]

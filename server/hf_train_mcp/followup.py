@@ -16,7 +16,8 @@ from hf_train_mcp.access import Access, is_local
 from hf_train_mcp.cards import card_config, hub_ref
 from hf_train_mcp.chat_template import CHATML
 from hf_train_mcp.data.rules import candidate_formats
-from hf_train_mcp.errors import TrainError, NoFitError, NotFoundError
+from hf_train_mcp.data.validate import outside_images
+from hf_train_mcp.errors import AccessError, TrainError, NoFitError, NotFoundError
 from hf_train_mcp.estimate.hardware import Catalog
 from hf_train_mcp.estimate.jobs import (
     EvalWork,
@@ -107,6 +108,10 @@ def check_job_inputs(access: Access, record: JobRecord, training: TrainingReques
     for ref, what in ((training.model, "model"), (training.dataset, "dataset"),
                       (getattr(training, "teacher_model", None), "teacher model")):
         access.check_derived(ref, what, source)
+    if outside_images(training.dataset, training.column_mapping, access) is not None:  # images its rows name
+        raise AccessError(f"{source} reads local files outside the folders callers over {access.over} may use (its "
+                          "rows' images, or links in its data folder), so this server will not run it for you; ask "
+                          "the operator, or work on a model pushed to the Hub")
 
 
 def subject_from_job(record: JobRecord, stage: str, backend_name: str, access: Access) -> Subject:

@@ -58,6 +58,7 @@ def _planned_record(prepared: Prepared, submission: str, claim: str | None) -> J
         worst_case_cost_usd=plan.worst_case_cost_usd, claim=claim or claim_id(),
         output_dir=plan.config["output_dir"], kind=prepared.kind, parent_job_id=prepared.parent_job_id,
         asked_json=prepared.asked,
+        secrets_json=json.dumps(list(prepared.spec.run.secrets)) if prepared.spec.run else None,  # masked in its logs
     )
 
 

@@ -85,7 +85,8 @@ CREATE TABLE IF NOT EXISTS sweep_runs (
 # Columns added after the first release: older ledgers get them on open.
 _ADDED_COLUMNS = {"worst_case_cost_usd": "REAL", "claim": "TEXT", "output_dir": "TEXT", "started_at": "TEXT",
                   "message": "TEXT", "kind": "TEXT NOT NULL DEFAULT 'train'", "measured_json": "TEXT",
-                  "parent_job_id": "TEXT", "node_rank": "INTEGER", "asked_json": "TEXT"}
+                  "parent_job_id": "TEXT", "node_rank": "INTEGER", "asked_json": "TEXT",
+                  "secrets_json": "TEXT"}
 
 
 PENDING = "pending:"  # job_id prefix of an idempotency-key reservation
@@ -149,6 +150,15 @@ class JobRecord:
     parent_job_id: str | None = None  # the training job an evaluation or export works on (a node: its run)
     node_rank: int | None = None  # a node of a run across machines (kind "node"; the run's own record is rank 0)
     asked_json: str | None = None  # the call as its caller sent it: a retry with its key is held to it (retries.py)
+    secrets_json: str | None = None  # the names (never the values) of the secrets the job was handed
+
+    @property
+    def secret_names(self) -> tuple[str, ...]:
+        """The secrets the job was handed, however they were chosen (a ledger from before they were recorded: the
+        call's): their values are masked in its logs."""
+        if self.secrets_json is not None:
+            return tuple(json.loads(self.secrets_json))
+        return tuple(json.loads(self.request_json).get("secrets") or ())
 
     @property
     def settled(self) -> bool:

@@ -4,7 +4,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hf_train_mcp.access import shown_name
+from hf_train_mcp.access import question_name
 
 Progress = Callable[[str], None]  # a phase of a long call, for MCP progress notifications
 
@@ -34,9 +34,19 @@ class Prepared:
         return self.plan.worst_case_cost_usd or 0.0
 
     @property
+    def nodes(self) -> int:
+        """The machines the job runs on (each bills the flavor's price)."""
+        return getattr(self.plan, "nodes", 1)
+
+    @property
     def summary(self) -> str:
-        """What the job does, for a confirmation question."""
+        """What the job does, for a confirmation question: names as references (question_name), never free text."""
+        if self.kind == "script":
+            source = self.plan.source
+            named = "an inline script" if source.label == "inline script" and not source.url else \
+                question_name(source.url or source.label)
+            return f"a script job of {named} (sha256 {source.sha256[:12]})"
         what = {"evaluate": "an evaluation", "export": f"a {self.plan.config.get('format')} export",
-                "probe": f"a {self.plan.method.upper()} measurement job", "script": "a script job"}.get(
+                "probe": f"a {self.plan.method.upper()} measurement job"}.get(
             self.kind, f"a {self.plan.method.upper()} job")
-        return f"{what} of {shown_name(self.model)}"
+        return f"{what} of {question_name(self.model)}"

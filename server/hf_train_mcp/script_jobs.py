@@ -6,6 +6,7 @@ launch, ledger and follow path as a training run.
 
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -21,7 +22,8 @@ from hf_train_mcp.render import Script
 from hf_train_mcp.request import ScriptRequest
 from hf_train_mcp.schemas import FLAVORS
 from hf_train_mcp.script_urls import fetch_script
-from hf_train_mcp.scripts import Header, check_syntax, left_out, read_header, source_kind
+from hf_train_mcp.scripts import Header, check_syntax, credential, folder_left_out, left_out, read_header
+from hf_train_mcp.scripts import source_kind
 
 DEFAULT_FLAVOR = "cpu-basic"  # what Jobs runs without --flavor
 DEFAULT_TIMEOUT_S = 1800  # what Jobs gives a job without --timeout
@@ -43,6 +45,7 @@ class Source:
     url: str | None = None
     folder: str | None = None  # resolved
     scanned: str = ""  # text searched for how the output leaves the job (source, the folder's configs)
+    withheld: tuple[str, ...] = ()  # a folder's credential files (paths inside it), left behind
 
 
 @dataclass
@@ -83,29 +86,65 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _folder_files(folder: Path) -> list[Path]:
-    """The files a folder's copy holds (scripts.left_out stay behind), within the caps of an upload."""
-    files, size = [], 0
-    for path in sorted(folder.rglob("*")):
-        if not path.is_file() or left_out(PurePosixPath(path.relative_to(folder).as_posix())):
-            continue
-        files.append(path)
-        size += path.stat().st_size
-        if len(files) > MAX_FOLDER_FILES or size > MAX_FOLDER_BYTES:
-            raise TrainError(f"the folder holds over {MAX_FOLDER_FILES} files or {MAX_FOLDER_BYTES // 2**30} GiB "
-                             "(its copy is uploaded for each new version): keep code and configs in it, and put "
-                             "data and weights in a dataset, model repo or bucket the script reads. Nothing was "
-                             "launched.")
-    return files
+def _kept(path: Path, relative: PurePosixPath, access: Access) -> bool:
+    """Whether a file travels with the folder's copy (scripts.left_out, a private key read by its first bytes).
+    Over HTTP a link out of the folder or a file with other names (a hard link) is refused: either may be a file
+    outside the folders the operator allowed."""
+    if left_out(relative):
+        return False
+    if not access.allows_path(path):
+        raise AccessError(f"the folder holds {relative.as_posix()!r}, a link out of the folders you may use or a "
+                          f"file with other names (a hard link), which callers over {access.over} may not send: copy "
+                          "the file in instead. Nothing was launched.")
+    with open(path, "rb") as f:
+        return not credential(relative, f.read(256))
+
+
+def _folder_files(folder: Path, access: Access) -> tuple[list[Path], list[str]]:
+    """The files a folder's copy holds, within the caps of an upload, and the credentials it leaves behind (paths
+    inside the folder; a folder of them as 'name/'). Left-out folders are not walked."""
+    files, withheld, size = [], [], 0
+    for top, folders, names in os.walk(folder):  # does not follow linked folders (nor does the sync)
+        here = PurePosixPath(Path(top).relative_to(folder).as_posix())
+        for name in sorted(folders):
+            why = folder_left_out(here / name)
+            if why is None and not access.allows_path(Path(top, name)):
+                raise AccessError(f"the folder holds {(here / name).as_posix()!r}, a link out of the folders you "
+                                  f"may use, which callers over {access.over} may not send: copy what it holds in "
+                                  "instead. Nothing was launched.")
+            if why:
+                folders.remove(name)
+                withheld += [f"{(here / name).as_posix()}/"] if why == "credentials" else []
+        for name in sorted(names):
+            path, relative = Path(top, name), here / name
+            if not path.is_file():
+                continue
+            if not _kept(path, relative, access):
+                withheld += [relative.as_posix()] if credential(relative) or not left_out(relative) else []
+                continue
+            files.append(path)
+            size += path.stat().st_size
+            if len(files) > MAX_FOLDER_FILES or size > MAX_FOLDER_BYTES:
+                raise TrainError(f"the folder holds over {MAX_FOLDER_FILES} files or {MAX_FOLDER_BYTES // 2**30} GiB "
+                                 "(its copy is uploaded for each new version): keep code and configs in it, and put "
+                                 "data and weights in a dataset, model repo or bucket the script reads. Nothing was "
+                                 "launched.")
+    return sorted(files), withheld
+
+
+def _withheld_warning(withheld: list[str]) -> list[str]:
+    if not withheld:
+        return []
+    shown = ", ".join(withheld[:20]) + (f" and {len(withheld) - 20} more" if len(withheld) > 20 else "")
+    return [f"left out of the folder's copy as credentials: {shown} (a job gets credentials as secrets=[...], "
+            "never as files)"]
 
 
 def _folder_source(req: ScriptRequest, access: Access) -> Source:
     folder = Path(req.folder).expanduser().resolve()
     if not folder.is_dir():
         raise NotFoundError(f"folder {access.shown(req.folder)!r} is not a folder on this machine")
-    if access.remote and any(p.is_symlink() and not p.resolve().is_relative_to(folder) for p in folder.rglob("*")):
-        raise AccessError("the folder holds links to files outside it, which callers over HTTP may not send")
-    files = _folder_files(folder)
+    files, withheld = _folder_files(folder, access)
     digest, scanned = hashlib.sha256(), []
     for path in files:
         data = path.read_bytes()
@@ -114,12 +153,12 @@ def _folder_source(req: ScriptRequest, access: Access) -> Source:
             scanned.append(data.decode(errors="replace"))
     text = ""
     if req.script is not None:
-        entry = (folder / req.script).resolve()
-        if not entry.is_file() or not entry.is_relative_to(folder):
+        entry = folder / req.script
+        if entry not in files or not entry.resolve().is_relative_to(folder):
             raise NotFoundError(f"folder has no {req.script!r}: script is the entry file's path inside the folder")
         text = entry.read_text()
     return Source(text, digest.hexdigest(), f"{folder.name}/{req.script or ''}".rstrip("/"), folder=str(folder),
-                  scanned="\n".join(scanned))
+                  scanned="\n".join(scanned), withheld=tuple(withheld))
 
 
 def read_source(req: ScriptRequest, access: Access) -> Source:
@@ -154,17 +193,22 @@ def _header(source: Source, warnings: list[str]) -> Header:
         raise TrainError(f"{exc}. Nothing was launched.") from None
 
 
-def _secrets(req: ScriptRequest, header: Header, source: Source, access: Access) -> tuple[str, ...]:
-    """HF_TOKEN always, then the call's secrets (or else the header's). A URL's header does not choose which of
-    the server's credentials its code gets: whoever controls the URL wrote it, not the caller. Over HTTP no
-    other secret of the server's environment is handed to a caller's code."""
+def _secrets(req: ScriptRequest, header: Header, source: Source, access: Access, *, token_always: bool
+             ) -> tuple[str, ...]:
+    """The call's secrets (or else the header's), and on Jobs HF_TOKEN always (the job's way to the Hub); a job
+    on this machine gets HF_TOKEN only when they name it, as a training job here gets it only for gated or private
+    data. A URL's header does not choose which of the server's credentials its code gets: whoever controls the
+    URL wrote it, not the caller. Over HTTP no other secret of the server's environment is handed to a caller's
+    code."""
     named = req.secrets if req.secrets is not None else header.jobs.get("secrets", [])
-    out = tuple(dict.fromkeys(["HF_TOKEN", *named]))
+    out = tuple(dict.fromkeys(["HF_TOKEN", *named] if token_always else named))
     extra = [name for name in out if name != "HF_TOKEN"]
-    if source.url and req.secrets is None and extra:
-        raise TrainError(f"the script at the URL asks for secrets {', '.join(extra)} in its [tool.hf-jobs] header: a "
-                         "URL's header does not pick your credentials. Send secrets=[...] naming the ones to hand "
-                         "it (HF_TOKEN is always sent), or secrets=[] for none. Nothing was launched.")
+    chosen = [name for name in out if name in named]  # what the header would pick (HF_TOKEN too, here)
+    if source.url and req.secrets is None and (extra or (chosen and not token_always)):
+        raise TrainError(f"the script at the URL asks for secrets {', '.join(extra or chosen)} in its [tool.hf-jobs] "
+                         "header: a URL's header does not pick your credentials. Send secrets=[...] naming the ones "
+                         f"to hand it{' (HF_TOKEN is always sent)' if token_always else ''}, or secrets=[] for none. "
+                         "Nothing was launched.")
     if extra and access.remote:
         raise AccessError(f"secrets {', '.join(extra)} would hand this server's own credentials to your code; callers "
                           f"over {access.over} get HF_TOKEN only. Nothing was launched.")
@@ -225,7 +269,7 @@ def plan_script(req: ScriptRequest, source: Source, *, backend: str, catalog: Ca
                              "Nothing was launched.")
         warnings.append(f"the header's image {image!r} is ignored by backend={backend!r}")
         image = None
-    secrets = _secrets(req, header, source, access)
+    secrets = _secrets(req, header, source, access, token_always=where.pushes_to_hub)
     warnings += _header_applied(req, header)
     flavor, timeout, price, gpus = _placement(req, header, backend, catalog, warnings)
     recipe = recipes.recognise(url=source.url, image=image)
@@ -241,8 +285,9 @@ def plan_script(req: ScriptRequest, source: Source, *, backend: str, catalog: Ca
                   script_args=tuple(req.script_args), dependencies=tuple(dependencies), image=image,
                   command=tuple(req.command) if req.command else None, env=tuple((req.env or {}).items()),
                   secrets=secrets, folder=source.folder,
-                  folder_name=_bucket_place(source))
+                  folder_name=_bucket_place(source), withheld=source.withheld)
     warnings += advice(req, source, run, recipe, gpus=gpus, pushes=where.pushes_to_hub)
+    warnings += _withheld_warning(list(source.withheld))
     if here:
         warnings += _without_uv(run, header)
     else:

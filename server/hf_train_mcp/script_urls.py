@@ -10,6 +10,9 @@ import ipaddress
 import os
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 from urllib.parse import urljoin, urlparse
 
 from hf_train_mcp.errors import HubError, TrainError
@@ -26,9 +29,11 @@ def _http_hosts() -> set[str]:
     return {h for h in listed if h in _LOOPBACK}  # never a host off this machine
 
 
-def check_url(url: str, *, remote: bool, timeout_s: float = FETCH_TIMEOUT_S) -> None:
+def check_url(url: str, *, remote: bool, timeout_s: float = FETCH_TIMEOUT_S) -> list[str]:
     """Refuse what a script URL may not be: not https, credentials in it, or (for a remote caller) a host that
-    resolves inside this network, which the server could reach and the caller could not."""
+    resolves inside this network, which the server could reach and the caller could not. Returns the addresses
+    checked, which a remote caller's fetch connects to (pinned: a name that answers otherwise the second time,
+    DNS rebinding, is never looked up again); [] where nothing is pinned (the local user, a test's loopback)."""
     parsed = urlparse(url)
     host = parsed.hostname or ""
     if parsed.scheme != "https" and not (parsed.scheme == "http" and host in _http_hosts()):
@@ -36,23 +41,27 @@ def check_url(url: str, *, remote: bool, timeout_s: float = FETCH_TIMEOUT_S) -> 
                          "huggingface.co/.../resolve/<commit>/ URL)")
     if parsed.username or parsed.password:
         raise TrainError("the script URL holds credentials: send a public URL, or the source itself as script")
-    if remote and host not in _http_hosts():
-        for address in _addresses(host, parsed.port or 443, url, timeout_s):
-            ip = ipaddress.ip_address(address.split("%")[0])
-            inner = _embedded_ipv4(ip)
-            # not is_global: private, loopback, link-local, CGNAT (100.64/10), reserved, unspecified
-            if any(not a.is_global or a.is_multicast for a in (ip, *([inner] if inner else []))):
-                raise TrainError("the script URL points into the server's own network, which callers over HTTP may "
-                                 "not reach: send a public https URL")
+    if not remote or host in _http_hosts():
+        return []
+    addresses = _addresses(host, parsed.port or 443, url, timeout_s)
+    for address in addresses:
+        ip = ipaddress.ip_address(address.split("%")[0])
+        inner = _embedded_ipv4(ip)
+        # not is_global: private, loopback, link-local, CGNAT (100.64/10), reserved, unspecified
+        if any(not a.is_global or a.is_multicast for a in (ip, *([inner] if inner else []))):
+            raise TrainError("the script URL points into the server's own network, which callers over HTTP may "
+                             "not reach: send a public https URL")
+    return addresses
 
 
-def _addresses(host: str, port: int, url: str, timeout_s: float) -> set[str]:
-    """The host's addresses, looked up within timeout_s (a resolver that hangs must not hold the call)."""
+def _addresses(host: str, port: int, url: str, timeout_s: float) -> list[str]:
+    """The host's addresses in the resolver's order, looked up within timeout_s (a resolver that hangs must not
+    hold the call)."""
     from concurrent.futures import ThreadPoolExecutor, TimeoutError as Late
 
     pool = ThreadPoolExecutor(1)
     try:
-        return {info[4][0] for info in pool.submit(socket.getaddrinfo, host, port).result(timeout=timeout_s)}
+        found = pool.submit(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM).result(timeout=timeout_s)
     except Late:
         raise HubError(f"looking up the host of script URL {url[:120]!r} took over {timeout_s:.0f} s: check it and "
                        "call again. Nothing was launched.") from None
@@ -60,6 +69,10 @@ def _addresses(host: str, port: int, url: str, timeout_s: float) -> set[str]:
         raise TrainError(f"cannot resolve the host of script URL {url[:120]!r}") from None
     finally:
         pool.shutdown(wait=False)
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in found))
+    if not addresses:
+        raise TrainError(f"cannot resolve the host of script URL {url[:120]!r}")
+    return addresses
 
 
 def _embedded_ipv4(ip) -> "ipaddress.IPv4Address | None":
@@ -83,10 +96,9 @@ def fetch_script(url: str, *, remote: bool) -> str:
 
     current, deadline = url, time.monotonic() + FETCH_TIMEOUT_S
     for _ in range(MAX_REDIRECTS + 1):
-        check_url(current, remote=remote, timeout_s=_left(deadline, url))
+        addresses = check_url(current, remote=remote, timeout_s=_left(deadline, url))
         try:
-            with httpx.stream("GET", current, timeout=min(_left(deadline, url), READ_TIMEOUT_S),
-                              follow_redirects=False) as response:
+            with _opened(current, addresses, min(_left(deadline, url), READ_TIMEOUT_S)) as response:
                 if response.is_redirect:
                     current = urljoin(current, response.headers.get("location", ""))
                     continue
@@ -102,6 +114,39 @@ def fetch_script(url: str, *, remote: bool) -> str:
         except UnicodeDecodeError:
             raise TrainError(f"the file at {url[:120]!r} is not text: send a Python script URL") from None
     raise TrainError(f"script URL {url[:120]!r} redirects more than {MAX_REDIRECTS} times")
+
+
+@contextmanager
+def _opened(url: str, addresses: list[str], timeout: float) -> Iterator[Any]:
+    """The answer to GET url, not following redirects. With addresses (checked by check_url), the connection goes
+    to one of them, in order, and to nothing else: the request line names the address, while the Host header,
+    TLS's server name and the certificate check keep the URL's own name (httpx's `sni_hostname` extension). No
+    proxy of the environment is used then: a proxy would look the name up again."""
+    import httpx
+
+    if not addresses:
+        with httpx.stream("GET", url, timeout=timeout, follow_redirects=False) as response:
+            yield response
+        return
+    target = httpx.URL(url)
+    # the transport reads SSL_CERT_FILE as httpx does; the client no proxy and no .netrc of this server's
+    with httpx.Client(transport=httpx.HTTPTransport(), trust_env=False, timeout=timeout,
+                      follow_redirects=False) as client:
+        for index, address in enumerate(addresses):
+            request = client.build_request("GET", target.copy_with(host=address),
+                                           headers={"Host": target.netloc.decode("ascii")},
+                                           extensions={"sni_hostname": target.raw_host.decode("ascii")})
+            try:
+                response = client.send(request, stream=True)
+            except httpx.ConnectError:
+                if index == len(addresses) - 1:
+                    raise
+                continue  # the next address the name gave (an IPv6 one this machine cannot reach, say)
+            try:
+                yield response
+            finally:
+                response.close()
+            return
 
 
 def _left(deadline: float, url: str) -> float:

@@ -6,10 +6,11 @@ the header supplies; the call always wins.
 """
 
 import fnmatch
+from collections.abc import Callable
 import re
 import tomllib
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 from hf_train_mcp import pysource
 
@@ -117,21 +118,79 @@ def check_syntax(source: str, header: Header, name: str) -> str | None:
     return None
 
 
-# What a project folder's copy leaves behind: history, environments, caches and credentials (a job gets its
-# secrets as secrets). One list for the hash, the bucket upload and the local copy.
+# What a project folder's copy leaves behind: history, environments and caches (clutter), and credentials (a job
+# gets its secrets as secrets, never as files). One rule for the hash, the bucket upload and the local copy; a
+# credential left behind is named in the answer's warnings. A directory name may hold a '/' (two levels).
 LEFT_OUT_DIRS = (".git", ".hg", ".venv", "venv", "__pycache__", "node_modules", ".ipynb_checkpoints", ".mypy_cache",
-                 ".pytest_cache", ".cache", ".aws", ".ssh", ".gnupg")
-LEFT_OUT_FILES = (".env", ".env.*", ".envrc", ".netrc", ".pypirc", ".npmrc", "*.pem", "*.pyc")
+                 ".pytest_cache", ".cache")
+LEFT_OUT_FILES = ("*.pyc",)
+CREDENTIAL_DIRS = (".aws", ".ssh", ".gnupg", ".docker", ".kube", ".huggingface", ".azure", ".terraform",
+                   ".config/gcloud", ".config/gh", ".config/huggingface")
+CREDENTIAL_FILES = (
+    ".env", ".env.*", "*.env", ".envrc", ".netrc", "_netrc", ".pypirc", ".npmrc", ".git-credentials", ".dockercfg",
+    "*.pem", "*.key", "*.p12", "*.pfx", "*.ppk", "*.jks", "*.keystore", "credentials", "credentials.json",
+    "application_default_credentials.json", "*.tfstate", "*.tfstate.*", "*.tfvars",
+    "id_rsa", "id_dsa", "id_ecdsa", "id_ed25519", "id_ecdsa_sk", "id_ed25519_sk", "id_xmss",
+    "*_rsa", "*_dsa", "*_ecdsa", "*_ed25519",  # ssh-keygen -f deploy_rsa: a private key by any name
+)
+# A private key whatever its name: PEM/OpenSSH ("-----BEGIN OPENSSH PRIVATE KEY-----") and PuTTY key files
+_KEY_HEAD = re.compile(rb"\A\s*(-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----|PuTTY-User-Key-File-)")
 
 
-def left_out(relative: PurePosixPath) -> bool:
+def _within(folder: PurePosixPath, names: tuple[str, ...]) -> bool:
+    """Whether a folder (its path inside the project) is, or is inside, one of the named folders."""
+    inside = f"/{folder.as_posix()}/"
+    return any(f"/{name}/" in inside for name in names)
+
+
+def _named(relative: PurePosixPath, patterns: tuple[str, ...]) -> bool:
+    return any(fnmatch.fnmatchcase(relative.name, pattern) for pattern in patterns)
+
+
+def credential(relative: PurePosixPath, head: bytes = b"") -> bool:
+    """Whether a file of a project folder holds credentials: by its name or folder, or (its first bytes) a
+    private key's header."""
+    return (_within(relative.parent, CREDENTIAL_DIRS) or _named(relative, CREDENTIAL_FILES)
+            or _KEY_HEAD.match(head[:256]) is not None)
+
+
+def left_out(relative: PurePosixPath, head: bytes = b"") -> bool:
     """Whether a file of a project folder (its path inside the folder) stays out of the job's copy."""
-    return (any(part in LEFT_OUT_DIRS for part in relative.parts[:-1])
-            or any(fnmatch.fnmatchcase(relative.name, pattern) for pattern in LEFT_OUT_FILES))
+    return (_within(relative.parent, LEFT_OUT_DIRS) or _named(relative, LEFT_OUT_FILES)
+            or credential(relative, head))
 
 
-def sync_excludes() -> list[str]:
+def folder_left_out(relative: PurePosixPath) -> str | None:
+    """'credentials' or 'clutter' for a folder of the project that stays home whole, else None."""
+    if _within(relative, CREDENTIAL_DIRS):
+        return "credentials"
+    return "clutter" if _within(relative, LEFT_OUT_DIRS) else None
+
+
+def _escaped(path: str) -> str:
+    """A path as an fnmatch pattern that matches it alone."""
+    return re.sub(r"([*?\[])", r"[\1]", path)
+
+
+def sync_excludes(withheld: tuple[str, ...] = ()) -> list[str]:
     """The same rule as fnmatch patterns on paths inside the folder, as huggingface_hub's bucket sync reads them
-    (its `*` crosses '/')."""
-    dirs = [pattern for name in LEFT_OUT_DIRS for pattern in (f"{name}/*", f"*/{name}/*")]
-    return [*dirs, *(pattern for name in LEFT_OUT_FILES for pattern in (name, f"*/{name}"))]
+    (its `*` crosses '/'), and the files withheld by what they hold (a key by another name), each by its path."""
+    dirs = [pattern for name in (*LEFT_OUT_DIRS, *CREDENTIAL_DIRS) for pattern in (f"{name}/*", f"*/{name}/*")]
+    files = [pattern for name in (*LEFT_OUT_FILES, *CREDENTIAL_FILES) for pattern in (name, f"*/{name}")]
+    return [*dirs, *files, *(_escaped(path) for path in withheld)]
+
+
+def copy_ignore(root: str, withheld: tuple[str, ...] = ()) -> Callable[[str, list[str]], set[str]]:
+    """shutil.copytree's `ignore` for the local copy of a project folder: the rule of sync_excludes."""
+    top, skipped = Path(root), set(withheld)
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        here = PurePosixPath(Path(folder).relative_to(top).as_posix())
+        out = set()
+        for name in names:
+            relative = here / name
+            whole = Path(folder, name).is_dir() and folder_left_out(relative)
+            if whole or left_out(relative) or relative.as_posix() in skipped:
+                out.add(name)
+        return out
+    return ignore

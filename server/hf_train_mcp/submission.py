@@ -15,7 +15,7 @@ from hf_train_mcp.access import is_local
 from hf_train_mcp.backends.local import has_cuda
 from hf_train_mcp.chat_template import has_chat_template
 from hf_train_mcp.data import rules
-from hf_train_mcp.data.validate import image_facts, validate_dataset
+from hf_train_mcp.data.validate import image_facts, outside_images, validate_dataset
 from hf_train_mcp.durations import format_duration
 from hf_train_mcp.errors import TrainError, DatasetError, HubError
 from hf_train_mcp.estimate.hardware import get_catalog
@@ -123,7 +123,10 @@ class Planner:
     def _checked_dataset(self, req: TrainingRequest, token: str | None
                          ) -> tuple[TrainingRequest, DataFacts, list[str]]:
         """Validate the dataset (unless skipped): refuse one with errors, adopt its suggested mapping and config."""
-        if req.skip_validation:
+        if req.skip_validation:  # the format goes unchecked, never what the job may open
+            outside = outside_images(req.dataset, req.column_mapping, self.host.access)
+            if outside is not None:
+                raise DatasetError(f"{outside.message}. Nothing was submitted.")
             return req, DataFacts(), ["dataset validation skipped: format problems will surface in the job"]
         report = validate_dataset(req.dataset, req.method, split=req.dataset_split, config=req.dataset_config,
                                   column_mapping=req.column_mapping, token=token, max_length=req.max_length,

@@ -26,7 +26,7 @@ from typing import Any
 
 from hf_train_mcp import backends, methods, retries
 from hf_train_mcp.backends.base import SubmissionUnknown
-from hf_train_mcp.access import shown_name
+from hf_train_mcp.access import question_name
 from hf_train_mcp.detach import spawn_once
 from hf_train_mcp.errors import TrainError, BudgetError
 from hf_train_mcp.host import Host
@@ -132,7 +132,12 @@ class SweepPlan:
     @property
     def summary(self) -> str:
         first = self.runs[0][2]
-        return f"a sweep of {len(self.runs)} {first.plan.method.upper()} runs of {shown_name(first.model)}"
+        return f"a sweep of {len(self.runs)} {first.plan.method.upper()} runs of {question_name(first.model)}"
+
+    @property
+    def nodes(self) -> int:
+        """The machines each run takes (a sweep's runs share their shape)."""
+        return max(prepared.nodes for _, _, prepared in self.runs)
 
 
 def run_request(req: SweepRequest, params: dict[str, Any], sweep_id: str, index: int) -> TrainingRequest:

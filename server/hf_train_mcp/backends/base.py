@@ -24,6 +24,7 @@ class UserRun:
     secrets: tuple[str, ...] = ("HF_TOKEN",)
     folder: str | None = None  # a local project folder, synced to the account's bucket and mounted
     folder_name: str | None = None  # its place in the bucket: one per content, so two versions never mix
+    withheld: tuple[str, ...] = ()  # the folder's credential files, left out of its copy (scripts.copy_ignore)
 
 
 @dataclass(frozen=True)

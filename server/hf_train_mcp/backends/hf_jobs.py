@@ -91,7 +91,8 @@ def _sync_folder(api, run: UserRun, namespace: str | None):
     if not api.bucket_info(bucket_id=bucket).private:
         raise TrainError(f"your bucket {bucket} is public: a project folder synced there would be readable by anyone. "
                          f"Make it private ({api.endpoint}/buckets/{bucket}), then call again. Nothing was launched.")
-    api.sync_bucket(run.folder, f"hf://buckets/{bucket}/{run.folder_name}", exclude=sync_excludes(), quiet=True)
+    api.sync_bucket(run.folder, f"hf://buckets/{bucket}/{run.folder_name}", exclude=sync_excludes(run.withheld),
+                    quiet=True)
     return Volume(type="bucket", source=bucket, mount_path=FOLDER_MOUNT, path=run.folder_name, read_only=True)
 
 

@@ -233,7 +233,7 @@ class LocalBackend:
         if run.folder:
             # links stay links (as the hash and the caps counted them): a linked folder is not copied whole
             shutil.copytree(run.folder, folder / "project", symlinks=True,
-                            ignore=shutil.ignore_patterns(*scripts.LEFT_OUT_DIRS, *scripts.LEFT_OUT_FILES))
+                            ignore=scripts.copy_ignore(run.folder, run.withheld))
         elif run.command is None:
             (folder / "script.py").write_text(script.text)
         return self.script_command(run)

@@ -15,26 +15,47 @@ def is_image(path: Path) -> bool:
     return path.suffix.lower() in IMAGE_EXTENSIONS
 
 
-def image_folder_classes(path: Path) -> list[str] | None:
+Allowed = Callable[[Path], bool]  # the paths this caller may read (Access.allows_path)
+OUTSIDE = "an image path outside the folders callers of this server may use (or a file with other names, a hard link)"
+
+
+def _everything(_: Path) -> bool:
+    return True
+
+
+def image_folder_classes(path: Path, allowed: Allowed = _everything) -> list[str] | None:
     """The class names of an image folder (its subfolders that hold images, sorted as `datasets` orders them),
-    or None when `path` is no image folder."""
+    or None when `path` is no image folder. A subfolder that links out of what this caller may read is refused
+    before anything in it is looked at (ValueError, naming the link, never its target)."""
     if not path.is_dir():
         return None
     classes = []
     for child in sorted(path.iterdir()):
-        if child.is_dir() and not child.name.startswith(".") and any(is_image(f) for f in child.iterdir()):
+        if child.name.startswith(".") or not child.is_dir():
+            continue
+        if not allowed(child):
+            raise ValueError(f"{child.name!r} in the dataset folder links outside the folders callers of this server "
+                             "may read: copy its images into the folder instead")
+        if any(is_image(f) for f in child.iterdir()):
             classes.append(child.name)
     return classes or None
 
 
-def sample_image_folder(path: Path, classes: list[str], limit: int) -> tuple[list[dict], int]:
+def sample_image_folder(path: Path, classes: list[str], limit: int,
+                        allowed: Allowed = _everything) -> tuple[list[dict], int]:
     """Rows {image: file, label: class} taken round-robin across the classes (a sorted folder's first rows would
-    all be one class), and the number of images, counted up to `limit` entries."""
+    all be one class), and the number of images, counted up to `limit` entries. Every image is one this caller
+    may read (a link out, a hard link: ValueError naming the class and how many)."""
     per_class = {c: sorted(str(f) for f in (path / c).iterdir() if is_image(f)) for c in classes}
     total = sum(len(files) for files in per_class.values())
     if total > limit:
         raise ValueError(f"{path}: over {limit} images to count; point dataset at a smaller folder or push it to "
                          "the Hub")
+    for name, files in per_class.items():
+        outside = sum(not allowed(Path(f)) for f in files)
+        if outside:
+            raise ValueError(f"class {name!r} holds {outside} image(s) that link outside the folders callers of this "
+                             "server may read, or have other names (hard links): copy the images in instead")
     rows: list[dict] = []
     depth = 0
     while len(rows) < FOLDER_SAMPLE_ROWS and any(depth < len(files) for files in per_class.values()):
@@ -43,23 +64,52 @@ def sample_image_folder(path: Path, classes: list[str], limit: int) -> tuple[lis
     return rows[:FOLDER_SAMPLE_ROWS], total
 
 
-def image_cell_problem(value: Any, base: Path | None,
-                       allowed: Callable[[Path], bool] = lambda _: True) -> tuple[str, str] | None:
-    """(severity, text) when an image cell cannot be an image: a viewer cell has its src; a local path must name
-    a readable image file (relative paths are read from the data file's folder, as the job reads them) in a
-    folder this caller may read."""
+def cell_paths(value: Any) -> list[Any]:
+    """The file names an image cell holds, however spelled: a path, a {"path"} cell (beside its bytes or not), a
+    list of either. A URL is the job's to fetch, never this server's to read."""
+    if isinstance(value, list):
+        return [path for item in value for path in cell_paths(item)]
+    if isinstance(value, dict):
+        return [] if value.get("path") is None else [value["path"]]
+    return [value] if isinstance(value, str) and not value.startswith(("http://", "https://")) else []
+
+
+def image_file(name: str, base: Path | None) -> Path:
+    """Where the job reads an image file named in a row: relative names from the data's folder (the template's
+    image_path)."""
+    return Path(name) if os.path.isabs(name) or base is None else base / name
+
+
+def path_problem(value: Any, base: Path | None, allowed: Allowed) -> str | None:
+    """Why a cell names a file this caller may not have read, if it does (for every row, not only a sample)."""
+    for name in cell_paths(value):
+        if not isinstance(name, str):
+            return f"an image cell's path must be a string, got {type(name).__name__}"
+        if not allowed(image_file(name, base).resolve()):
+            return OUTSIDE
+    return None
+
+
+def image_cell_problem(value: Any, base: Path | None, allowed: Allowed = _everything) -> tuple[str, str] | None:
+    """(severity, text) when an image cell cannot be an image: a viewer cell has its src; a local path (a string,
+    or a {"path"} cell) must name a readable image file (relative paths are read from the data file's folder, as
+    the job reads them) in a folder this caller may read."""
     if value is None:
         return "error", "null value in 'image': every row needs its image"
+    outside = path_problem(value, base, allowed)
+    if outside:
+        return "error", outside
     if isinstance(value, dict):
-        return None if value.get("src") or value.get("path") or value.get("bytes") else (
-            "error", "an image cell without src, path or bytes")
+        if not (value.get("src") or value.get("path") or value.get("bytes")):
+            return "error", "an image cell without src, path or bytes"
+        if value.get("bytes") or not isinstance(value.get("path"), str):
+            return None
+        value = value["path"]  # a file, checked as one
     if not isinstance(value, str):
         return "error", f"'image' must be an image (a file path or the viewer's image), got {type(value).__name__}"
     if value.startswith(("http://", "https://")):
         return None  # fetched by the job, never by this server
-    file = Path(value) if os.path.isabs(value) or base is None else base / value
-    if not allowed(file.resolve()):
-        return "error", "an image path outside the folders callers of this server may use"
+    file = image_file(value, base)
     if not file.is_file():
         return "warning", f"missing image file {value!r}: the job fails on the first row that names it"
     try:
@@ -72,4 +122,3 @@ def image_cell_problem(value: Any, base: Path | None,
     except Exception as exc:  # PIL raises many kinds for a damaged file
         return "warning", f"unreadable image {value!r} ({type(exc).__name__}): remove it or replace it"
     return None
-

@@ -4,9 +4,10 @@ import csv
 import json
 import os
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from hf_train_mcp.data.images import image_folder_classes, sample_image_folder
 from hf_train_mcp.errors import DatasetError, EnvironmentMissing, NotFoundError
@@ -29,7 +30,8 @@ class Sample:
 
 
 def data_files(source: str, allowed: Callable[[Path], bool] = lambda _: True) -> list[Path]:
-    """The data files `source` names; a folder is walked up to MAX_WALK_ENTRIES entries (never the whole disk)."""
+    """The data files `source` names; a folder is walked up to MAX_WALK_ENTRIES entries (never the whole disk).
+    What the job would read of the folder and this caller may not (a link out, a hard link) is refused."""
     path = Path(source).expanduser()
     if not path.exists():
         raise NotFoundError(f"{source}: file or folder not found (a Hub dataset id looks like 'owner/name')")
@@ -38,17 +40,76 @@ def data_files(source: str, allowed: Callable[[Path], bool] = lambda _: True) ->
             raise DatasetError(f"{source}: unsupported file type; send .jsonl, .json, .csv or .parquet")
         return [path]
     files, seen = [], 0
-    for folder, subfolders, names in os.walk(path):  # does not follow symlinked folders
+    for folder, subfolders, names in os.walk(path):  # does not follow symlinked folders (the job's reader may)
         subfolders.sort()
         seen += len(subfolders) + len(names)
         if seen > MAX_WALK_ENTRIES:
             raise DatasetError(f"{source}: over {MAX_WALK_ENTRIES} files and folders to search; point dataset at the "
                              "data file or the folder that holds only the data")
+        for name in subfolders:
+            _check_allowed(Path(folder, name), path, allowed)
         files += [Path(folder, n) for n in names if Path(n).suffix.lower() in EXTENSIONS]
-    files = sorted(f for f in files if f.is_file() and allowed(f))
+    files = sorted(f for f in files if f.is_file())
+    for file in files:
+        _check_allowed(file, path, allowed)
     if not files:
         raise DatasetError(f"{source}: no .jsonl/.json/.csv/.parquet files in this folder")
     return files
+
+
+def _check_allowed(path: Path, top: Path, allowed: Callable[[Path], bool]) -> None:
+    if not allowed(path):
+        raise DatasetError(f"{path.relative_to(top).as_posix()!r} in the dataset folder links outside the folders "
+                           "callers of this server may read, or is a file with other names (a hard link): copy the "
+                           "data in instead")
+
+
+def every_row(files: list[Path], columns: tuple[str, ...]) -> Iterator[tuple[Path, int, dict]]:
+    """Every row of the data files (file, 0-based row, its `columns`), streamed: what the job will read, where a
+    sample is not enough. Rows the job could not parse either are passed over (the sample reports them)."""
+    for path in files:
+        reader = {".parquet": _parquet_rows, ".jsonl": _jsonl_rows, ".json": lambda p, _: iter(
+            _json_rows(json.loads(p.read_text()))), ".csv": _csv_rows}[path.suffix.lower()]
+        for index, row in enumerate(reader(path, columns)):
+            if isinstance(row, dict):
+                yield path, index, {c: row[c] for c in columns if c in row}
+
+
+def _jsonl_rows(path: Path, columns: tuple[str, ...]) -> Iterator[Any]:
+    with open(path, "rb") as f:
+        for line in f:
+            yield _parsed(line) if line.strip() else None  # a blank line keeps its number
+
+
+def _csv_rows(path: Path, columns: tuple[str, ...]) -> Iterator[dict]:
+    with open(path, newline="", encoding="utf-8", errors="replace") as f:
+        yield from csv.DictReader(f)
+
+
+def _parsed(line: bytes) -> Any:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError:
+        return None
+
+
+def _json_rows(data: Any) -> list:
+    """A JSON file's rows: its array, or the first list of a {"data": [...]} / {"train": [...]} object."""
+    if isinstance(data, dict):
+        data = next((v for v in data.values() if isinstance(v, list)), [data])
+    return data if isinstance(data, list) else []
+
+
+def _parquet_rows(path: Path, columns: tuple[str, ...]) -> Iterator[dict]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise EnvironmentMissing("reading .parquet needs pyarrow: pip install 'hf-train-mcp[train]'") from None
+    pf = pq.ParquetFile(path)
+    present = [c for c in columns if c in pf.schema_arrow.names]
+    if present:
+        for batch in pf.iter_batches(batch_size=256, columns=present):
+            yield from batch.to_pylist()
 
 
 def _line_index(path: Path) -> tuple[int, list[int]]:
@@ -115,9 +176,8 @@ def _jsonl(path: Path, seed: int) -> Sample:
 
 
 def _json(path: Path) -> Sample:
-    data = json.loads(path.read_text())
-    if isinstance(data, dict):  # {"data": [...]} / {"train": [...]}: take the first list of objects
-        data = next((v for v in data.values() if isinstance(v, list)), [data])
+    raw = json.loads(path.read_text())
+    data = _json_rows(raw) if isinstance(raw, dict) else raw  # {"data": [...]} / {"train": [...]}: the first list
     if not isinstance(data, list) or not all(isinstance(r, dict) for r in data[:HEAD_ROWS]):
         raise DatasetError(f"{path.name}: expected a JSON array of objects (or JSON Lines)")
     rows = data[:HEAD_ROWS]
@@ -145,14 +205,15 @@ def _parquet(path: Path) -> Sample:
 
 
 def sample_local(source: str, seed: int = 0, allowed: Callable[[Path], bool] = lambda _: True) -> Sample:
-    classes = image_folder_classes(Path(source).expanduser())
-    if classes is not None:  # <folder>/<label>/*.jpg: what `datasets` reads as an imagefolder
-        try:
-            rows, total = sample_image_folder(Path(source).expanduser(), classes, MAX_WALK_ENTRIES)
-        except ValueError as exc:
-            raise DatasetError(str(exc)) from None
-        return Sample(["image", "label"], rows, list(range(len(rows))), total, features={
-            "image": {"_type": "Image"}, "label": {"_type": "ClassLabel", "names": classes}})
+    path = Path(source).expanduser()
+    try:
+        classes = image_folder_classes(path, allowed)
+        if classes is not None:  # <folder>/<label>/*.jpg: what `datasets` reads as an imagefolder
+            rows, total = sample_image_folder(path, classes, MAX_WALK_ENTRIES, allowed)
+            return Sample(["image", "label"], rows, list(range(len(rows))), total, features={
+                "image": {"_type": "Image"}, "label": {"_type": "ClassLabel", "names": classes}})
+    except ValueError as exc:
+        raise DatasetError(str(exc)) from None
     files = data_files(source, allowed)
     readers = {".jsonl": lambda p: _jsonl(p, seed), ".json": _json, ".csv": _csv, ".parquet": _parquet}
     first = readers[files[0].suffix.lower()](files[0])
@@ -162,4 +223,3 @@ def sample_local(source: str, seed: int = 0, allowed: Callable[[Path], bool] = l
         total += extra.num_rows or 0
     first.num_rows = total
     return first
-

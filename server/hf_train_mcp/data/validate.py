@@ -8,9 +8,11 @@ from hf_train_mcp import methods
 from hf_train_mcp.access import STDIO, Access, is_local
 from hf_train_mcp.data import rules
 from hf_train_mcp.chat_template import SHAREGPT_ROLES
-from hf_train_mcp.data.local import sample_local
+from hf_train_mcp.data.images import OUTSIDE, image_folder_classes, path_problem, sample_image_folder
+from hf_train_mcp.data.local import MAX_WALK_ENTRIES, data_files, every_row, sample_local
 from hf_train_mcp.data.tokens import token_stats
 from hf_train_mcp.data.viewer import sample_hub
+from hf_train_mcp.errors import NotFoundError, TrainError
 from hf_train_mcp.schemas import DatasetIssue, DatasetReport, TokenStats
 
 SAMPLE_CELL_CHARS = 300
@@ -59,7 +61,10 @@ def validate_dataset(dataset: str, method: str, *, split: str = "train", config:
     issues += rules.method_verdict(method, fmt, mapped_columns)
     if fmt in methods.get(method).formats:
         issues += rules.check_rows(method, fmt, rows, sample.offsets, allowed=access.allows_path,
-                                   base=Path(dataset).expanduser().parent if is_local(dataset) else None)
+                                   base=data_folder(dataset) if is_local(dataset) else None)
+    if not any(i.message == OUTSIDE for i in issues):  # the sample's own finding says it already
+        outside = outside_images(dataset, suggested, access)
+        issues += [outside] if outside else []
     if not sample.rows:
         issues.append(DatasetIssue(severity="error", message="the dataset has no rows"))
     if model and fmt in rules.VISION_FORMATS:
@@ -101,7 +106,44 @@ def _model_issues(model: str, method: str, token: str | None) -> list[DatasetIss
                              "it reads images was not checked")]
     refusal = training_refusal(family, model, method=method, generative=not methods.get(method).classifier,
                                vision=True)
-    return [DatasetIssue(severity="error", message=refusal.removesuffix(" Nothing was launched.").rstrip("."))] if refusal else []
+    if not refusal:
+        return []
+    return [DatasetIssue(severity="error", message=refusal.removesuffix(" Nothing was launched.").rstrip("."))]
+
+
+def data_folder(dataset: str) -> Path:
+    """Where relative image paths of a local dataset are read from (the template's image_path): its folder, or
+    the data file's."""
+    path = Path(dataset).expanduser().resolve()
+    return path if path.is_dir() else path.parent
+
+
+def outside_images(dataset: str, mapping: dict[str, str] | None, access: Access) -> DatasetIssue | None:
+    """Over HTTP, every image file that any row of a local dataset names (however spelled: a path, a {"path"}
+    cell, a list of them) must be one the caller may read: the job opens each, so a sample is not enough. The one
+    check validation and planning share (skip_validation does not skip it); an image folder is listed whole."""
+    if not access.remote or not is_local(dataset):
+        return None
+    path = Path(dataset).expanduser()
+    try:
+        classes = image_folder_classes(path, access.allows_path)
+        if classes:
+            sample_image_folder(path, classes, MAX_WALK_ENTRIES, access.allows_path)
+            return None
+        files = data_files(dataset, access.allows_path)
+    except NotFoundError:  # nothing there to open (validation says so)
+        return None
+    except (ValueError, TrainError) as exc:  # a link out; or too much to check whole
+        return DatasetIssue(severity="error", message=str(exc))
+    columns = tuple(dict.fromkeys((mapping or {}).get(name, name) for name in ("image", "images")))
+    base = data_folder(dataset)
+    for file, index, row in every_row(files, columns):
+        for column, value in row.items():
+            why = path_problem(value, base, access.allows_path)
+            if why:
+                return DatasetIssue(severity="error", message=f"{file.name} row {index + 1}: {why}", column=column,
+                                    row=index + 1)
+    return None
 
 
 def _from_sharegpt(rows: list[dict]) -> list[dict]:
