@@ -1,6 +1,7 @@
 """The emulator's Jobs metrics stream (`GET /api/jobs/{ns}/{id}/metrics`), as huggingface_hub's
 fetch_job_metrics reads it: SSE `event: metric` samples, one a second, with no timestamp and per-GPU figures
-under opaque ids; silence while the job waits for hardware; 406 once it has ended (the real API's answer).
+under opaque ids; silence while the job waits for hardware (or only keep-alive comments, when a test plans
+them); 406 once it has ended (the real API's answer).
 """
 
 import hashlib
@@ -42,13 +43,17 @@ def stream(handler: Any, job: Any) -> None:
     handler.send_header("Connection", "close")
     handler.end_headers()
     handler.close_connection = True
-    until = time.time() + STREAM_S
+    until, kept_alive = time.time() + STREAM_S, time.time()
     try:
         while time.time() < until and job.stage(time.time()) not in TERMINAL:
             if job.stage(time.time()) == "RUNNING" and not job.plan.metrics_hang:
                 handler.wfile.write(b"event: metric\ndata: " + json.dumps(metric_event(job)).encode() + b"\n\n")
                 handler.wfile.flush()
                 time.sleep(1.0)
+            elif job.plan.metrics_keepalive_s and time.time() - kept_alive >= job.plan.metrics_keepalive_s:
+                handler.wfile.write(b": keep-alive\n\n")  # resets the client's read timeout, carries no sample
+                handler.wfile.flush()
+                kept_alive = time.time()
             else:
                 time.sleep(0.05)
     except (BrokenPipeError, ConnectionResetError):

@@ -8,13 +8,16 @@ import logging
 import os
 import shutil
 import stat
+import threading
 import time
 from pathlib import Path
 
 import pytest
+import anyio
 from mcp import Client
 
 from hf_train_mcp import telemetry
+from hf_train_mcp.backends import hf_jobs
 from hf_train_mcp.app import build_server
 from hf_train_mcp.backends.local import LocalBackend, parse_nvidia_smi, this_machines_gpus
 from hf_train_mcp.hub import hub_api
@@ -112,6 +115,34 @@ async def test_a_hung_metrics_stream_does_not_hold_up_job_status(hub: Emulator, 
         started = time.monotonic()  # polled again at once: the failed reading is cached too, nothing waits
         assert (await call(client, "job_status", {"job_id": job_id}))["gpu"] is None
         assert time.monotonic() - started < 5.0 and metrics_requests(hub, job_id) == 1
+        await call(client, "cancel_job", {"job_id": job_id})
+
+
+async def test_a_stream_of_keep_alives_holds_one_reader_per_job_and_it_ends_at_its_deadline(
+        hub: Emulator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each keep-alive resets the client's read timeout, so a reading of a stream that sends nothing else never
+    ended by itself: one thread per job_status piled up. Now one reader per job, ended by its deadline."""
+    monkeypatch.setattr(telemetry, "CACHE_S", 0.0)  # every status would take a fresh reading
+    monkeypatch.setattr(hf_jobs, "METRICS_DEADLINE_S", 1.0)
+    before = set(threading.enumerate())
+
+    def readers(job_id: str) -> list[threading.Thread]:  # the reading threads this test started, still alive
+        return [t for t in threading.enumerate()
+                if t not in before and t.name in (f"gpus-{job_id}", "hub-read") and t.is_alive()]
+
+    async with Client(build_server()) as client:
+        job_id = await running(client, hub, "a10g-large", metrics_hang=True, metrics_keepalive_s=0.1)
+        async with anyio.create_task_group() as group:  # polled at once by several clients
+            for _ in range(4):
+                group.start_soon(call, client, "job_status", {"job_id": job_id})
+        for _ in range(3):  # and in turn
+            assert (await call(client, "job_status", {"job_id": job_id}))["gpu"] is None
+        assert len(readers(job_id)) <= 1
+        ended = time.monotonic() + 1.0 + 2.0  # its deadline, and a keep-alive or two to notice it
+        while readers(job_id) and time.monotonic() < ended:
+            await anyio.sleep(0.1)
+        assert readers(job_id) == []
+        assert metrics_requests(hub, job_id) <= 4  # one at a time, each cut at 1 s: not one per job_status
         await call(client, "cancel_job", {"job_id": job_id})
 
 

@@ -1,8 +1,9 @@
 """GPU figures for job_status: what a running job's backend measures of its GPUs, and the hints they give.
 
-A reading is taken at most once per CACHE_S per job: clients poll job_status (and HTTP serves many of them),
-and each Jobs reading is one more request against the Hub's rate limit. A reading that fails, or does not
-come within the backend's own bound (hf_jobs: METRICS_DEADLINE_S), shows as null: job_status never fails or
+A reading is taken at most once per CACHE_S per job, by at most one reader thread per job: clients poll
+job_status (and HTTP serves many of them), and each Jobs reading is one more request against the Hub's rate
+limit. A reading that fails, or does not come within the backend's own bound (hf_jobs: METRICS_DEADLINE_S,
+which the stream's keep-alives cannot extend), shows as null: job_status never fails or
 waits long for telemetry, and the reason is only logged, with the token masked.
 """
 
@@ -21,9 +22,7 @@ from hf_train_mcp.hub import hub_token, scrub
 from hf_train_mcp.schemas import GpuFigure
 
 log = logging.getLogger(__name__)
-# Longer than huggingface_hub's 10 s metrics read timeout: a stalled reading's thread has ended before the
-# next one starts, so a hung stream never piles up threads.
-CACHE_S = 12.0
+CACHE_S = 12.0  # a job's next reading starts no sooner, and never while its last reader is still reading
 READ_WAIT_S = 3.0  # job_status's wait for a reading (hf_jobs bounds its own to METRICS_DEADLINE_S)
 WINDOW_S = 600.0  # the readings "stays low" looks at
 KEPT_READINGS = 20
@@ -36,6 +35,7 @@ IDLE_AFTER_MIN = 5.0  # start-up (download, loading, tokenising) leaves the GPU 
 @dataclass
 class _Job:
     read_at: float  # when the last reading started (monotonic)
+    reader: threading.Thread | None = None  # the job's one reader: a stalled one is waited out, never doubled
     figures: list[GpuFigure] | None = None
     utilisation: deque = field(default_factory=lambda: deque(maxlen=KEPT_READINGS))  # (when, mean %)
 
@@ -87,7 +87,7 @@ class GpuTelemetry:
         key, now = (backend.name, job_id), self._clock()
         with self._lock:
             job = self._jobs.get(key)
-            if job is not None and now - job.read_at < CACHE_S:
+            if job is not None and (now - job.read_at < CACHE_S or (job.reader and job.reader.is_alive())):
                 return lambda: job.figures
             if job is None:
                 job = self._jobs[key] = _Job(read_at=now)
@@ -95,12 +95,14 @@ class GpuTelemetry:
             self._jobs.move_to_end(key)
             while len(self._jobs) > KEPT_JOBS:
                 self._jobs.popitem(last=False)
-        reader = threading.Thread(target=self._read, args=(job, backend, job_id, namespace), daemon=True,
-                                  name=f"gpus-{job_id}")
-        reader.start()
+            reader = job.reader = threading.Thread(target=self._read, args=(job, backend, job_id, namespace),
+                                                   daemon=True, name=f"gpus-{job_id}")
+            reader.start()  # under the lock: a caller that sees the reader sees it alive
 
         def result() -> list[GpuFigure] | None:
-            reader.join(READ_WAIT_S)  # a backend that does not bound its own reading is cut here
+            # counted from the start: job_status read the log meanwhile. A backend that does not bound its own
+            # reading is cut here
+            reader.join(max(0.0, now + READ_WAIT_S - self._clock()))
             return None if reader.is_alive() else job.figures
 
         return result
