@@ -24,11 +24,12 @@ def flavor_gpus(flavor: str) -> tuple[int, float]:
 
 
 def metric_event(job: Any) -> dict:
-    """One sample: the job plan's (utilisation %, GB used) per GPU, else the flavor's GPUs idle."""
+    """One sample: the job plan's (utilisation %, GB used) per GPU, else the flavor's GPUs idle (a NaN
+    utilisation is sent as JSON's NaN, which Python's json reads back)."""
     count, per_card = flavor_gpus(job.spec.get("flavor") or "cpu-basic")
     figures = job.plan.gpus if job.plan.gpus is not None else [(0.0, 0.0)] * count
     gpus = {hashlib.sha256(f"{job.id}{i}".encode()).hexdigest()[:8]: {
-        "utilization": int(util), "memory_used_bytes": int(used * 1e9), "memory_total_bytes": int(per_card * 1e9)}
+        "utilization": util if util != util else int(util), "memory_used_bytes": int(used * 1e9), "memory_total_bytes": int(per_card * 1e9)}
         for i, (util, used) in enumerate(figures)}
     return {"cpu_usage_pct": 12, "cpu_millicores": 3500, "memory_used_bytes": 1_306_624,
             "memory_total_bytes": 15_032_385_536, "rx_bps": 0, "tx_bps": 0, "gpus": gpus, "replica": "57vr7"}
