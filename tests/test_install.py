@@ -3,12 +3,18 @@ registry's server.json, and the skill they ship, all consistent with the package
 
 import base64
 import json
+import os
 import re
+import sys
 import tomllib
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
+import pytest
+from mcp import Client, StdioServerParameters
+
 from hf_train_mcp.cli import connect, launch_command
+from hf_train_mcp.hub import hub_token, unexpanded
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -53,3 +59,49 @@ def test_the_registry_entry_matches_the_package() -> None:
     assert [v["name"] for v in secrets] == ["HF_TOKEN"]
     # the registry checks ownership of a PyPI package by this marker in its README
     assert f"<!-- mcp-name: {entry['name']} -->" in (ROOT / "README.md").read_text()
+
+
+def client_placeholders() -> list[str]:
+    """HF_TOKEN as the plugin's and Cursor's configs spell it: what the server receives when it is unset."""
+    return [load(".claude-plugin/plugin.json")["mcpServers"]["hf-train"]["env"]["HF_TOKEN"],
+            load(".cursor/mcp.json")["mcpServers"]["hf-train"]["env"]["HF_TOKEN"]]
+
+
+def test_the_configs_spell_the_token_as_placeholders_the_server_reads_as_none() -> None:
+    assert client_placeholders() == ["${HF_TOKEN}", "${env:HF_TOKEN}"]
+    for value in [*client_placeholders(), "$HF_TOKEN", " ${HUGGING_FACE_HUB_TOKEN} ", "%HF_TOKEN%"]:
+        assert unexpanded(value), value
+    for value in ["hf_abcdefghijklmnop", "hf_$abc", "${HF_TOKEN}x", "", None]:
+        assert not unexpanded(value), value
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("placeholder", client_placeholders())
+async def test_an_unset_token_passed_as_its_placeholder_trains_locally(placeholder: str, tmp_path: Path) -> None:
+    """The real server process, started as Claude Code and Cursor start it when HF_TOKEN is unset: the literal
+    placeholder in its environment. It plans the job on this machine (no account needed), as without a token."""
+    data = tmp_path / "sft.jsonl"
+    data.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"q{i}"},
+                                                     {"role": "assistant", "content": f"a{i}"}]}) + "\n"
+                            for i in range(8)))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"))}
+    env.update(HF_TOKEN=placeholder, HF_ENDPOINT="http://127.0.0.1:9", HF_TRAIN_DATASETS_SERVER="http://127.0.0.1:9")
+    params = StdioServerParameters(command=sys.executable, args=["-m", "hf_train_mcp", "serve"], env=env)
+    async with Client(params) as client:
+        result = await client.call_tool("submit_training", {"model": "org/Model-0.5B", "dataset": str(data),
+                                                            "dry_run": True})
+    assert not result.is_error, result.content[0].text
+    assert result.structured_content["backend"] == "local"
+
+
+def test_a_placeholder_gives_way_to_the_token_file_of_hf_auth_login(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import huggingface_hub.constants as constants
+
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "token"))
+    (tmp_path / "token").write_text("hf_saved_by_auth_login_0123")
+    for placeholder in client_placeholders():
+        monkeypatch.setenv("HF_TOKEN", placeholder)
+        monkeypatch.setenv("HUGGING_FACE_HUB_TOKEN", "$HUGGING_FACE_HUB_TOKEN")
+        assert hub_token() == "hf_saved_by_auth_login_0123"
+        assert "HF_TOKEN" not in os.environ and "HUGGING_FACE_HUB_TOKEN" not in os.environ

@@ -321,6 +321,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=os.environ.get("HF_TRAIN_LOG_LEVEL", "WARNING"), stream=sys.stderr)
+    from hf_train_mcp.hub import drop_placeholder_tokens
+
+    for name in drop_placeholder_tokens():  # before anything reads the environment
+        logging.warning("%s holds a placeholder, not a token (the MCP client passed its config's ${...} of an "
+                        "unset variable as text): read as no token, so jobs run on this machine unless `hf auth "
+                        "login` saved one", name)
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     rest = argv[argv.index("--") + 1:] if "--" in argv else []  # `run ... -- ARGS`: never read as options here

@@ -8,6 +8,7 @@ Retry-After and RateLimit when they fit), and a hard deadline, so that each tool
 """
 
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,6 +27,8 @@ BACKOFF_S = 0.5
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _timeouts_installed = False
 _install_lock = threading.Lock()
+TOKEN_VARIABLES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")  # huggingface_hub's, in its order
+_PLACEHOLDER = re.compile(r"\$\{[^{}]*\}|\$[A-Za-z_]\w*|%[A-Za-z_]\w*%")
 # when the response bodies this thread reads must have ended (monotonic), for a stream that never ends itself
 _body_deadline: ContextVar[float | None] = ContextVar("hf_train_mcp_body_deadline", default=None)
 
@@ -190,9 +193,27 @@ def hub_endpoint() -> str:
     return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
 
 
+def unexpanded(value: str | None) -> bool:
+    """A client config's placeholder passed on as text: Claude Code hands `${HF_TOKEN}` of an unset variable
+    through as it is (plugin.json's env), Cursor `${env:HF_TOKEN}` (.cursor/mcp.json); `$HF_TOKEN` and
+    `%HF_TOKEN%` are the shells' spellings. No token is written so."""
+    return value is not None and _PLACEHOLDER.fullmatch(value.strip()) is not None
+
+
+def drop_placeholder_tokens() -> list[str]:
+    """Remove the token variables that hold a placeholder from this process's environment, so that every reader
+    (huggingface_hub, datasets, transformers, this package) finds no token there and falls back to the token
+    file of `hf auth login`, if any; the names removed."""
+    dropped = [name for name in TOKEN_VARIABLES if unexpanded(os.environ.get(name))]
+    for name in dropped:
+        os.environ.pop(name, None)
+    return dropped
+
+
 def hub_token() -> str | None:
     from huggingface_hub import get_token
 
+    drop_placeholder_tokens()  # set after start-up too (a test, an embedding host): checked at every read
     return get_token()
 
 
