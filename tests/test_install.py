@@ -5,6 +5,7 @@ import base64
 import json
 import os
 import re
+import shlex
 import sys
 import tomllib
 from pathlib import Path
@@ -38,7 +39,8 @@ def test_the_claude_code_plugin_declares_the_server_and_the_skill() -> None:
     assert (ROOT / entry["source"] / ".claude-plugin" / "plugin.json").exists()
 
 
-def test_cursor_config_and_deeplink_start_the_server() -> None:
+def test_cursor_config_and_deeplink_start_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    with_uv(monkeypatch)
     server = load(".cursor/mcp.json")["mcpServers"]["hf-train"]
     assert [server["command"], *server["args"]] == ["uvx", "--from", "${workspaceFolder}", "hf-train-mcp", "serve"]
     link = urlparse(connect("cursor"))
@@ -47,6 +49,43 @@ def test_cursor_config_and_deeplink_start_the_server() -> None:
     assert [config["command"], *config["args"]] == launch_command()
     assert launch_command()[:3] == ["uvx", "--from", str(ROOT)]  # run from a checkout: that checkout
     assert connect("claude").startswith("claude mcp add hf-train ") and connect("claude").endswith(" serve")
+
+
+def with_uv(monkeypatch: pytest.MonkeyPatch, installed: bool = True) -> None:
+    """uv installed on this machine (its uvx on PATH), or not."""
+    import shutil
+
+    real = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: (
+        ("/opt/uv/bin/uvx" if installed else None) if name == "uvx" else real(name, *a, **k)))
+
+
+@pytest.mark.anyio
+async def test_without_uv_every_connect_line_starts_this_install_by_absolute_path(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No uvx here: the lines `connect` prints name this installation's own executable, absolutely, and the
+    printed command starts the server with no venv on PATH (a client's environment)."""
+    with_uv(monkeypatch, installed=False)
+    command = launch_command()
+    assert command[-1] == "serve" and "uvx" not in command and os.path.isabs(command[0])
+    claude = shlex.split(connect("claude"))
+    assert claude[:3] == ["claude", "mcp", "add"] and claude[claude.index("--") + 1:] == command
+    cursor = json.loads(base64.b64decode(parse_qs(urlparse(connect("cursor")).query)["config"][0]))
+    assert [cursor["command"], *cursor["args"]] == command
+    vscode = json.loads(shlex.split(connect("vscode"))[-1])
+    assert [vscode["command"], *vscode["args"]] == command
+    assert shlex.split(connect("inspector"))[2:] == command
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("HF_TOKEN")}, "PATH": "/usr/bin:/bin",
+           "HF_ENDPOINT": "http://127.0.0.1:9"}
+    async with Client(StdioServerParameters(command=command[0], args=command[1:], env=env)) as client:
+        assert "submit_training" in {t.name for t in (await client.list_tools()).tools}
+
+
+def test_the_readme_says_uvx_needs_uv_and_how_to_connect_without_it() -> None:
+    section = (ROOT / "README.md").read_text().split("## Connect it")[1].split("\n## ")[0]
+    assert "uvx" in section and "https://docs.astral.sh/uv/" in section and "pip install uv" in section
+    assert 'claude mcp add hf-train -- "$PWD/.venv/bin/hf-train-mcp" serve' in section
+    assert "hf-train-mcp connect" in section
 
 
 def test_the_registry_entry_matches_the_package() -> None:
