@@ -16,7 +16,7 @@ from hf_train_mcp.data.validate import image_facts, validate_dataset
 from hf_train_mcp.durations import MAX_TIMEOUT_S
 from hf_train_mcp.errors import TrainError, NoFitError
 from hf_train_mcp.estimate import constants as EC
-from hf_train_mcp.estimate.cost import FlavorEstimate, Workload, how_to_fit
+from hf_train_mcp.estimate.cost import FlavorEstimate, Workload, how_to_fit, tokens_counted
 from hf_train_mcp.estimate.hardware import get_catalog
 from hf_train_mcp.host import Host
 from hf_train_mcp.hub import hub_token
@@ -245,7 +245,8 @@ def _assumptions(chosen: FlavorEstimate, size: Any, work: Workload, data: DataFa
         "params_billions": round(size.billions, 3), "params_source": size.source,
         **({"active_params_billions": round(size.compute_params / 1e9, 3)} if size.active else {}),
         "num_examples": data.num_rows, "tokens_per_example": data.mean_tokens, "tokens_source": token_source,
-        "tokens_total": int(chosen.tokens), "tokens_per_second": int(chosen.tokens_per_second),
+        "tokens_total": int(chosen.tokens), **tokens_counted(work, chosen),
+        "tokens_per_second": int(chosen.tokens_per_second),
         **({"image_tokens_per_example": round(data.images_per_row * size.tokens_per_image(data.image_pixels), 1)}
            if data.vision else {}),
         "throughput": "measured" if chosen.measured else "modelled",
