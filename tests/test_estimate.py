@@ -245,3 +245,31 @@ async def test_tokens_total_can_be_recomputed_from_the_assumptions(offline, extr
         assert a["sequences_per_step"] == 2 * out["effective_batch_size"] and "2 per example" in a["tokens_total_counts"]
     if extra.get("packing"):
         assert a["tokens_per_sequence"] == 1024 and "packed" in a["tokens_total_counts"]
+
+
+DOCS_RUN = {"model": "Qwen/Qwen2-0.5B-Instruct", "peft": "full", "epochs": 3, "num_examples": 15_806,
+            "tokens_per_example": 1100, "max_length": 1024, "per_device_batch_size": 8, "gradient_accumulation": 1}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("flavor", "extra", "docs_hours"), [
+    ("a10g-small", {}, 2 + 20 / 60), ("a10g-largex2", {}, 1 + 35 / 60), ("l4x4", {}, 1.0),
+    ("a10g-small", {"max_steps": 100}, 0.1)])
+async def test_estimate_cost_meets_the_docs_headline_run(hub: Emulator, flavor: str, extra: dict,
+                                                         docs_hours: float) -> None:
+    """The docs' own figures for TRL's sft.py on Capybara (shared/seeds): within 15% through the tool, with the
+    model's real config; a multi-GPU estimate says the scaling it used."""
+    hub.files[("Qwen/Qwen2-0.5B-Instruct", "config.json")] = json.dumps(
+        {**QWEN_CONFIG, "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2"}).encode()
+    async with Client(build_server()) as client:
+        result = await client.call_tool("estimate_cost", {**DOCS_RUN, "flavor": flavor, **extra})
+    out = result.structured_content
+    assert not result.is_error and out["assumptions"]["params_billions"] == 0.494, out["assumptions"]
+    assert abs(out["hours"] / docs_hours - 1) <= 0.15, (out["hours"], docs_hours)
+    scaling = out["assumptions"].get("multi_gpu")
+    if flavor == "a10g-largex2":
+        assert scaling.startswith("2 x A10G over PCIe: ") and "x one GPU's pace" in scaling
+    elif flavor == "l4x4":
+        assert scaling.startswith("4 x L4 over PCIe: ")
+    else:
+        assert scaling is None

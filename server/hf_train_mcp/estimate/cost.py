@@ -20,7 +20,7 @@ Every constant is in estimate/constants.py (`CALIBRATED`, fitted by estimate/cal
 """
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hf_train_mcp.durations import format_duration
@@ -183,8 +183,9 @@ def optimizer_steps(work: Workload, gpus: int) -> int:
 
 def _achieved_flops(gpu, size: ModelSize, tokens: float, cal: Calibration) -> float:
     """FLOP/s one GPU sustains on micro-batches of `tokens` tokens of this model. A matmul is efficient once all
-    its sides are large: the batch side needed shrinks as the model widens (tokens_half is for hidden 4096)."""
-    width = size.hidden / (size.hidden + cal.width_half)
+    its sides are large: the batch side needed shrinks as the model widens (tokens_half is for hidden 4096), and
+    a narrow model's memory-bound work weighs more on a GPU with a high ridge (L4) than a low one (A10G)."""
+    width = size.hidden / (size.hidden + cal.width_half * gpu.ridge / C.RIDGE_REF)
     batch = tokens / (tokens + cal.tokens_half * 4096 / size.hidden)
     return gpu.peak_tflops * 1e12 * cal.efficiency[gpu.model] * width * batch
 
@@ -286,7 +287,8 @@ def _communication_seconds(size: ModelSize, work: Workload, gpu: Any, gpus: int,
             volume = 2 * ring * trainable * 4
         # overlapped with the compute it can hide behind (the backward, the next layer's forward)
         transfer = volume / link
-        hidden = min(transfer, step_compute) * cal.communication_overlap
+        overlap = cal.communication_overlap if gpu.nvlink or work.nodes > 1 else cal.pcie_overlap
+        hidden = min(transfer, step_compute) * overlap
         communication = transfer - hidden + cal.multi_gpu_step_s
     if work.spec.generates and work.generation_gpus:  # the new weights are sent to the vLLM server every step
         communication += stored * 2 / (cal.weight_sync_gbps * 1e9)
@@ -396,6 +398,21 @@ def tokens_counted(work: Workload, estimate: FlavorEstimate) -> dict[str, Any]:
             "sequences_per_step": round(estimate.tokens / max(1, estimate.steps) / max(length, 1e-9)),
             "tokens_per_sequence": round(length, 1),
             "tokens_total_counts": f"steps x sequences_per_step x tokens_per_sequence ({how})"}
+
+
+def scaling(size: ModelSize, work: Workload, flavor: FlavorInfo, cal: Calibration | None = None) -> str | None:
+    """How the run's GPUs add up, for assumptions: its pace against one GPU of the same kind, and the all-reduce
+    behind the difference; None on one GPU."""
+    if flavor.gpu is None or flavor.gpus < 2:
+        return None
+    cal = cal or C.CALIBRATED
+    many, many_tokens = step_time(size, work, flavor, cal)
+    one, one_tokens = step_time(size, replace(work, nodes=1), replace(flavor, gpus=1), cal)
+    speedup = (many_tokens / many.total) / (one_tokens / one.total)
+    link = "machines" if work.nodes > 1 else "NVLink" if flavor.gpu.nvlink else "PCIe"
+    return (f"{flavor.gpus} x {flavor.gpu.model} over {link}: {speedup:.2f}x one GPU's pace ({speedup / flavor.gpus:.0%} "
+            f"of linear), each step waiting {many.communication:.2f} s on the gradient exchange beyond what overlaps "
+            "compute")
 
 
 def how_to_fit(work: Workload, best: FlavorEstimate | None) -> str:
