@@ -67,7 +67,6 @@ def validate_dataset(dataset: str, method: str, *, split: str = "train", config:
         step(f"counting tokens with {model}'s tokenizer")
         stats, no_stats = _token_stats(model, token, rows, fmt, max_length or methods.get(method).max_length,
                                        sample.num_rows, issues)
-    labels = _labels(fmt, rows, sample.features.get(suggested.get("label", "label")), issues)
     report = DatasetReport(
         valid=not any(i.severity == "error" for i in issues),
         dataset=dataset,
@@ -80,7 +79,7 @@ def validate_dataset(dataset: str, method: str, *, split: str = "train", config:
         suggested_column_mapping=suggested or None,
         sample_rows=[_short(r) for r in sample.rows[:3]],
         token_stats=stats,
-        labels=labels,
+        labels=_labels(fmt, rows, sample.features.get(suggested.get("label", "label")), issues),  # may add a warning
     )
     report._no_token_stats = no_stats
     return report
