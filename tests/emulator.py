@@ -60,9 +60,11 @@ class JobPlan:
     message: str | None = None
     drop_logs_after: int | None = None  # the log stream breaks off (mid-chunk) after this many lines
     # the metrics stream: (utilisation %, memory used GB) per GPU, which a test may change while the job runs;
-    # None: the flavor's GPUs, idle. metrics_hang: the stream answers 200 and then never sends a sample.
+    # None: the flavor's GPUs, idle. metrics_hang: the stream answers 200 and then never sends a sample
+    # (with metrics_keepalive_s, only an SSE ": keep-alive" comment that often, as the real stream sends).
     gpus: list[tuple[float, float]] | None = None
     metrics_hang: bool = False
+    metrics_keepalive_s: float | None = None
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """The emulator's Jobs metrics stream (`GET /api/jobs/{ns}/{id}/metrics`), as huggingface_hub's
 fetch_job_metrics reads it: SSE `event: metric` samples, one a second, with no timestamp and per-GPU figures
-under opaque ids; silence while the job waits for hardware; 406 once it has ended (the real API's answer).
+under opaque ids; silence while the job waits for hardware (or only keep-alive comments, when a test plans
+them); 406 once it has ended (the real API's answer).
 """
 
 import hashlib
@@ -23,11 +24,12 @@ def flavor_gpus(flavor: str) -> tuple[int, float]:
 
 
 def metric_event(job: Any) -> dict:
-    """One sample: the job plan's (utilisation %, GB used) per GPU, else the flavor's GPUs idle."""
+    """One sample: the job plan's (utilisation %, GB used) per GPU, else the flavor's GPUs idle (a NaN
+    utilisation is sent as JSON's NaN, which Python's json reads back)."""
     count, per_card = flavor_gpus(job.spec.get("flavor") or "cpu-basic")
     figures = job.plan.gpus if job.plan.gpus is not None else [(0.0, 0.0)] * count
     gpus = {hashlib.sha256(f"{job.id}{i}".encode()).hexdigest()[:8]: {
-        "utilization": int(util), "memory_used_bytes": int(used * 1e9), "memory_total_bytes": int(per_card * 1e9)}
+        "utilization": util if util != util else int(util), "memory_used_bytes": int(used * 1e9), "memory_total_bytes": int(per_card * 1e9)}
         for i, (util, used) in enumerate(figures)}
     return {"cpu_usage_pct": 12, "cpu_millicores": 3500, "memory_used_bytes": 1_306_624,
             "memory_total_bytes": 15_032_385_536, "rx_bps": 0, "tx_bps": 0, "gpus": gpus, "replica": "57vr7"}
@@ -42,13 +44,17 @@ def stream(handler: Any, job: Any) -> None:
     handler.send_header("Connection", "close")
     handler.end_headers()
     handler.close_connection = True
-    until = time.time() + STREAM_S
+    until, kept_alive = time.time() + STREAM_S, time.time()
     try:
         while time.time() < until and job.stage(time.time()) not in TERMINAL:
             if job.stage(time.time()) == "RUNNING" and not job.plan.metrics_hang:
                 handler.wfile.write(b"event: metric\ndata: " + json.dumps(metric_event(job)).encode() + b"\n\n")
                 handler.wfile.flush()
                 time.sleep(1.0)
+            elif job.plan.metrics_keepalive_s and time.time() - kept_alive >= job.plan.metrics_keepalive_s:
+                handler.wfile.write(b": keep-alive\n\n")  # resets the client's read timeout, carries no sample
+                handler.wfile.flush()
+                kept_alive = time.time()
             else:
                 time.sleep(0.05)
     except (BrokenPipeError, ConnectionResetError):

@@ -5,6 +5,7 @@ command in a terminal."""
 import json
 import os
 import pty
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -71,3 +72,13 @@ def test_the_bare_command_in_a_terminal_says_it_is_an_mcp_server() -> None:
         os.close(leader)
         os.close(follower)
     assert out.returncode == 0 and "MCP server" in out.stderr and "--help" in out.stderr
+    # the way to add it works from a bare terminal: this install by absolute path, not a name on a venv's PATH
+    line = next(part for part in out.stderr.split("(Claude Code: ")[1:]).split("\n")[0]
+    words = shlex.split(line)
+    assert words[:4] == ["claude", "mcp", "add", "hf-train"] and words[-1] == "serve"
+    executable = words[words.index("--") + 1]
+    assert os.path.isabs(executable) and os.access(executable, os.X_OK)
+    assert f"{executable} connect claude" in out.stderr
+    shown = subprocess.run([executable, "connect", "claude"], capture_output=True, text=True, timeout=60,
+                           env={**os.environ, "PATH": "/usr/bin:/bin"})
+    assert shown.returncode == 0 and shown.stdout.startswith("claude mcp add hf-train ")

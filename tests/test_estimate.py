@@ -218,3 +218,58 @@ async def test_estimate_cost_warns_for_t4_and_long_runs(offline) -> None:
                                                           "num_examples": 200_000, "tokens_per_example": 800})
     warnings = " ".join(result.structured_content["warnings"])
     assert "T4 has no bf16" in warnings and "over 4 h" in warnings
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("extra", [{}, {"method": "dpo"}, {"packing": True}, {"max_steps": 50},
+                                   {"flavor": "l4x4"}])
+async def test_tokens_total_can_be_recomputed_from_the_assumptions(offline, extra: dict) -> None:
+    """1,000 examples x 500 tokens read as 3,003,187 tokens: 3 epochs and padding to the longest row of each
+    micro-batch, which assumptions now state (issue 30 item 30)."""
+    async with Client(build_server()) as client:
+        result = await client.call_tool("estimate_cost", {"model": "Qwen/Qwen2-0.5B-Instruct", "num_examples": 1000,
+                                                          "tokens_per_example": 500, **extra})
+    out = result.structured_content
+    a = out["assumptions"]
+    recomputed = out["steps"] * a["sequences_per_step"] * a["tokens_per_sequence"]
+    assert abs(recomputed - a["tokens_total"]) <= out["steps"] * a["sequences_per_step"] * 0.05 + 1
+    assert a["tokens_total_counts"].startswith("steps x sequences_per_step x tokens_per_sequence (")
+    if "max_steps" in extra:
+        assert a["max_steps"] == 50 and "epochs" not in a
+    else:
+        assert a["epochs"] == {"dpo": 1.0}.get(extra.get("method"), 3.0)
+    if not extra:  # the issue's example: 188 steps x 16 rows x 998.4 tokens, each row padded to its batch's longest
+        assert (a["tokens_total"], out["steps"], a["sequences_per_step"]) == (3_003_187, 188, 16)
+        assert a["tokens_per_sequence"] > 500 and "padded to the longest of the 8" in a["tokens_total_counts"]
+    if extra.get("method") == "dpo":
+        assert a["sequences_per_step"] == 2 * out["effective_batch_size"] and "2 per example" in a["tokens_total_counts"]
+    if extra.get("packing"):
+        assert a["tokens_per_sequence"] == 1024 and "packed" in a["tokens_total_counts"]
+
+
+DOCS_RUN = {"model": "Qwen/Qwen2-0.5B-Instruct", "peft": "full", "epochs": 3, "num_examples": 15_806,
+            "tokens_per_example": 1100, "max_length": 1024, "per_device_batch_size": 8, "gradient_accumulation": 1}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("flavor", "extra", "docs_hours"), [
+    ("a10g-small", {}, 2 + 20 / 60), ("a10g-largex2", {}, 1 + 35 / 60), ("l4x4", {}, 1.0),
+    ("a10g-small", {"max_steps": 100}, 0.1)])
+async def test_estimate_cost_meets_the_docs_headline_run(hub: Emulator, flavor: str, extra: dict,
+                                                         docs_hours: float) -> None:
+    """The docs' own figures for TRL's sft.py on Capybara (shared/seeds): within 15% through the tool, with the
+    model's real config; a multi-GPU estimate says the scaling it used."""
+    hub.files[("Qwen/Qwen2-0.5B-Instruct", "config.json")] = json.dumps(
+        {**QWEN_CONFIG, "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2"}).encode()
+    async with Client(build_server()) as client:
+        result = await client.call_tool("estimate_cost", {**DOCS_RUN, "flavor": flavor, **extra})
+    out = result.structured_content
+    assert not result.is_error and out["assumptions"]["params_billions"] == 0.494, out["assumptions"]
+    assert abs(out["hours"] / docs_hours - 1) <= 0.15, (out["hours"], docs_hours)
+    scaling = out["assumptions"].get("multi_gpu")
+    if flavor == "a10g-largex2":
+        assert scaling.startswith("2 x A10G over PCIe: ") and "x one GPU's pace" in scaling
+    elif flavor == "l4x4":
+        assert scaling.startswith("4 x L4 over PCIe: ")
+    else:
+        assert scaling is None

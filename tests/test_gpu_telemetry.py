@@ -8,15 +8,19 @@ import logging
 import os
 import shutil
 import stat
+import threading
 import time
 from pathlib import Path
 
 import pytest
+import anyio
 from mcp import Client
 
 from hf_train_mcp import telemetry
+from hf_train_mcp.backends import hf_jobs
 from hf_train_mcp.app import build_server
 from hf_train_mcp.backends.local import LocalBackend, parse_nvidia_smi, this_machines_gpus
+from hf_train_mcp.estimate.advice import memory_advice
 from hf_train_mcp.hub import hub_api
 from hf_train_mcp.service import Core
 from tests.conftest import WRITE_TOKEN
@@ -115,6 +119,34 @@ async def test_a_hung_metrics_stream_does_not_hold_up_job_status(hub: Emulator, 
         await call(client, "cancel_job", {"job_id": job_id})
 
 
+async def test_a_stream_of_keep_alives_holds_one_reader_per_job_and_it_ends_at_its_deadline(
+        hub: Emulator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each keep-alive resets the client's read timeout, so a reading of a stream that sends nothing else never
+    ended by itself: one thread per job_status piled up. Now one reader per job, ended by its deadline."""
+    monkeypatch.setattr(telemetry, "CACHE_S", 0.0)  # every status would take a fresh reading
+    monkeypatch.setattr(hf_jobs, "METRICS_DEADLINE_S", 1.0)
+    before = set(threading.enumerate())
+
+    def readers(job_id: str) -> list[threading.Thread]:  # the reading threads this test started, still alive
+        return [t for t in threading.enumerate()
+                if t not in before and t.name in (f"gpus-{job_id}", "hub-read") and t.is_alive()]
+
+    async with Client(build_server()) as client:
+        job_id = await running(client, hub, "a10g-large", metrics_hang=True, metrics_keepalive_s=0.1)
+        async with anyio.create_task_group() as group:  # polled at once by several clients
+            for _ in range(4):
+                group.start_soon(call, client, "job_status", {"job_id": job_id})
+        for _ in range(3):  # and in turn
+            assert (await call(client, "job_status", {"job_id": job_id}))["gpu"] is None
+        assert len(readers(job_id)) <= 1
+        ended = time.monotonic() + 1.0 + 2.0  # its deadline, and a keep-alive or two to notice it
+        while readers(job_id) and time.monotonic() < ended:
+            await anyio.sleep(0.1)
+        assert readers(job_id) == []
+        assert metrics_requests(hub, job_id) <= 4  # one at a time, each cut at 1 s: not one per job_status
+        await call(client, "cancel_job", {"job_id": job_id})
+
+
 async def test_readings_are_cached_per_job(hub: Emulator, monkeypatch: pytest.MonkeyPatch) -> None:
     async with Client(build_server()) as client:
         job_id = await running(client, hub, "a10g-large", gpus=[(60, 10.0)])
@@ -128,30 +160,106 @@ async def test_readings_are_cached_per_job(hub: Emulator, monkeypatch: pytest.Mo
         await call(client, "cancel_job", {"job_id": job_id})
 
 
-async def test_memory_above_95_percent_says_near_oom(hub: Emulator) -> None:
+STEPPING = ['HFTM_LOG {"step": 3, "total_steps": 50, "epoch": 0.1, "loss": 1.9}'] + ["training"] * 99
+
+
+async def test_memory_at_its_limit_is_read_as_pytorchs_cache_and_the_advice_fits_the_job(hub: Emulator) -> None:
+    """NVML's memory.used holds PyTorch's cached blocks: a healthy job sits near 100 %, so the hint says what to do
+    if it fails, not that it is failing; and what to do fits the job (no QLoRA for a QLoRA job)."""
     async with Client(build_server()) as client:
-        job_id = await running(client, hub, "a10g-large", gpus=[(92, 23.3)])  # 97 % of 24 GB
-        report = await call(client, "job_status", {"job_id": job_id})
+        lora = await running(client, hub, "a10g-large", gpus=[(92, 23.3)])  # 97 % of 24 GB
+        report = await call(client, "job_status", {"job_id": lora})
         assert report["gpu"][0]["memory_used_gb"] == 23.3
-        assert "GPU 0 memory is at 97%" in report["next_step"] and "near OOM" in report["next_step"]
-        assert "per_device_batch_size" in report["next_step"] and "QLoRA" in report["next_step"]
-        assert "idle" not in report["next_step"]
-        await call(client, "cancel_job", {"job_id": job_id})
+        step = report["next_step"]
+        assert "GPU 0 memory is at 97% (23.3 of 24 GB), PyTorch's cache included" in step and "near OOM" not in step
+        assert "if it fails out of memory, resubmit with a smaller per_device_batch_size" in step
+        assert "peft='qlora'" in step and "idle" not in step
+        hub.plan_next(JobPlan(**LONG, gpus=[(92, 23.3)]))
+        qlora = (await call(client, "submit_training", {**CAPYBARA_BASE, "max_steps": 50, "flavor": "a10g-large",
+                                                        "peft": "qlora", "hub_model_id": "emu-user/qwen-qlora"}))["job_id"]
+        step = (await call(client, "job_status", {"job_id": qlora}))["next_step"]
+        assert "if it fails out of memory" in step and "qlora" not in step.lower() and "per_device_batch_size" in step
+        for job_id in (lora, qlora):
+            await call(client, "cancel_job", {"job_id": job_id})
+
+
+def test_out_of_memory_advice_offers_only_what_the_job_can_take() -> None:
+    """The ledger's request decides: QLoRA only where the same run would be accepted with it (not embedding, not a
+    QLoRA job), LoRA for a full fine-tune, no max_length for images, and a run_script job's own code."""
+    def advice(method: str, peft: str | None, kind: str = "train") -> str:
+        return memory_advice(method=method, request={"model": "Qwen/Qwen2-0.5B-Instruct", "method": method,
+                                                     "dataset": "org/data", "peft": peft}, kind=kind)
+
+    assert "peft='qlora'" in advice("sft", "lora") and "max_length" in advice("sft", "lora")
+    assert "qlora" not in advice("sft", "qlora") and "per_device_batch_size" in advice("sft", "qlora")
+    assert "qlora" not in advice("embedding", "lora")  # refused for embedding models
+    assert "peft='lora'" in advice("sft", "full") and "qlora" not in advice("sft", "full")
+    assert "max_length" not in advice("image-classification", "lora")
+    script = advice("script", None)
+    assert "per_device_batch_size" not in script and "qlora" not in script and "batch size" in script
 
 
 async def test_low_utilisation_says_idle_only_past_start_up_and_while_it_stays_low(
         hub: Emulator, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(telemetry, "CACHE_S", 0.0)  # every status takes a fresh reading
     async with Client(build_server()) as client:
-        job_id = await running(client, hub, "a10g-large", gpus=[(4, 6.0)])
+        job_id = await running(client, hub, "a10g-large", gpus=[(4, 6.0)], log_lines=STEPPING)
         report = await call(client, "job_status", {"job_id": job_id})
         assert report["gpu"][0]["utilization_pct"] == 4.0 and "idle" not in report["next_step"]  # just started
-        hub.jobs[job_id].created -= 600  # it has now run for ten minutes, still barely using its GPU
+        hub.jobs[job_id].created -= 60  # its log now shows training steps, and the GPU still barely works
         report = await call(client, "job_status", {"job_id": job_id})
+        assert report["progress"]["step"] == 3
         assert "GPU mostly idle" in report["next_step"] and "data loading bound?" in report["next_step"]
         hub.jobs[job_id].plan.gpus = [(88, 6.0)]  # busy again: a busy reading in the window clears it
         report = await call(client, "job_status", {"job_id": job_id})
         assert "idle" not in report["next_step"]
+        await call(client, "cancel_job", {"job_id": job_id})
+
+
+async def test_a_multi_gpu_install_is_not_called_idle_until_it_outlasts_the_longer_grace(
+        hub: Emulator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A multi-GPU job installs its venv before accelerate launch, then loads: minutes of idle GPUs with no step
+    in the log. Ten minutes in (past the old 5-minute grace) that is start-up; past IDLE_AFTER_MIN it is not."""
+    monkeypatch.setattr(telemetry, "CACHE_S", 0.0)
+    async with Client(build_server()) as client:
+        job_id = await running(client, hub, "a10g-largex2", gpus=[(0, 0.4), (0, 0.4)])
+        hub.jobs[job_id].created -= 600
+        report = await call(client, "job_status", {"job_id": job_id})
+        assert report["progress"]["step"] is None and "idle" not in report["next_step"]
+        hub.jobs[job_id].created -= 60 * telemetry.IDLE_AFTER_MIN
+        report = await call(client, "job_status", {"job_id": job_id})
+        assert "all 2 GPUs mostly idle" in report["next_step"]
+        await call(client, "cancel_job", {"job_id": job_id})
+
+
+async def test_idle_gpus_beside_a_busy_one_are_named(hub: Emulator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """l4x4 with only GPU 0 working: the mean (24 %) is over the idle line, yet three GPUs do nothing."""
+    monkeypatch.setattr(telemetry, "CACHE_S", 0.0)
+    async with Client(build_server()) as client:
+        job_id = await running(client, hub, "l4x4", gpus=[(90, 20.0), (2, 0.5), (3, 0.5), (1, 0.5)],
+                               log_lines=STEPPING)
+        hub.jobs[job_id].created -= 60
+        step = (await call(client, "job_status", {"job_id": job_id}))["next_step"]
+        assert "GPUs 1, 2, 3 of 4 idle (under 20% busy" in step and "while GPU 0 works" in step
+        assert "accelerate launch or torchrun" in step and "mostly idle" not in step
+        await call(client, "cancel_job", {"job_id": job_id})
+
+
+async def test_impossible_gpu_figures_are_null_and_a_huge_list_is_cut(hub: Emulator) -> None:
+    """-500 % utilisation, negative memory, more used than the card holds, NaN: null, not passed on; 3,000 GPUs
+    (no node has more than 16): the first 16 and a note, so job_status stays small."""
+    broken = [(-500, 5.0), (50, -3.0), (float("nan"), 30.0), (180, 10.0)] + [(50, 5.0)] * 2996
+    async with Client(build_server()) as client:
+        job_id = await running(client, hub, "a10g-large", gpus=broken)
+        report = await call(client, "job_status", {"job_id": job_id})
+        gpus = report["gpu"]
+        assert len(gpus) == telemetry.MAX_GPUS == 16 and len(json.dumps(report)) < 6000
+        assert gpus[0] == {"index": 0, "utilization_pct": None, "memory_used_gb": 5.0, "memory_total_gb": 24.0}
+        assert gpus[1]["utilization_pct"] == 50.0 and gpus[1]["memory_used_gb"] is None
+        assert gpus[2]["utilization_pct"] is None and gpus[2]["memory_used_gb"] is None  # NaN; 30 of 24 GB
+        assert gpus[3]["utilization_pct"] is None
+        assert gpus[4] == {"index": 4, "utilization_pct": 50.0, "memory_used_gb": 5.0, "memory_total_gb": 24.0}
+        assert "reported 3000 GPUs" in report["next_step"] and "first 16" in report["next_step"]
         await call(client, "cancel_job", {"job_id": job_id})
 
 
@@ -212,5 +320,29 @@ def test_a_local_job_reports_this_machines_gpus_or_none_on_cpu() -> None:
             assert reading is None
         else:
             assert reading and all(g.memory_total_gb > 0 and 0 <= g.utilization_pct <= 100 for g in reading)
+    finally:
+        core.cancel_job(job_id)
+
+
+def test_a_3000_row_nvidia_smi_is_cut_to_16_gpus_with_impossible_figures_null(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The local backend's reading (this machine's nvidia-smi, here a wedged one printing 3,000 rows, the first
+    with -500 % and negative MiB) gets the same checks as a Jobs one."""
+    bin_dir = tmp_path / "bin"
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    rows = tmp_path / "smi.csv"
+    rows.write_text("0, -500, -1024, 24564\n" + "".join(f"{i}, 87, 20480, 24564\n" for i in range(1, 3000)))
+    fake_nvidia_smi(bin_dir, f"cat {rows}")
+    core = Core()
+    job_id = submit_script(core, "import time\nprint('HFTM_START {}', flush=True)\ntime.sleep(60)\n")
+    try:
+        gpus = telemetry.GpuTelemetry()
+        figures = gpus.start(core.backend("local"), job_id, None, stage="RUNNING", flavor=None)()
+        assert len(figures) == 16 and [f.index for f in figures] == list(range(16))
+        assert figures[0].utilization_pct is None and figures[0].memory_used_gb is None
+        assert (figures[1].utilization_pct, figures[1].memory_used_gb, figures[1].memory_total_gb) == (87.0, 21.5, 25.8)
+        hint = gpus.hint(core.backend("local"), job_id, figures, started_at=None)
+        assert "reported 3000 GPUs" in hint and "first 16" in hint
     finally:
         core.cancel_job(job_id)

@@ -120,3 +120,22 @@ async def test_the_estimate_of_the_hubs_vit_on_food101_run_is_near_its_published
     assert abs(estimate["assumptions"]["tokens_total"] - 75_750 * 3 * 197) <= 3 * 16 * 197  # whole batches
     assert 0.65 <= estimate["hours"] <= 1.35, estimate["hours"]
     assert estimate["fits"]
+
+
+def test_every_class_name_is_listed_and_a_longer_list_says_how_many_it_leaves_out(hub: Emulator) -> None:
+    """Food-101 has 101 classes: all of them are named (item 11); past LISTED_LABELS, a warning gives the count."""
+    rows = [{"image": {"src": f"{hub.url}/assets/img{i}.jpg", "height": 512, "width": 384}, "label": i % 101}
+            for i in range(6)]
+    food = [f"dish_{i:03d}" for i in range(101)]
+    hub.datasets["org/food101"] = ViewerDataset({"default": {"train": rows}}, features={
+        "image": {"_type": "Image"}, "label": {"_type": "ClassLabel", "names": food}})
+    report = validate_dataset("org/food101", METHOD)
+    assert report.valid and report.labels == food
+    assert not any("classes" in i.message for i in report.issues)
+    many = [f"species_{i:05d}" for i in range(1500)]
+    hub.datasets["org/inat"] = ViewerDataset({"default": {"train": rows}}, features={
+        "image": {"_type": "Image"}, "label": {"_type": "ClassLabel", "names": many}})
+    report = validate_dataset("org/inat", METHOD)
+    assert report.valid and report.labels == many[:1000]
+    assert any(i.severity == "warning" and "1500 classes" in i.message and "first 1000" in i.message
+               for i in report.issues)

@@ -1,5 +1,10 @@
 """Trainer logs -> progress, metrics and errors."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 from hf_train_mcp.logparse import parse_log
 
 
@@ -66,3 +71,33 @@ def test_a_step_number_with_401_in_it_is_not_taken_for_a_refused_token() -> None
     assert parsed.error.startswith("RuntimeError") and parsed.hint is None
     refused = parse_log(["huggingface_hub.errors.HfHubHTTPError: 401 Client Error: Unauthorized for url: ..."])
     assert "write access" in refused.hint
+
+
+TQDM_LOOP = """
+import time
+from tqdm import tqdm
+for i in tqdm(range(4), mininterval=0):  # every step redraws, so each dict follows a bar
+    time.sleep(0.02)
+    if i % 2 == 1:  # what a user's own loop prints beside its bar
+        print({'loss': round(0.8765 - i / 10, 4), 'grad_norm': 1.5, 'learning_rate': 1e-05, 'epoch': (i + 1) / 4})
+print({'train_runtime': 1.2, 'train_loss': 0.7})
+"""
+
+
+def test_metrics_printed_after_a_tqdm_fragment_on_the_same_line_are_read(tmp_path: Path) -> None:
+    """Real tqdm output (stderr, `\\r` updates) with the loop's own dicts on stdout, as a job's log holds them: each
+    dict lands after a bar fragment, on the bar's line. Read as the Jobs API hands lines (split at newlines, `\\r`
+    kept) and as the local backend does (text mode: `\\r` is a line end too)."""
+    log = tmp_path / "job.log"
+    with log.open("wb") as out:
+        subprocess.run([sys.executable, "-c", TQDM_LOOP], stdout=out, stderr=subprocess.STDOUT, check=True,
+                       env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    raw = log.read_bytes().decode()
+    assert raw.count("s]{'loss': ") == 2 and "\r" in raw  # each dict follows a bar fragment
+    for lines in (raw.split("\n"), log.read_text().splitlines()):
+        parsed = parse_log(lines)
+        assert parsed.metrics == {"loss": 0.5765, "grad_norm": 1.5, "learning_rate": 1e-05, "train_loss": 0.7}
+        assert (parsed.progress.step, parsed.progress.total_steps, parsed.progress.epoch) == (4, 4, 1.0)
+    # the issue's own line: a bar fragment without a rate, then the dict
+    parsed = parse_log(["\r 50%|█████     | 2/4 [00:02<00:02] {'loss': 0.8765, 'epoch': 0.5}"])
+    assert parsed.metrics == {"loss": 0.8765} and parsed.progress.epoch == 0.5

@@ -570,3 +570,38 @@ def test_a_retried_sweep_start_keeps_one_supervisor_and_its_pid_file_names_it(mo
     running = _supervisors_of(sweep_id)
     pid = int((data_home() / "sweeps" / f"{sweep_id}.pid").read_text())
     assert running == [pid] and process_alive(pid)
+
+
+def test_a_supervisor_whose_ledger_is_deleted_ends_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real detached supervisor (polling every 0.3 s), its Hub gone (a closed port) and a run being launched
+    that would keep it watching: the ledger folder is deleted under it. Its open connection still reads the
+    deleted file, which kept it going; now it ends within a few looks, and its log says why."""
+    import shutil
+
+    from hf_train_mcp.ledger import now_iso
+
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    sweep_id = sweeps.KEY_PREFIX + os.urandom(6).hex()
+    sweep = SweepRecord(sweep_id, None, now_iso(), "hf", json.dumps({"base": {}}), 1, 0, "running", None, 0.0, None)
+    Ledger().create_sweep(sweep, [SweepRunRecord(sweep_id, 0, "{}", "{}", "launching", claimed_at=now_iso())])
+    sweeps.ensure_supervised(Core(), sweep)
+    pid_file = data_home() / "sweeps" / f"{sweep_id}.pid"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not sweeps.supervisor_alive(sweep_id):
+        time.sleep(0.1)
+    pid = int(pid_file.read_text())
+    time.sleep(1.0)  # a few looks: it supervises
+    assert process_alive(pid)
+    home = data_home()
+    with open(home / "sweeps" / f"{sweep_id}.log") as log:  # kept open: the file outlives its folder for us
+        shutil.rmtree(home)
+        deadline = time.monotonic() + 10
+        while process_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        alive = process_alive(pid)
+        if alive:  # the fixture no longer finds its pid file
+            os.killpg(pid, signal.SIGTERM)
+        assert not alive, "the supervisor kept running after its ledger was deleted"
+        said = log.read()
+    assert f"sweep {sweep_id}: its ledger" in said and "is gone" in said and "nothing is left to supervise" in said
+    assert not home.exists()  # it did not recreate the folder it was told was gone

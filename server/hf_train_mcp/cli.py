@@ -73,7 +73,8 @@ def serve(args: argparse.Namespace) -> None:
 
 
 STDIO_NOTE = """hf-train-mcp is an MCP server: it speaks the MCP protocol on stdin/stdout, so an MCP client starts it
-(Claude Code: claude mcp add hf-train -- hf-train-mcp serve). As a command line it runs each tool directly:
+(Claude Code: claude mcp add hf-train -- {serve}
+or the line `{connect} connect claude` prints). As a command line it runs each tool directly:
 
   hf-train-mcp validate trl-lib/Capybara            check a dataset
   hf-train-mcp estimate Qwen/Qwen2.5-0.5B --dataset trl-lib/Capybara
@@ -254,11 +255,35 @@ def run_tool(spec: Any, args: argparse.Namespace) -> None:
     print(json.dumps(result.model_dump(mode="json", by_alias=True), indent=2) if args.json else render(result))
 
 
+def this_executable() -> list[str]:
+    """This installed server by absolute path: a client starts it without an activated venv or uv. The console
+    script that runs now, else the one beside this Python (a venv's bin/, not resolved: a venv's python is a
+    link out of it), else this Python running the package."""
+    ran = Path(sys.argv[0])
+    if ran.name == "hf-train-mcp" and ran.is_file():
+        return [os.path.abspath(ran)]
+    beside = Path(os.path.abspath(sys.executable)).parent / ("hf-train-mcp.exe" if os.name == "nt" else "hf-train-mcp")
+    if beside.is_file():
+        return [str(beside)]
+    return [os.path.abspath(sys.executable), "-m", "hf_train_mcp"]
+
+
 def launch_command() -> list[str]:
-    """How an MCP client starts this server: from this checkout with uvx when run from one, else the package."""
+    """How an MCP client starts this server: with uv's uvx from this checkout (or the package) where uvx is
+    installed, else this installation by absolute path (uvx missing is the client's `ENOENT ... "uvx"`)."""
+    import shutil
+
+    if shutil.which("uvx") is None:
+        return [*this_executable(), "serve"]
     root = Path(__file__).resolve().parents[2]
     source = str(root) if (root / "pyproject.toml").exists() else "hf-train-mcp"
     return ["uvx", "--from", source, "hf-train-mcp", "serve"]
+
+
+def stdio_note() -> str:
+    import shlex
+
+    return STDIO_NOTE.format(serve=shlex.join([*this_executable(), "serve"]), connect=shlex.join(this_executable()))
 
 
 def connect(client: str) -> str:
@@ -321,6 +346,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=os.environ.get("HF_TRAIN_LOG_LEVEL", "WARNING"), stream=sys.stderr)
+    from hf_train_mcp.hub import drop_placeholder_tokens
+
+    for name in drop_placeholder_tokens():  # before anything reads the environment
+        logging.warning("%s holds a placeholder, not a token (the MCP client passed its config's ${...} of an "
+                        "unset variable as text): read as no token, so jobs run on this machine unless `hf auth "
+                        "login` saved one", name)
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     rest = argv[argv.index("--") + 1:] if "--" in argv else []  # `run ... -- ARGS`: never read as options here
@@ -331,7 +362,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if args.cli_command is None:
             if sys.stdin.isatty():  # a person, not an MCP client: say what this is instead of waiting silently
-                print(STDIO_NOTE, file=sys.stderr)
+                print(stdio_note(), file=sys.stderr)
                 return
             args = parser.parse_args(["serve"])
         if args.cli_command == "serve":

@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from hf_train_mcp import defaults as D
-from hf_train_mcp import backends, engines, methods
+from hf_train_mcp import backends, engines, methods, multinode
 from hf_train_mcp.estimate.advice import flavor_warnings
 from hf_train_mcp.stages import TERMINAL_STAGES
 from hf_train_mcp.backends.local import has_cuda
@@ -16,7 +16,7 @@ from hf_train_mcp.data.validate import image_facts, validate_dataset
 from hf_train_mcp.durations import MAX_TIMEOUT_S
 from hf_train_mcp.errors import TrainError, NoFitError
 from hf_train_mcp.estimate import constants as EC
-from hf_train_mcp.estimate.cost import FlavorEstimate, Workload, how_to_fit
+from hf_train_mcp.estimate.cost import FlavorEstimate, Workload, how_to_fit, scaling, tokens_counted
 from hf_train_mcp.estimate.hardware import get_catalog
 from hf_train_mcp.host import Host
 from hf_train_mcp.hub import hub_token
@@ -76,7 +76,8 @@ class Estimator:
                           for e in ranked if e.flavor != chosen.flavor][:8],
             fastest=FlavorOption(flavor=fastest.flavor, fits=True, hours=round(fastest.hours, 2),
                                  cost_usd=fastest.cost_usd) if fastest else None,
-            assumptions=_assumptions(chosen, size, work, data, token_source, catalog.source),
+            assumptions={**_assumptions(chosen, size, work, data, token_source, catalog.source),
+                         **_scaling(size, work, catalog.flavors.get(chosen.flavor), hyper.nodes)},
             warnings=warnings, measurement=measurement,
         )
 
@@ -245,7 +246,8 @@ def _assumptions(chosen: FlavorEstimate, size: Any, work: Workload, data: DataFa
         "params_billions": round(size.billions, 3), "params_source": size.source,
         **({"active_params_billions": round(size.compute_params / 1e9, 3)} if size.active else {}),
         "num_examples": data.num_rows, "tokens_per_example": data.mean_tokens, "tokens_source": token_source,
-        "tokens_total": int(chosen.tokens), "tokens_per_second": int(chosen.tokens_per_second),
+        "tokens_total": int(chosen.tokens), **tokens_counted(work, chosen),
+        "tokens_per_second": int(chosen.tokens_per_second),
         **({"image_tokens_per_example": round(data.images_per_row * size.tokens_per_image(data.image_pixels), 1)}
            if data.vision else {}),
         "throughput": "measured" if chosen.measured else "modelled",
@@ -261,6 +263,13 @@ def _assumptions(chosen: FlavorEstimate, size: Any, work: Workload, data: DataFa
             ("compute", step.compute), ("dequantise", step.dequantise), ("generation", step.generation),
             ("communication", step.communication), ("other", step.fixed + step.optimizer)) if v}
     return assumptions
+
+
+def _scaling(size: Any, work: Workload, info: Any, nodes: int) -> dict[str, Any]:
+    """The multi-GPU scaling the estimate used (assumptions.multi_gpu), on a flavor of several GPUs or nodes."""
+    whole = multinode.node_flavor(info, nodes) if info is not None and nodes > 1 else info
+    note = scaling(size, work, whole) if whole is not None else None
+    return {"multi_gpu": note} if note else {}
 
 
 def engine_assumptions(engine: str) -> dict[str, Any]:

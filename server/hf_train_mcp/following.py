@@ -98,7 +98,8 @@ class Following:
         if read.note:
             next_step += f" ({read.note}: the log tail may be short; job_logs reads it again)"
         gpu = gpus()
-        next_step += self.telemetry.hint(backend, bare, gpu, started_at=state.started_at)
+        next_step += self.telemetry.hint(backend, bare, gpu, started_at=state.started_at,
+                                         stepping=parsed.progress.step is not None, record=record)
         report = JobReport(
             job_id=bare, backend=backend.name, stage=state.stage, message=state.message,
             job_url=state.url or (record.job_url if record else None), created_at=state.created_at,

@@ -8,9 +8,11 @@ Retry-After and RateLimit when they fit), and a hard deadline, so that each tool
 """
 
 import os
+import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -25,6 +27,10 @@ BACKOFF_S = 0.5
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _timeouts_installed = False
 _install_lock = threading.Lock()
+TOKEN_VARIABLES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")  # huggingface_hub's, in its order
+_PLACEHOLDER = re.compile(r"\$\{[^{}]*\}|\$[A-Za-z_]\w*|%[A-Za-z_]\w*%")
+# when the response bodies this thread reads must have ended (monotonic), for a stream that never ends itself
+_body_deadline: ContextVar[float | None] = ContextVar("hf_train_mcp_body_deadline", default=None)
 
 
 class HubUnreachable(HubError):
@@ -109,6 +115,54 @@ def bounded(action: str, call: Callable[[], T], token: str | None, *,
             time.sleep(wait)
 
 
+def streamed(call: Callable[[], T], *, deadline_s: float) -> T:
+    """Run `call` in this thread with every request it makes cut off deadline_s from now (as the client's own
+    read timeout: huggingface_hub ends a no-follow stream on it). A Jobs SSE stream never ends by itself, and
+    each keep-alive it sends resets the read timeout, so without this its reader never ends."""
+    install_timeouts()
+    marker = _body_deadline.set(time.monotonic() + deadline_s)
+    try:
+        return call()
+    finally:
+        _body_deadline.reset(marker)
+
+
+def _wait_within_deadline(request) -> None:
+    """httpx request hook: under `streamed`, no single wait (connect, headers, next chunk) outlasts what is left
+    of the deadline (a silent stream or a Hub that never answers)."""
+    deadline = _body_deadline.get()
+    if deadline is None:
+        return
+    left = max(0.05, deadline - time.monotonic())
+    timeouts = dict(request.extensions.get("timeout") or {})
+    request.extensions = {**request.extensions, "timeout": {
+        **timeouts, **{k: min(left, timeouts.get(k) or left) for k in ("connect", "read", "write", "pool")}}}
+
+
+def _cut_at_deadline(response) -> None:
+    """httpx response hook: wrap the body of a response read under `streamed` so that its reads stop at the
+    deadline, checked at every chunk: a stream that sends keep-alives is never silent long enough for the read
+    timeout."""
+    import httpx2
+
+    deadline = _body_deadline.get()
+    if deadline is None or not isinstance(response.stream, httpx2.SyncByteStream):
+        return
+    inner, request = response.stream, response.request
+
+    class Cut(httpx2.SyncByteStream):
+        def __iter__(self) -> Iterator[bytes]:
+            for chunk in inner:
+                if time.monotonic() > deadline:
+                    raise httpx2.ReadTimeout("the read's deadline passed", request=request)
+                yield chunk
+
+        def close(self) -> None:
+            inner.close()
+
+    response.stream = Cut()
+
+
 def install_timeouts() -> None:
     """Give huggingface_hub's shared client connect/read timeouts (it has none), once per process."""
     global _timeouts_installed
@@ -126,6 +180,9 @@ def _install_client_factory() -> None:
     def client_factory():
         client = default_client_factory()
         client.timeout = httpx2.Timeout(REQUEST_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
+        hooks = client.event_hooks
+        client.event_hooks = {"request": [*hooks.get("request", []), _wait_within_deadline],
+                              "response": [*hooks.get("response", []), _cut_at_deadline]}
         return client
 
     set_client_factory(client_factory)
@@ -136,9 +193,27 @@ def hub_endpoint() -> str:
     return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
 
 
+def unexpanded(value: str | None) -> bool:
+    """A client config's placeholder passed on as text: Claude Code hands `${HF_TOKEN}` of an unset variable
+    through as it is (plugin.json's env), Cursor `${env:HF_TOKEN}` (.cursor/mcp.json); `$HF_TOKEN` and
+    `%HF_TOKEN%` are the shells' spellings. No token is written so."""
+    return value is not None and _PLACEHOLDER.fullmatch(value.strip()) is not None
+
+
+def drop_placeholder_tokens() -> list[str]:
+    """Remove the token variables that hold a placeholder from this process's environment, so that every reader
+    (huggingface_hub, datasets, transformers, this package) finds no token there and falls back to the token
+    file of `hf auth login`, if any; the names removed."""
+    dropped = [name for name in TOKEN_VARIABLES if unexpanded(os.environ.get(name))]
+    for name in dropped:
+        os.environ.pop(name, None)
+    return dropped
+
+
 def hub_token() -> str | None:
     from huggingface_hub import get_token
 
+    drop_placeholder_tokens()  # set after start-up too (a test, an embedding host): checked at every read
     return get_token()
 
 

@@ -13,6 +13,9 @@ from hf_train_mcp.schemas import Progress
 
 # a Trainer progress bar (no description before the percentage; datasets' bars say "Map: 100%|..")
 _TQDM = re.compile(r"(?:^|\r)\s*\d+%\|[^|]*\|\s*(\d+)/(\d+) \[[^\]]*(?:it/s|s/it)\]")  # fast and slow steps
+# a metrics dict printed while a bar is drawn lands after the bar's fragment, on its line: `2/4 [00:02<00:02]{..}`
+_DICT_AFTER_BAR = re.compile(r"\d+/\d+ \[[^\]]*\]\s*(\{.*\})$")
+_DICT_KEYS = ("'loss'", "'eval_loss'", "'train_runtime'")
 _EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)|torch\.\w+\.OutOfMemoryError)\b:?\s*(.*)$")
 # the Hub refusing a token, as huggingface_hub words it (not any line that happens to contain "401")
 _AUTH = re.compile(r"\b40[13] (Client Error|Unauthorized|Forbidden)|\bUnauthorized\b|\bForbidden\b|"
@@ -81,11 +84,31 @@ def _hint(text: str) -> str | None:
     return None
 
 
+def _updates(lines: list[str]):
+    """Each line's `\r`-separated updates (a bar redraws itself with `\r`, and the Jobs API ends lines at
+    newlines only), stripped, as lines of their own."""
+    for raw in lines:
+        for part in raw.split("\r"):
+            if part.strip():
+                yield part.strip()
+
+
+def _metrics_dict(line: str) -> dict | None:
+    """A Trainer-style metrics dict on its own line, or after a bar fragment; None when there is none."""
+    found = line if line.startswith("{") else (m.group(1) if (m := _DICT_AFTER_BAR.search(line)) else None)
+    if found is None or not any(key in found for key in _DICT_KEYS):
+        return None
+    try:
+        record = pysource.literal(found)
+    except (ValueError, SyntaxError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
 def parse_log(lines: list[str]) -> ParsedLog:
     parsed = ParsedLog()
     traceback_tail: str | None = None
-    for raw in lines:
-        line = raw.strip()
+    for line in _updates(lines):
         if line.startswith("HFTM_"):
             kind, _, payload = line.partition(" ")
             try:
@@ -105,19 +128,15 @@ def parse_log(lines: list[str]) -> ParsedLog:
                 parsed.probe = record
                 parsed.metrics.update(probe_metrics(record))
             continue
-        if line.startswith("{") and ("'loss'" in line or "'eval_loss'" in line or "'train_runtime'" in line):
-            try:
-                record = pysource.literal(line)
-            except (ValueError, SyntaxError):
-                record = None
-            if isinstance(record, dict):
-                parsed.metrics.update(_numbers(record))
-                _update_progress(parsed.progress, None, None, record.get("epoch"))
-            continue
         bar = _TQDM.findall(line)
         if bar:
             step, total = bar[-1]
             _update_progress(parsed.progress, int(step), int(total), None)
+        record = _metrics_dict(line)
+        if record is not None:
+            parsed.metrics.update(_numbers(record))
+            _update_progress(parsed.progress, None, None, record.get("epoch"))
+        if bar or line.startswith("{"):
             continue
         match = _EXCEPTION.match(line)
         if match:

@@ -99,11 +99,11 @@ class NodeStage(BaseModel):
     stage: str
 
 
-class GpuFigure(BaseModel):
+class GpuFigure(BaseModel):  # a figure the reading lacks, or could not be (negative, over 100 %): null
     index: int
-    utilization_pct: float
-    memory_used_gb: float
-    memory_total_gb: float
+    utilization_pct: float | None
+    memory_used_gb: float | None
+    memory_total_gb: float | None
 
 
 class JobReport(BaseModel):

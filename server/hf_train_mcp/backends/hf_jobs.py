@@ -13,7 +13,7 @@ from hf_train_mcp.backends.base import GpuReading, JobGone, JobRef, JobSpec, Job
 from hf_train_mcp.backends.base import UserRun
 from hf_train_mcp import multinode
 from hf_train_mcp.errors import TrainError
-from hf_train_mcp.hub import bounded, hub_api, hub_error, scrub, status_of, transient
+from hf_train_mcp.hub import bounded, hub_api, hub_error, scrub, status_of, streamed, transient
 from hf_train_mcp.render import Script
 from hf_train_mcp.scripts import sync_excludes
 
@@ -319,10 +319,14 @@ class HfJobsBackend:
                 self._token, retry=False)
 
     def gpus(self, job_id: str, namespace: str | None) -> list[GpuReading] | None:
-        """The job's GPUs now: the first sample of the Jobs metrics stream (follow=False), within
-        METRICS_DEADLINE_S. A finished job's 406 and a 500 give no sample (huggingface_hub tolerates both)."""
+        """The job's GPUs now: the first sample of the Jobs metrics stream (follow=False), read in the calling
+        thread (telemetry's one reader per job) and ended METRICS_DEADLINE_S after it starts, however many
+        keep-alives the stream sends (a header that never comes: the client's 10 s read timeout). A finished
+        job's 406 and a 500 give no sample (huggingface_hub tolerates both)."""
         api = hub_api(self._token)
-        events = bounded(f"reading GPU metrics of job {job_id}",
-                         lambda: list(api.fetch_job_metrics(job_id=job_id, namespace=namespace)), self._token,
-                         deadline_s=METRICS_DEADLINE_S, retry=False)
+        try:
+            events = streamed(lambda: list(api.fetch_job_metrics(job_id=job_id, namespace=namespace)),
+                              deadline_s=METRICS_DEADLINE_S)
+        except Exception as exc:
+            raise hub_error(f"reading GPU metrics of job {job_id}", exc, self._token) from None
         return gpu_readings(events[0]) if events else None

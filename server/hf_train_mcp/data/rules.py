@@ -316,6 +316,8 @@ def score_notes(checker: "Checker", scores: list[Any]) -> None:
 
 CLASS_FORMATS = frozenset({"text_classification", "image_classification"})  # one label per row, the classes the model learns
 MANY_CLASSES = 100  # a sample with more distinct labels is likely a free-text or id column
+# class names a report lists: every one of ImageNet-1k's (about 25 KB of names); beyond, the count and the first ones
+LISTED_LABELS = 1000
 DOMINANT_SHARE = 0.8  # one class over this share of the sample: accuracy rewards always answering it
 
 

@@ -87,7 +87,7 @@ def validate_dataset(dataset: str, method: str, *, split: str = "train", config:
         suggested_column_mapping=suggested or None,
         sample_rows=[_short(r) for r in sample.rows[:3]],
         token_stats=stats,
-        labels=_labels(fmt, rows, sample.features.get(suggested.get("label", "label"))),
+        labels=_labels(fmt, rows, sample.features.get(suggested.get("label", "label")), issues),  # may add a warning
     )
     report._no_token_stats = no_stats
     return report
@@ -155,11 +155,16 @@ def _from_sharegpt(rows: list[dict]) -> list[dict]:
             if rules.is_conversation(r.get("messages")) else r for r in rows]
 
 
-def _labels(fmt: str, rows: list[dict], feature: dict | None) -> list[str] | None:
-    """The class names of classification data (a ClassLabel's, else those the sample shows), at most a hundred."""
+def _labels(fmt: str, rows: list[dict], feature: dict | None, issues: list[DatasetIssue]) -> list[str] | None:
+    """The class names of classification data (a ClassLabel's, else those the sample shows): every one up to
+    rules.LISTED_LABELS; past it the first ones, and a warning that says how many there are."""
     if fmt not in rules.CLASS_FORMATS:
         return None
-    return rules.label_names([r.get("label") for r in rows], feature)[:rules.MANY_CLASSES] or None
+    names = rules.label_names([r.get("label") for r in rows], feature)
+    if len(names) > rules.LISTED_LABELS:
+        issues.append(DatasetIssue(severity="warning", column="label", message=f"{len(names)} classes: labels "
+                                   f"lists the first {rules.LISTED_LABELS} of them; the job trains all {len(names)}"))
+    return names[:rules.LISTED_LABELS] or None
 
 
 def _token_stats(model: str, token: str | None, rows: list[dict], fmt: str, limit: int, num_rows: int | None,

@@ -15,6 +15,12 @@ class GpuFacts:
     link_gbps: float  # GPU-to-GPU bandwidth of an all-reduce inside one machine (NVLink, else PCIe)
     fp32_tflops: float  # plain fp32 (no tensor cores, no TF32): training without mixed precision
     source: str
+    nvlink: bool = False  # the flavor's GPUs share NVLink (SXM parts); else PCIe through the host
+
+    @property
+    def ridge(self) -> float:
+        """FLOPs per byte of memory traffic at which this GPU's matmuls stop waiting on memory (roofline)."""
+        return self.peak_tflops / self.bandwidth_tbps
 
 
 # NVIDIA datasheets (dense, i.e. without 2:4 sparsity). A10G: AWS G5 documentation and the commonly cited
@@ -27,9 +33,10 @@ GPU_FACTS: dict[str, GpuFacts] = {
         GpuFacts("L4", 24, True, 121, 0.30, 12, 30, "NVIDIA L4 datasheet"),
         GpuFacts("A10G", 24, True, 70, 0.60, 12, 31, "AWS EC2 G5 docs; NVIDIA A10 datasheet scaled to A10G clocks"),
         GpuFacts("L40S", 48, True, 362, 0.864, 20, 91, "NVIDIA L40S datasheet"),
-        GpuFacts("A100", 80, True, 312, 2.04, 200, 19.5, "NVIDIA A100 80GB SXM datasheet"),
-        GpuFacts("H100", 80, True, 989, 3.35, 300, 67, "NVIDIA H100 SXM datasheet (not a Jobs flavor: calibration)"),
-        GpuFacts("H200", 141, True, 989, 4.8, 300, 67, "NVIDIA H200 SXM datasheet"),
+        GpuFacts("A100", 80, True, 312, 2.04, 200, 19.5, "NVIDIA A100 80GB SXM datasheet", nvlink=True),
+        GpuFacts("H100", 80, True, 989, 3.35, 300, 67, "NVIDIA H100 SXM datasheet (not a Jobs flavor: calibration)",
+                 nvlink=True),
+        GpuFacts("H200", 141, True, 989, 4.8, 300, 67, "NVIDIA H200 SXM datasheet", nvlink=True),
         GpuFacts("RTX PRO 6000", 96, True, 500, 1.79, 25, 120, "NVIDIA RTX PRO 6000 Blackwell Server datasheet"),
     )
 }
@@ -80,6 +87,7 @@ GENERATION_ENGINES = ("hf", "vllm")
 # variation around 0.6-0.9 (Capybara, dolly, alpaca: measured on their token counts); the expected longest of
 # b rows is mean x (1 + cv x z_b), z_b the expected maximum of b standard normals.
 LENGTH_CV = 0.7
+RIDGE_REF = 200.0  # FLOPs per byte: the ridge at which Calibration.width_half is stated (T4's and H200's ~200)
 
 
 
@@ -89,12 +97,17 @@ class Calibration:
 
     # sustained share of the dense peak on large matmuls in real training kernels (power and clock limits)
     efficiency: dict[str, float]
-    width_half: float  # hidden size at which the width term is 1/2
+    # hidden size at which the width term is 1/2, on a GPU whose ridge is RIDGE_REF: the memory-bound work beside
+    # the matmuls (norms, activations, softmax, optimizer) grows with h against the matmuls' h^2, and weighs as
+    # much more as the GPU computes faster than it reads memory, so the half-point scales with the ridge
+    width_half: float
     tokens_half: float  # tokens per micro-batch at which the batch term is 1/2
     dequant_bytes: float  # QLoRA: memory traffic per parameter and weight pass to unpack 4-bit weights
     layer_overhead_s: float  # launch/Python cost per layer and weight pass of a training micro-batch
     optimizer_bytes: float  # AdamW traffic per trainable parameter and step (fp32 weights, grads, moments)
-    communication_overlap: float  # share of the transfers hidden behind compute, up to the compute's length
+    communication_overlap: float  # share of NVLink and inter-node transfers hidden behind compute (up to its length)
+    # the same over PCIe: the all-reduce goes through the host, competes with the step for the bus and the SMs
+    pcie_overlap: float
     multi_gpu_step_s: float  # fixed synchronisation cost of a data-parallel step
     shard_layer_latency_s: float  # ZeRO-3/FSDP: fetching one layer's shards, per layer and pass (calibration rows)
     internode_gbps: float  # all-reduce bandwidth between machines (calibration rows only)
@@ -115,38 +128,43 @@ class Calibration:
 
 # Fitted on estimate/calibration/runs.csv by estimate/calibration/fit.py (see its report in sources.md).
 CALIBRATED = Calibration(
-    efficiency={"T4": 0.328, "L4": 0.311, "A10G": 0.650, "L40S": 0.450, "A100": 0.496, "H100": 0.402, "H200": 0.402, "RTX PRO 6000": 0.450},
-    width_half=885.5,
-    tokens_half=394.2,
-    dequant_bytes=4.944,
+    efficiency={"T4": 0.312, "L4": 0.390, "A10G": 0.574, "L40S": 0.450, "A100": 0.466, "H100": 0.412, "H200": 0.412, "RTX PRO 6000": 0.450},
+    width_half=639.8,
+    tokens_half=409.3,
+    dequant_bytes=5.069,
     layer_overhead_s=0.000195,
     optimizer_bytes=32,
     communication_overlap=0.959,
-    multi_gpu_step_s=0.05001,
+    pcie_overlap=0.4791,
+    multi_gpu_step_s=0.06185,
     shard_layer_latency_s=0.002734,
     internode_gbps=25.47,
-    unsloth_speedup=1.705,
-    decode_bandwidth_share=0.5957,
+    unsloth_speedup=1.663,
+    decode_bandwidth_share=0.6032,
     decode_step_s=0.005755,
-    decode_layer_s=0.00119,
-    vllm_step_s=0.005665,
-    vllm_layer_s=2.006e-05,
+    decode_layer_s=0.001205,
+    vllm_step_s=0.00603,
+    vllm_layer_s=2.031e-05,
     kv_share=0.25,
     weight_sync_gbps=5,
-    eager_score_bytes=18.7,
+    eager_score_bytes=18.47,
     moe_efficiency=0.2157,
-    save_gbps=1,
-    emulated_bf16_speedup=1.539,
-    expert_launch_s=1.522e-05,
+    save_gbps=1.013,
+    emulated_bf16_speedup=1.578,
+    expert_launch_s=1.541e-05,
 )
 
 # --- Fixed overheads (seconds) -------------------------------------------------------------------------
 IMAGE_START_S = 60  # pulling the uv image and starting the container (billed: the job is Starting)
-DEPENDENCY_INSTALL_S = 90  # uv resolving torch/transformers/trl/peft/trackio from the PEP 723 header
+# uv resolving and installing torch (with its CUDA libraries), transformers, trl, peft and trackio from the PEP
+# 723 header, then the script reading the dataset and applying the chat template: the docs' two a10g-small runs
+# of TRL's sft.py on Capybara (100 steps in ~6 min, 3 epochs = 5,928 steps in ~2 h 20) put everything but the
+# steps at ~220 s, of which the image start, the 1 GB download and the push are ~70 s
+DEPENDENCY_INSTALL_S = 150
 DOWNLOAD_GBPS = 0.5  # model download from the Hub inside Jobs, GB per second
 PUSH_GBPS = 0.1  # upload of the final model/adapter and checkpoints, GB per second
 # Recommended timeout: the estimate x TIMEOUT_FACTOR + overheads, rounded up to 10 min. A run that takes twice its
-# estimate still finishes: the calibration table's worst under-estimate is 28% (estimate/calibration), runs on
+# estimate still finishes: the calibration table's worst under-estimate is 31% (estimate/calibration), runs on
 # shared hardware vary, and a timed-out job loses everything since its last checkpoint. Jobs bill what runs, not
 # the timeout; budgets are checked against the timeout (the worst case), and shorten it when the run still fits.
 TIMEOUT_FACTOR = 2.0

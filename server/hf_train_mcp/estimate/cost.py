@@ -20,7 +20,7 @@ Every constant is in estimate/constants.py (`CALIBRATED`, fitted by estimate/cal
 """
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hf_train_mcp.durations import format_duration
@@ -183,8 +183,9 @@ def optimizer_steps(work: Workload, gpus: int) -> int:
 
 def _achieved_flops(gpu, size: ModelSize, tokens: float, cal: Calibration) -> float:
     """FLOP/s one GPU sustains on micro-batches of `tokens` tokens of this model. A matmul is efficient once all
-    its sides are large: the batch side needed shrinks as the model widens (tokens_half is for hidden 4096)."""
-    width = size.hidden / (size.hidden + cal.width_half)
+    its sides are large: the batch side needed shrinks as the model widens (tokens_half is for hidden 4096), and
+    a narrow model's memory-bound work weighs more on a GPU with a high ridge (L4) than a low one (A10G)."""
+    width = size.hidden / (size.hidden + cal.width_half * gpu.ridge / C.RIDGE_REF)
     batch = tokens / (tokens + cal.tokens_half * 4096 / size.hidden)
     return gpu.peak_tflops * 1e12 * cal.efficiency[gpu.model] * width * batch
 
@@ -197,6 +198,17 @@ def _passes(work: Workload) -> tuple[float, float]:
     return 1.0 + backward + recompute, 3.0 + recompute  # attention's backward needs both input gradients
 
 
+def micro_batch(work: Workload) -> tuple[int, float]:
+    """(sequences in one micro-batch on one GPU, tokens of each as the GPU runs them): a row padded to the
+    longest of its micro-batch, a packed sequence's max_length, a prompt and its sampled completion."""
+    if work.spec.generates:
+        return work.per_device_batch_size, work.mean_length + (work.completion_length or work.max_completion_length)
+    if work.packing:
+        return work.per_device_batch_size, float(work.max_length)
+    rows = work.per_device_batch_size * work.sequences_per_example
+    return rows, padded_length(work, rows)
+
+
 def step_time(size: ModelSize, work: Workload, flavor: FlavorInfo, cal: Calibration) -> tuple[StepTime, float]:
     """One optimizer step on one GPU, and the tokens it trains on (all GPUs together)."""
     gpu = flavor.gpu
@@ -205,17 +217,8 @@ def step_time(size: ModelSize, work: Workload, flavor: FlavorInfo, cal: Calibrat
     n = size.compute_params  # FLOPs per token (a mixture of experts runs its active experts only)
     stored = size.params  # what is held, unpacked, optimised and communicated
     weight_pass, attention_pass = _passes(work)
-    generation = 0.0
-    if work.spec.generates:
-        completion = work.completion_length or work.max_completion_length
-        length = work.mean_length + completion
-        rows = work.per_device_batch_size  # completions per micro-batch
-        generation = _generation_seconds(size, work, flavor, cal)
-    elif work.packing:
-        length, rows = float(work.max_length), work.per_device_batch_size
-    else:
-        rows = work.per_device_batch_size * work.sequences_per_example
-        length = padded_length(work, rows)
+    generation = _generation_seconds(size, work, flavor, cal) if work.spec.generates else 0.0
+    rows, length = micro_batch(work)
     tokens_mb = rows * length  # tokens one micro-batch runs through the policy
     fwd_per_token = C.FORWARD_FLOPS * n + 2 * size.layers * size.hidden * length  # weights + causal attention
     flops = tokens_mb * (weight_pass * C.FORWARD_FLOPS * n + attention_pass * 2 * size.layers * size.hidden * length)
@@ -284,7 +287,8 @@ def _communication_seconds(size: ModelSize, work: Workload, gpu: Any, gpus: int,
             volume = 2 * ring * trainable * 4
         # overlapped with the compute it can hide behind (the backward, the next layer's forward)
         transfer = volume / link
-        hidden = min(transfer, step_compute) * cal.communication_overlap
+        overlap = cal.communication_overlap if gpu.nvlink or work.nodes > 1 else cal.pcie_overlap
+        hidden = min(transfer, step_compute) * overlap
         communication = transfer - hidden + cal.multi_gpu_step_s
     if work.spec.generates and work.generation_gpus:  # the new weights are sent to the vLLM server every step
         communication += stored * 2 / (cal.weight_sync_gbps * 1e9)
@@ -373,6 +377,42 @@ def estimate_on(size: ModelSize, work: Workload, flavor: FlavorInfo, cal: Calibr
         tokens=tokens, tokens_per_second=tokens / max(seconds, 1e-9), step=step, reasons=reasons,
         timeout_factor=C.TIMEOUT_FACTOR_MOE if size.active or size.experts else C.TIMEOUT_FACTOR,
     )
+
+
+def tokens_counted(work: Workload, estimate: FlavorEstimate) -> dict[str, Any]:
+    """What an estimate's tokens total counts, so that a reader can recompute it: steps (themselves from the
+    rows, epochs and eval_split) x sequences_per_step x tokens_per_sequence."""
+    rows, length = micro_batch(work)
+    if work.spec.generates:
+        how = "a prompt and its completion"
+    elif work.packing:
+        how = "rows packed into max_length"
+    elif work.spec.inputs == "image":
+        how = "an image's patch grid"
+    else:
+        how = f"a row padded to the longest of the {rows} in its micro-batch"
+    if work.sequences_per_example > 1:
+        how += f", {work.sequences_per_example} per example"
+    schedule = {"max_steps": work.max_steps} if work.max_steps else {"epochs": work.epochs}
+    return {**schedule, **({"eval_split": work.eval_split} if work.eval_split else {}),
+            "sequences_per_step": round(estimate.tokens / max(1, estimate.steps) / max(length, 1e-9)),
+            "tokens_per_sequence": round(length, 1),
+            "tokens_total_counts": f"steps x sequences_per_step x tokens_per_sequence ({how})"}
+
+
+def scaling(size: ModelSize, work: Workload, flavor: FlavorInfo, cal: Calibration | None = None) -> str | None:
+    """How the run's GPUs add up, for assumptions: its pace against one GPU of the same kind, and the all-reduce
+    behind the difference; None on one GPU."""
+    if flavor.gpu is None or flavor.gpus < 2:
+        return None
+    cal = cal or C.CALIBRATED
+    many, many_tokens = step_time(size, work, flavor, cal)
+    one, one_tokens = step_time(size, replace(work, nodes=1), replace(flavor, gpus=1), cal)
+    speedup = (many_tokens / many.total) / (one_tokens / one.total)
+    link = "machines" if work.nodes > 1 else "NVLink" if flavor.gpu.nvlink else "PCIe"
+    return (f"{flavor.gpus} x {flavor.gpu.model} over {link}: {speedup:.2f}x one GPU's pace ({speedup / flavor.gpus:.0%} "
+            f"of linear), each step waiting {many.communication:.2f} s on the gradient exchange beyond what overlaps "
+            "compute")
 
 
 def how_to_fit(work: Workload, best: FlavorEstimate | None) -> str:
