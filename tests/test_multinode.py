@@ -161,6 +161,7 @@ async def test_a_sweep_of_runs_across_nodes_prices_every_node_of_every_run(clust
     ({"peft": "qlora"}, "nodes with peft='qlora' is not offered"),
     ({"backend": "local"}, "send backend='hf'"),
     ({"flavor": "a100-large"}, "a100-large has one GPU"),
+    ({"flavor": "cpu-upgrade", "nodes": 3}, "cpu-upgrade has no GPU: send a multi-GPU flavor"),  # not 3 CPU jobs
     ({"method": "text-classification", "dataset": "org/chat"}, "applies to the TRL methods"),
     ({"preflight": True}, "run it without nodes"),
     ({"nodes": 1}, "nodes"),
