@@ -85,11 +85,14 @@ CREATE TABLE IF NOT EXISTS sweep_runs (
 # Columns added after the first release: older ledgers get them on open.
 _ADDED_COLUMNS = {"worst_case_cost_usd": "REAL", "claim": "TEXT", "output_dir": "TEXT", "started_at": "TEXT",
                   "message": "TEXT", "kind": "TEXT NOT NULL DEFAULT 'train'", "measured_json": "TEXT",
-                  "parent_job_id": "TEXT", "node_rank": "INTEGER", "asked_json": "TEXT"}
+                  "parent_job_id": "TEXT", "node_rank": "INTEGER", "asked_json": "TEXT", "submission": "TEXT",
+                  "doubted": "INTEGER"}
 
 
 PENDING = "pending:"  # job_id prefix of an idempotency-key reservation
 SUBMITTING = "submitting:"  # job_id prefix of a submission being posted (see Ledger.journal)
+UNKNOWN = "UNKNOWN"  # a journal entry's stage once its POST ended without telling whether the job was made
+COPY_KIND = "copy"  # a second job of one submission (duplicates.py), recorded under the job it copies
 STALE_RESERVATION_S = 600
 # The reservation of a key whose submission journal is still open is never taken over as stale: its POST may
 # have created a job, and only the Hub can say it did not (crash recovery releases it then).
@@ -149,6 +152,8 @@ class JobRecord:
     parent_job_id: str | None = None  # the training job an evaluation or export works on (a node: its run)
     node_rank: int | None = None  # a node of a run across machines (kind "node"; the run's own record is rank 0)
     asked_json: str | None = None  # the call as its caller sent it: a retry with its key is held to it (retries.py)
+    submission: str | None = None  # the one-off label its POST carried: any other job with it is a copy
+    doubted: int | None = 0  # 1: a POST of it went unanswered, so a copy may appear (duplicates.py)
 
     @property
     def settled(self) -> bool:
@@ -381,7 +386,9 @@ class Ledger:
              limit: int = 20) -> list[JobRecord]:
         """The newest jobs; `backends`: only those of these backends (the ones a caller may reach)."""
         # a run's nodes are listed as their run (rank 0's record), as a sweep's runs are listed by job_status
-        clauses, args = ["job_id NOT LIKE ?", "job_id NOT LIKE ?", "kind != 'node'"], [PENDING + "%", SUBMITTING + "%"]
+        # (and copies of one submission, canceled, under the job they copy)
+        clauses, args = (["job_id NOT LIKE ?", "job_id NOT LIKE ?", f"kind NOT IN ('node', '{COPY_KIND}')"],
+                         [PENDING + "%", SUBMITTING + "%"])
         if stage:
             clauses.append("stage = ?")
             args.append(stage)
