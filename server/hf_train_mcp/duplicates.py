@@ -9,6 +9,7 @@ watcher (node_watcher.py), looks the label up again; cancel_job always does.
 """
 
 import logging
+import sqlite3
 from dataclasses import replace
 from typing import Any
 
@@ -36,13 +37,20 @@ def record_copies(ledger: Any, job: JobRecord, refs: Any) -> None:
     for ref in refs:
         if ref.job_id == job.job_id or ledger.get(ref.job_id) is not None:
             continue
-        ledger.record(replace(job, job_id=ref.job_id, kind=COPY_KIND, parent_job_id=job.job_id, stage=ref.stage,
-                              job_url=ref.url, created_at=ref.created_at or job.created_at, idempotency_key=None,
-                              claim=None, doubted=0, started_at=None, finished_at=None,
-                              message=f"a second job of submission {job.submission} (a POST answered late): "
-                                      f"canceled, {job.job_id} is the job"))
+        try:
+            _record_copy(ledger, job, ref)
+        except sqlite3.IntegrityError:  # another look (the watcher, another server) recorded it a moment ago
+            continue
         log.warning("job %s is a copy of job %s (submission %s): canceling it", ref.job_id, job.job_id,
                     job.submission)
+
+
+def _record_copy(ledger: Any, job: JobRecord, ref: JobRef) -> None:
+    ledger.record(replace(job, job_id=ref.job_id, kind=COPY_KIND, parent_job_id=job.job_id, stage=ref.stage,
+                          job_url=ref.url, created_at=ref.created_at or job.created_at, idempotency_key=None,
+                          claim=None, doubted=0, started_at=None, finished_at=None,
+                          message=f"a second job of submission {job.submission} (a POST answered late): "
+                                  f"canceled, {job.job_id} is the job"))
 
 
 def awaited(ledger: Any, job: JobRecord) -> bool:
