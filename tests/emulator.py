@@ -196,8 +196,9 @@ class Emulator:
         """The next `count` matching requests get `status` (with `headers`, e.g. Retry-After); with after=True
         the request is served first (a job created, then a 500: what a proxy timeout looks like to the client);
         with echo_auth the error message quotes the request's Authorization header, as misconfigured proxies do;
-        `hang` seconds of silence come first (status None: then the normal answer); the first `skip` matching
-        requests are served as usual (the second of two POSTs fails)."""
+        `hang` seconds of silence come first (status None: then the normal answer, so a POST hung past the client's
+        timeout makes its job after the client gave up, as the Hub does); the first `skip` matching requests are
+        served as usual (the second of two POSTs fails)."""
         with self.lock:
             self.faults.append({"method": method, "path": re.compile(path_regex), "status": status, "count": count,
                                 "after": after, "echo_auth": echo_auth, "headers": headers or {}, "hang": hang,
@@ -218,6 +219,25 @@ class Emulator:
                     fault["count"] -= 1
                     return fault
         return None
+
+    def labeled(self, **labels: str) -> list[Job]:
+        """The jobs carrying these labels, oldest first (a submission's label names every job one call made)."""
+        with self.lock:
+            jobs = [j for j in self.jobs.values()
+                    if all(j.spec.get("labels", {}).get(k) == v for k, v in labels.items())]
+        return sorted(jobs, key=lambda j: j.created)
+
+    def in_group(self, group: str) -> list[Job]:
+        """The jobs of one network group (a run across nodes), oldest first."""
+        with self.lock:
+            jobs = [j for j in self.jobs.values() if (j.spec.get("network") or {}).get("group") == group]
+        return sorted(jobs, key=lambda j: j.created)
+
+    @staticmethod
+    def billing(jobs: list[Job]) -> list[str]:
+        """The ids of those jobs still scheduled or running now: what the account pays for."""
+        now = time.time()
+        return [j.id for j in jobs if j.stage(now) in ("SCHEDULING", "RUNNING")]
 
     def posted_jobs(self) -> list[dict]:
         return [r["json"] for r in self.requests if r["method"] == "POST" and re.fullmatch(r"/api/jobs/[^/]+", r["path"])]

@@ -265,3 +265,86 @@ async def test_a_post_slower_than_the_client_timeout_is_found_not_posted_twice(h
     assert [j.id for j in hub.jobs.values() if j.spec["labels"].get("submission") == label] == [job_id]
     listed = (await call("list_jobs", {})).structured_content["jobs"]
     assert [j["job_id"] for j in listed] == [job_id]
+
+
+@pytest.fixture
+def late_posts(hub: Emulator, short_client_timeout, monkeypatch) -> list[str]:
+    """A POST is watched for 0.5 s after the client's 1.5 s timeout (30 s and 60 s in production), then posted
+    again; the watcher a doubted job gets is noted, not started (a look here does what its rounds do)."""
+    from hf_train_mcp import node_runs
+    from hf_train_mcp.backends import hf_jobs
+
+    monkeypatch.setattr(hf_jobs, "POST_SETTLE_S", 0.5)
+    monkeypatch.setattr(hf_jobs, "SETTLE_POLL_S", 0.1)
+    monkeypatch.setattr(hf_jobs, "RETRY_BACKOFF_S", 0.1)
+    watched: list[str] = []
+    monkeypatch.setattr(node_runs, "ensure_watched", lambda job: watched.append(job.job_id))
+    return watched
+
+
+def made(hub: Emulator, count: int, **labels: str) -> list:
+    """The jobs with these labels, once the Hub has made `count` of them (a hung POST makes its job late)."""
+    deadline = time.monotonic() + 15
+    while len(hub.labeled(**labels)) < count and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return hub.labeled(**labels)
+
+
+@pytest.mark.parametrize("then", ["job_status", "cancel_job", "watcher"])
+async def test_a_post_answered_after_the_second_post_leaves_one_job_billing(hub: Emulator, late_posts: list[str],
+                                                                          then: str, monkeypatch) -> None:
+    """The first POST makes its job 4 s in: after the client's timeout, the watch for its label and the second
+    POST. The Hub then holds two jobs of one submission; the next look (job_status, what the job's watcher does)
+    or cancel_job finds the late one by the label, records it as a copy and cancels it."""
+    from hf_train_mcp.ledger import Ledger
+
+    for _ in range(2):
+        hub.plan_next(JobPlan(scheduling_s=0, running_s=600))
+    before = len(hub.posted_jobs())
+    hub.fail_next("POST", r"/api/jobs/emu-user", None, hang=4)
+    result = await call("submit_training", BASE)
+    assert not result.is_error, result.content[0].text
+    job_id = result.structured_content["job_id"]
+    assert len(hub.posted_jobs()) == before + 2  # the first POST had no answer, nor its job after the watch
+    copies = made(hub, 2, submission=hub.jobs[job_id].spec["labels"]["submission"])
+    late = [j.id for j in copies if j.id != job_id]
+    assert len(late) == 1 and late_posts == [job_id]  # two jobs, and the one kept is watched for copies
+    if then == "watcher":  # one round of the detached watcher (node_watcher.py), in this process
+        from hf_train_mcp import duplicates, node_runs
+        from hf_train_mcp.service import Core
+
+        assert node_runs.watch_once(Core(), job_id)  # a copy may appear for LATE_JOB_MIN: it watches on
+        monkeypatch.setattr(duplicates, "LATE_JOB_MIN", 0.0)
+        assert not node_runs.watch_once(Core(), job_id)  # then it ends
+    else:
+        answer = await call(then, {"job_id": job_id})
+        assert not answer.is_error, answer.content[0].text
+        assert then == "job_status" or late[0] in answer.structured_content["message"]
+    assert hub.billing(copies) == ([] if then == "cancel_job" else [job_id])
+    copy = Ledger().get(late[0])  # recorded, under the job it copies, and never listed as a job of its own
+    assert (copy.kind, copy.parent_job_id, copy.stage) == ("copy", job_id, "CANCELED")
+    assert [j["job_id"] for j in (await call("list_jobs", {})).structured_content["jobs"]] == [job_id]
+
+
+async def test_a_nodes_post_answered_late_leaves_one_job_per_node(hub: Emulator, late_posts: list[str]) -> None:
+    """Rank 1's first POST makes its job after the second POST made another: two rank-1 jobs under alias node1.
+    A look at the run cancels the copy; cancel_job then stops every job of the run."""
+    hub.models.setdefault("Qwen/Qwen2-0.5B-Instruct", 494_000_000)
+    for _ in range(3):
+        hub.plan_next(JobPlan(scheduling_s=0, running_s=600))
+    before = len(hub.posted_jobs())
+    hub.fail_next("POST", r"/api/jobs/emu-user", None, hang=4, skip=1)  # rank 0 posted, rank 1's first POST hangs
+    run = await call("submit_training", {**BASE, "nodes": 2, "flavor": "a100x8", "peft": "full", "timeout": "1h"})
+    assert not run.is_error, run.content[0].text
+    run_id, node1 = run.structured_content["node_job_ids"]
+    assert len(hub.posted_jobs()) == before + 3
+    group = hub.jobs[run_id].spec["network"]["group"]
+    made(hub, 2, submission=hub.jobs[node1].spec["labels"]["submission"])
+    jobs = hub.in_group(group)
+    assert sorted(j.spec["network"]["aliases"][0] for j in jobs) == ["node0", "node1", "node1"]
+    assert late_posts == [run_id]  # the run's watcher
+    report = (await call("job_status", {"job_id": run_id})).structured_content
+    assert sorted(hub.billing(jobs)) == sorted([run_id, node1]) and [n["job_id"] for n in report["nodes"]] == [
+        run_id, node1]
+    canceled = (await call("cancel_job", {"job_id": run_id})).structured_content
+    assert hub.billing(jobs) == [] and canceled["stage"] == "CANCELED"

@@ -117,6 +117,67 @@ async def test_a_node_that_cannot_be_posted_cancels_the_posted_ones(cluster: Emu
     assert listed["jobs"][0]["stage"] == "CANCELED"
 
 
+async def test_a_node_whose_post_ends_unknown_stops_the_run_and_is_canceled_once_found(cluster: Emulator,
+                                                                                     monkeypatch) -> None:
+    """Rank 1's POST made its job but got a 500, and the job list could not be read to tell: the run is stopped
+    (rank 0 canceled, the watcher started), the error names the run, and once the Hub answers again the next look
+    (the watcher's) records node 1 by its label and cancels it. No internal label is ever shown as a job id."""
+    from hf_train_mcp import launching
+    from hf_train_mcp.ledger import Ledger
+
+    watched = []
+    monkeypatch.setattr(node_runs, "ensure_watched", lambda run: watched.append(run.job_id))
+    monkeypatch.setattr(launching, "RECOVERY_RETRY_S", 0.0)  # the watcher's rounds, without the minute between
+    monkeypatch.setattr(launching, "RECOVERY_SCAN_S", 0.0)
+    before = len(cluster.posted_jobs())
+    for _ in range(2):
+        cluster.plan_next(JobPlan(scheduling_s=0.0, running_s=60))
+    cluster.fail_next("POST", r"/api/jobs/emu-user", 500, after=True, skip=1)  # rank 1 made, its answer lost
+    cluster.fail_next("GET", r"/api/jobs/emu-user", 503, count=10_000, skip=1)  # the list, after the key's look
+    async with Client(build_server()) as client:
+        text = await refused(client, "submit_training", {**RUN, "idempotency_key": "unknown-node"})
+        run_id = Ledger().by_idempotency_key("unknown-node").job_id
+        created = cluster.in_group(posted_after(cluster, before)[0]["network"]["group"])
+        assert [j.spec["network"]["aliases"] for j in created] == [["node0"], ["node1"]]  # the Hub made both
+        assert f"run {run_id} was stopped" in text and "canceled 1 of 2 nodes (node(s) 0)" in text, text
+        assert "submission=" not in text and "watcher" in text
+        assert cluster.billing(created) == [created[1].id] and set(watched) == {run_id}
+        unknown = await call(client, "job_status", {"job_id": run_id})  # the list still cannot be read
+        with cluster.lock:  # the Hub answers again
+            cluster.faults.clear()
+        found = await call(client, "job_status", {"job_id": run_id})  # what the watcher does every round
+    assert unknown["nodes"][1] == {"rank": 1, "job_id": None, "stage": "UNKNOWN"}
+    assert "submitting:" not in json.dumps(unknown) and "submitting:" not in json.dumps(found)
+    assert found["nodes"][1]["job_id"] == created[1].id and found["stage"] == "CANCELED"
+    assert cluster.billing(created) == []  # nothing bills
+    assert {j.id for j in created} <= {r.job_id for r in Ledger().children([run_id], "node")} | {run_id}
+
+
+async def test_a_node_whose_cancel_fails_is_said_and_canceled_on_the_next_look(cluster: Emulator,
+                                                                              monkeypatch) -> None:
+    """cancel_job of a run whose node 1 refuses the cancel: the answer says which nodes were canceled, which not
+    and why, and that the run still runs; each look (the watcher's) tries again until every node is canceled."""
+    watched = []
+    monkeypatch.setattr(node_runs, "ensure_watched", lambda run: watched.append(run.job_id))
+    for _ in range(2):
+        cluster.plan_next(JobPlan(scheduling_s=0.0, running_s=60))
+    async with Client(build_server()) as client:
+        run = await call(client, "submit_training", RUN)
+        rank0, node1 = run["node_job_ids"]
+        watched.clear()
+        cluster.fail_next("POST", rf"/api/jobs/emu-user/{node1}/cancel", 500, count=2)
+        result = await call(client, "cancel_job", {"job_id": rank0})
+        still = await call(client, "job_status", {"job_id": rank0})  # its cancel fails once more
+        last = await call(client, "job_status", {"job_id": rank0})  # the watcher's next round
+    assert result["stage"] == "RUNNING" and "canceled 1 of 2 nodes (node(s) 0)" in result["message"]
+    assert "node 1 could not be canceled" in result["message"] and "500" in result["message"], result["message"]
+    assert watched == [rank0]  # the run's watcher retries until node 1 is canceled
+    assert still["stage"] == "RUNNING" and "every node canceled" not in still["message"]
+    assert "node 1 could not be canceled" in still["message"], still["message"]
+    assert last["stage"] == "CANCELED" and "every node canceled" in last["message"]
+    assert cluster.billing([cluster.jobs[rank0], cluster.jobs[node1]]) == []
+
+
 async def test_a_retry_with_the_same_key_launches_no_second_run(cluster: Emulator) -> None:
     before = len(cluster.posted_jobs())
     async with Client(build_server()) as client:
@@ -161,6 +222,7 @@ async def test_a_sweep_of_runs_across_nodes_prices_every_node_of_every_run(clust
     ({"peft": "qlora"}, "nodes with peft='qlora' is not offered"),
     ({"backend": "local"}, "send backend='hf'"),
     ({"flavor": "a100-large"}, "a100-large has one GPU"),
+    ({"flavor": "cpu-upgrade", "nodes": 3}, "cpu-upgrade has no GPU: send a multi-GPU flavor"),  # not 3 CPU jobs
     ({"method": "text-classification", "dataset": "org/chat"}, "applies to the TRL methods"),
     ({"preflight": True}, "run it without nodes"),
     ({"nodes": 1}, "nodes"),

@@ -8,7 +8,7 @@ import logging
 from collections import OrderedDict
 from dataclasses import replace
 
-from hf_train_mcp import backends, credentials, node_runs
+from hf_train_mcp import backends, credentials, duplicates, node_runs
 from hf_train_mcp.backends.base import Backend, JobGone, JobState, LogRead
 from hf_train_mcp.stages import TERMINAL_STAGES
 from hf_train_mcp.errors import TrainError, NotFoundError
@@ -79,6 +79,7 @@ class Following:
         """The job's report and its preflight measurement (from the log, or the ledger once seen)."""
         self.host.recover_submissions()
         backend, bare, namespace, record, state = self.state(job_id)
+        copies = duplicates.stop_copies(self, record) if record is not None and record.doubted else ([], [])
         # read in the background while the log is: a slow metrics stream then costs job_status no extra time
         gpus = self.telemetry.start(backend, bare, namespace, stage=None if state.stale else state.stage,
                                     flavor=record.flavor if record else None)
@@ -100,6 +101,9 @@ class Following:
         gpu = gpus()
         next_step += self.telemetry.hint(backend, bare, gpu, started_at=state.started_at,
                                          stepping=parsed.progress.step is not None, record=record)
+        if copies[0]:  # the bill shows the copy: say why
+            next_step += (f" The Hub made this submission twice (a POST answered after the client gave up): canceled "
+                          f"the copy {', '.join(copies[0])}.")
         report = JobReport(
             job_id=bare, backend=backend.name, stage=state.stage, message=state.message,
             job_url=state.url or (record.job_url if record else None), created_at=state.created_at,
@@ -113,16 +117,17 @@ class Following:
         """Rank 0's report as the run's: its stage made of every node's, the first node error, each node's stage;
         a node that failed, went missing or never started stops the others here (and in the run's watcher)."""
         states = node_runs.node_states(self, run, report.stage, report.error or report.message)
-        why = node_runs.enforce(self, run, states)
-        stage = node_runs.run_view(states)
+        halted = node_runs.enforce(self, run, states)
+        stop = halted[1] if halted else None
+        stage = node_runs.run_view(stop.states if stop else states, stop)
         failed = next((s for s in states if s.stage == "ERROR"), None)
         error = report.error or (f"node {failed.rank}: {failed.message or 'failed'}" if failed else None)
-        message = node_runs.stopped(why) if why else (self.host.ledger.get(run.job_id).message or report.message)
+        message = halted[0] if halted else (self.host.ledger.get(run.job_id).message or report.message)
         next_step = report.next_step
-        if why or (stage in ("ERROR", "CANCELED") and report.stage not in ("ERROR", "CANCELED")):
+        if halted or (stage in ("ERROR", "CANCELED") and report.stage not in ("ERROR", "CANCELED")):
             next_step = (f"{message}. Fix the cause and submit again with a new idempotency_key; job_logs pages a "
                          "node's log by its job id (nodes).")
-        nodes = [NodeStage(rank=s.rank, job_id=s.job_id, stage=s.stage) for s in states]
+        nodes = [NodeStage(rank=s.rank, job_id=s.job_id, stage=s.stage) for s in (stop.states if stop else states)]
         return report.model_copy(update={"stage": stage, "error": error, "message": message, "nodes": nodes,
                                          "next_step": next_step})
 
@@ -259,15 +264,32 @@ class Following:
         return JobList(jobs=jobs)
 
     def cancel(self, job_id: str) -> CancelResult:
+        """Cancel a job, or every node of a run, and every other job its submission's label names (a POST
+        answered late made a copy). A node that could not be canceled is said, and its run's watcher retries."""
         record = self.host.ledger.get(job_id.strip())
         if node_runs.is_run(record):
             rank0 = self.job_state(record.job_id)
             states = node_runs.node_states(self, record, rank0.stage, rank0.message)
-            count = node_runs.cancel_nodes(self, record, states)
-            return CancelResult(job_id=record.job_id, stage=node_runs.run_view(states) if not count else "CANCELED",
-                                message=f"cancel requested for {count} of {len(states)} nodes; billing stops when "
-                                        "each ends" if count else "every node has ended; nothing to cancel")
-        return self.cancel_one(job_id)
+            stop = node_runs.cancel_nodes(self, record, states)
+            said, unsure = "", False
+            for node in (record, *node_runs.nodes_of(self.host.ledger, record)):
+                text, problem = self._cancel_copies(node, search=not unsure)  # a Hub that fails: not N times
+                said, unsure = said + text, unsure or problem
+            if stop.failed or stop.unknown or unsure:
+                node_runs.ensure_watched(record)
+            return CancelResult(job_id=record.job_id, stage=node_runs.run_view(stop.states, stop),
+                                message=node_runs.cancel_said(stop) + said)
+        try:
+            result = self.cancel_one(job_id)
+        finally:  # the copies too, even when the job's own cancel failed
+            said, _ = self._cancel_copies(record)
+        return result.model_copy(update={"message": result.message + said}) if said else result
+
+    def _cancel_copies(self, record: JobRecord | None, *, search: bool = True) -> tuple[str, bool]:
+        """Cancel every other job of the record's submission (`search`: looked up by its label, else those
+        recorded): what to add to the answer, and whether some may still run."""
+        canceled, problems = duplicates.stop_copies(self, record, search=search)
+        return duplicates.said(canceled, problems), bool(problems)
 
     def cancel_one(self, job_id: str) -> CancelResult:
         backend, bare, namespace, record, state = self.state(job_id)

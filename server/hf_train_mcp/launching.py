@@ -17,10 +17,11 @@ from hf_train_mcp.errors import TrainError, ConflictError
 from hf_train_mcp.host import Host
 from hf_train_mcp.hub import needs_token, hub_token
 from hf_train_mcp.durations import minutes_since
-from hf_train_mcp.ledger import PENDING, SUBMITTING, JobRecord, KeyConflict, claim_id, now_iso
+from hf_train_mcp.ledger import PENDING, SUBMITTING, UNKNOWN, JobRecord, KeyConflict, claim_id, now_iso
 from hf_train_mcp.prepared import Prepared, Progress
 from hf_train_mcp.schemas import Submission
-from hf_train_mcp import multinode, node_runs, retries, sweeps
+from hf_train_mcp import duplicates, multinode, node_runs, retries, sweeps
+from hf_train_mcp.stages import TERMINAL_STAGES
 
 log = logging.getLogger(__name__)
 RECOVER_AFTER_MIN = 2  # a live server's POST (3 attempts with timeouts) never takes this long
@@ -31,7 +32,8 @@ ABANDON_AFTER_MIN = 30
 
 def submission_of(record: JobRecord, extra_warnings: list[str] | None = None, *, ledger: Any = None) -> Submission:
     """What submit_training (and the follow-ups) answer for a job of the ledger (with `ledger`, a run's nodes)."""
-    nodes = [record.job_id, *(n.job_id for n in node_runs.nodes_of(ledger, record))] \
+    nodes = [record.job_id, *(n.job_id for n in node_runs.nodes_of(ledger, record)  # not a journal's label
+                              if not n.job_id.startswith(SUBMITTING))] \
         if ledger is not None and node_runs.is_run(record) else None
     return Submission(
         job_id=record.job_id, backend=record.backend, stage=record.stage, job_url=record.job_url,
@@ -57,7 +59,7 @@ def _planned_record(prepared: Prepared, submission: str, claim: str | None) -> J
         warnings_json=json.dumps(plan.warnings), idempotency_key=None, created_at=now_iso(),
         worst_case_cost_usd=plan.worst_case_cost_usd, claim=claim or claim_id(),
         output_dir=plan.config["output_dir"], kind=prepared.kind, parent_job_id=prepared.parent_job_id,
-        asked_json=prepared.asked,
+        asked_json=prepared.asked, submission=submission,
         secrets_json=json.dumps(list(prepared.spec.run.secrets)) if prepared.spec.run else None,  # masked in its logs
     )
 
@@ -101,6 +103,8 @@ class Launcher:
         try:
             ref = backend.submit(script, spec)
         except SubmissionUnknown:
+            if journal:  # no server posts it any more: the next look asks the Hub at once
+                self.host.ledger.update_stage(journal, UNKNOWN)
             raise  # the job may exist: the journal entry lets the next call find it
         except BaseException:
             if journal:
@@ -114,14 +118,19 @@ class Launcher:
             planned, job_id=ref.job_id, namespace=ref.namespace, stage=ref.stage, job_url=ref.url,
             script_path=f"{ref.job_dir}/train.py" if ref.job_dir else None, job_dir=ref.job_dir,
             model_url=model_url, trackio_url=trackio_url, idempotency_key=req.idempotency_key,
-            created_at=ref.created_at or now_iso(), claim=None,
+            created_at=ref.created_at or now_iso(), claim=None, doubted=int(ref.doubted),
             output_dir=f"{ref.job_dir}/output" if ref.job_dir else plan.config["output_dir"],
         )
         if not self.host.ledger.record(record, claim, journal=journal):
             record.warnings_json = json.dumps([*plan.warnings, f"idempotency_key {req.idempotency_key!r} was taken "
                                                "over by another server while this slow submission ran"])
+        duplicates.record_copies(self.host.ledger, record, ref.copies)
         if spec.nodes > 1:
-            node_runs.post_nodes(self.host, backend, script, node_spec, record)
+            try:
+                node_runs.post_nodes(self.host, backend, script, node_spec, record)
+            finally:  # a run stopped on a node that could not be posted too: it cancels what is found later
+                node_runs.ensure_watched(record)
+        elif record.doubted:  # a copy may still appear: its watcher looks the label up, and cancels it
             node_runs.ensure_watched(record)
         return submission_of(record, ledger=self.host.ledger)
 
@@ -170,7 +179,7 @@ class Launcher:
         for entry in self.host.ledger.submissions():
             pid = int(entry.claim.split("-", 1)[0]) if entry.claim and entry.claim[0].isdigit() else None
             age = minutes_since(entry.created_at) or 0.0
-            if pid is not None and process_alive(pid) and age < RECOVER_AFTER_MIN:
+            if pid is not None and process_alive(pid) and age < RECOVER_AFTER_MIN and entry.stage != UNKNOWN:
                 continue  # still being posted by a live server
             if time.monotonic() - self._recovery_tried.get(entry.job_id, -RECOVERY_RETRY_S) < RECOVERY_RETRY_S:
                 continue  # looked it up a moment ago: do not make every call pay for a Hub that is down
@@ -189,29 +198,42 @@ class Launcher:
     def _recover(self, entry: JobRecord, *, abandon: bool, cancel_canceled: bool) -> None:
         """Look one journal entry's job up by its label: record it, or (abandon) drop the entry and free its key
         once the Hub has said for long enough that there is no such job. A sweep run's job is given to its run,
-        and (cancel_canceled) canceled when its sweep was canceled meanwhile."""
+        and (cancel_canceled) canceled when its sweep was canceled meanwhile; a node of a run that has ended is
+        canceled; jobs the label finds beyond the oldest are its copies, canceled."""
         key = json.loads(entry.request_json).get("idempotency_key")
         try:
-            found = self.host.backend(entry.backend)
-            ref = found.find(entry.job_id.removeprefix(SUBMITTING), entry.namespace)
+            found = duplicates.find_all(self.host.backend(entry.backend), entry.job_id.removeprefix(SUBMITTING),
+                                        entry.namespace)
         except TrainError as exc:
             log.info("could not look up submission %s: %s", entry.job_id, exc)
             return
-        if ref is None:
+        if not found:
             if abandon:
                 self.host.ledger.forget(entry.job_id)
                 if key:
                     self.host.ledger.release(key, entry.claim)
             return
-        self.host.ledger.record(replace(entry, job_id=ref.job_id, namespace=ref.namespace, stage=ref.stage,
-                                   job_url=ref.url, created_at=ref.created_at or entry.created_at,
-                                   idempotency_key=key, claim=None), entry.claim, journal=entry.job_id)
+        ref = found[0]
+        record = replace(entry, job_id=ref.job_id, namespace=ref.namespace, stage=ref.stage, job_url=ref.url,
+                         created_at=ref.created_at or entry.created_at, idempotency_key=key, claim=None,
+                         submission=entry.job_id.removeprefix(SUBMITTING),
+                         doubted=int(entry.stage == UNKNOWN or len(found) > 1))
+        self.host.ledger.record(record, entry.claim, journal=entry.job_id)
         log.warning("recorded job %s, submitted by a server that stopped before recording it", ref.job_id)
+        duplicates.record_copies(self.host.ledger, record, found[1:])
+        for copy in found[1:]:
+            self._cancel(copy.job_id, "a second job of one submission")
+        run = self.host.ledger.get(entry.parent_job_id) if entry.kind == multinode.NODE_KIND else None
+        if run is not None and run.stage in TERMINAL_STAGES:
+            self._cancel(ref.job_id, f"a node of run {run.job_id}, which has ended")
         if key and sweeps.adopted(self.host, key, ref.job_id) and cancel_canceled:
-            try:
-                self.host.cancel_job(ref.job_id)
-            except TrainError as exc:  # the next look at the sweep (compare_runs, cancel_job) cancels it
-                log.warning("could not cancel job %s of a canceled sweep: %s", ref.job_id, exc)
+            self._cancel(ref.job_id, "a job of a canceled sweep")  # else the next look at the sweep cancels it
+
+    def _cancel(self, job_id: str, what: str) -> None:
+        try:
+            self.host.cancel_job(job_id)
+        except TrainError as exc:  # the next look tries again (job_status, the watcher, the sweep's supervisor)
+            log.warning("could not cancel job %s, %s: %s", job_id, what, exc)
 
     @staticmethod
     def _local_job_reads_private(repos: list[tuple[str, str]], warnings: list[str]) -> bool:

@@ -86,11 +86,13 @@ CREATE TABLE IF NOT EXISTS sweep_runs (
 _ADDED_COLUMNS = {"worst_case_cost_usd": "REAL", "claim": "TEXT", "output_dir": "TEXT", "started_at": "TEXT",
                   "message": "TEXT", "kind": "TEXT NOT NULL DEFAULT 'train'", "measured_json": "TEXT",
                   "parent_job_id": "TEXT", "node_rank": "INTEGER", "asked_json": "TEXT",
-                  "secrets_json": "TEXT"}
+                  "secrets_json": "TEXT", "submission": "TEXT", "doubted": "INTEGER"}
 
 
 PENDING = "pending:"  # job_id prefix of an idempotency-key reservation
 SUBMITTING = "submitting:"  # job_id prefix of a submission being posted (see Ledger.journal)
+UNKNOWN = "UNKNOWN"  # a journal entry's stage once its POST ended without telling whether the job was made
+COPY_KIND = "copy"  # a second job of one submission (duplicates.py), recorded under the job it copies
 STALE_RESERVATION_S = 600
 # The reservation of a key whose submission journal is still open is never taken over as stale: its POST may
 # have created a job, and only the Hub can say it did not (crash recovery releases it then).
@@ -151,6 +153,8 @@ class JobRecord:
     node_rank: int | None = None  # a node of a run across machines (kind "node"; the run's own record is rank 0)
     asked_json: str | None = None  # the call as its caller sent it: a retry with its key is held to it (retries.py)
     secrets_json: str | None = None  # the names (never the values) of the secrets the job was handed
+    submission: str | None = None  # the one-off label its POST carried: any other job with it is a copy
+    doubted: int | None = 0  # 1: a POST of it went unanswered, so a copy may appear (duplicates.py)
 
     @property
     def secret_names(self) -> tuple[str, ...]:
@@ -391,7 +395,9 @@ class Ledger:
              limit: int = 20) -> list[JobRecord]:
         """The newest jobs; `backends`: only those of these backends (the ones a caller may reach)."""
         # a run's nodes are listed as their run (rank 0's record), as a sweep's runs are listed by job_status
-        clauses, args = ["job_id NOT LIKE ?", "job_id NOT LIKE ?", "kind != 'node'"], [PENDING + "%", SUBMITTING + "%"]
+        # (and copies of one submission, canceled, under the job they copy)
+        clauses, args = (["job_id NOT LIKE ?", "job_id NOT LIKE ?", f"kind NOT IN ('node', '{COPY_KIND}')"],
+                         [PENDING + "%", SUBMITTING + "%"])
         if stage:
             clauses.append("stage = ?")
             args.append(stage)

@@ -38,6 +38,10 @@ def check_request(req: Any) -> None:
     spec = methods.get(req.method)
     if spec.library != "TRL":
         raise ValueError(f"nodes applies to the TRL methods; {req.method!r} trains on one machine: drop nodes")
+    flavor = getattr(req, "flavor", None)
+    if flavor and flavor.startswith("cpu-"):  # planning's CPU branch would post `nodes` GPU-less jobs
+        raise ValueError(f"nodes runs on GPUs across machines; {flavor} has no GPU: send a multi-GPU flavor "
+                         "(e.g. flavor='a100x8' or 'h200x8'), or drop nodes to smoke-test on one CPU machine")
     if req.peft == "qlora":
         raise ValueError("nodes with peft='qlora' is not offered: 4-bit weights are not sharded across machines "
                          "here; send peft='lora' (data parallel on every GPU) or peft='full' (FSDP shards the model)")

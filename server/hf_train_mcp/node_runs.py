@@ -4,7 +4,9 @@ the run, then read, cancelled and watched together so that no node bills on its 
 A node that fails or is cancelled, a node that never got posted (its server stopped between the POSTs) or nodes
 that do not all start within multinode.START_BOUND_MIN stop the others. job_status applies this rule on every
 look, and a watcher started detached (`python -m hf_train_mcp.node_watcher RUN_ID`, one per run, holding the run's
-lock; node_watcher.py) applies it until every node has ended, after the server has exited too.
+lock; node_watcher.py) applies it until every node has ended, after the server has exited too. A node whose POST
+ended without an answer stops the run too; if the Hub made it after all, recovery records it by its label and the
+rule cancels it. The same watcher watches a single job whose POST went unanswered (duplicates.py).
 """
 
 import json
@@ -15,11 +17,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from hf_train_mcp import duplicates
 from hf_train_mcp.backends.base import SubmissionUnknown, submission_labels
 from hf_train_mcp.detach import spawn_once
 from hf_train_mcp.durations import minutes_since
-from hf_train_mcp.errors import TrainError
-from hf_train_mcp.ledger import SUBMITTING, JobRecord, claim_id, now_iso
+from hf_train_mcp.errors import HubError, TrainError
+from hf_train_mcp.ledger import SUBMITTING, UNKNOWN, JobRecord, claim_id, now_iso
 from hf_train_mcp.multinode import NODE_KIND, START_BOUND_MIN, run_stage
 from hf_train_mcp.paths import data_home
 from hf_train_mcp.stages import TERMINAL_STAGES
@@ -27,6 +30,7 @@ from hf_train_mcp.stages import TERMINAL_STAGES
 log = logging.getLogger(__name__)
 LOCK_ENV = "HF_TRAIN_NODES_LOCK_FD"
 MISSING_AFTER_MIN = 3.0  # a node still unrecorded this long after rank 0: its server stopped between the POSTs
+NO_JOB = ("MISSING", UNKNOWN)  # node stages without a job id: never posted; posted with no answer (or posting)
 
 
 @dataclass(frozen=True)
@@ -52,25 +56,38 @@ def nodes_of(ledger: Any, run: JobRecord) -> list[JobRecord]:
 
 
 def post_nodes(host: Any, backend: Any, script: Any, spec: Any, run: JobRecord) -> list[str]:
-    """Post ranks 1..N-1 of a run whose rank 0 is recorded; one that cannot be posted stops the rest."""
+    """Post ranks 1..N-1 of a run whose rank 0 is recorded. A node that cannot be posted, or whose POST ended
+    without telling whether the Hub made its job, stops the run: every node posted so far is canceled, and the
+    error names the run and says what was done (the run's watcher cancels the unknown node if it appears)."""
     ids = []
     for rank in range(1, spec.nodes):
         try:
             ids.append(_post_node(host, backend, script, spec, run, rank))
-        except SubmissionUnknown:
-            raise  # the node may exist: its journal lets the next look record it, and the watcher stops the run
         except BaseException as exc:
-            why = str(exc) if isinstance(exc, TrainError) else type(exc).__name__
-            host.ledger.update_stage(run.job_id, run.stage, message=stopped(
-                f"node {rank} of {spec.nodes} could not be submitted ({why})"))
-            try:
-                host.cancel_job(run.job_id)  # every node of the run posted so far
-            except TrainError as cancel_error:
-                log.warning("could not cancel run %s: %s", run.job_id, cancel_error)
-            raise TrainError(f"node {rank} of {spec.nodes} could not be submitted ({why}); the {rank} node(s) "
-                             "already posted were canceled, so nothing bills. Submit again with a new "
-                             "idempotency_key (this one names the canceled run).") from None
+            if isinstance(exc, SubmissionUnknown):
+                what = (f"node {rank} of {spec.nodes} may or may not have been created (its submission failed and "
+                        "the Hub's job list could not be read to tell)")
+            else:
+                why = str(exc) if isinstance(exc, TrainError) else type(exc).__name__
+                what = f"node {rank} of {spec.nodes} could not be submitted ({why})"
+            unknown = isinstance(exc, SubmissionUnknown)
+            raise HubError(_stopped_at_post(host, run, rank, what, unknown=unknown)) from None
     return ids
+
+
+def _stopped_at_post(host: Any, run: JobRecord, rank: int, what: str, *, unknown: bool) -> str:
+    """Stop a run whose next node could not be posted: its record says why, every node posted so far is canceled.
+    What the caller is told."""
+    host.ledger.update_stage(run.job_id, run.stage, message=f"{what}: the run was stopped")
+    try:
+        done = host.cancel_job(run.job_id).message  # every node of the run posted so far (following.py)
+    except TrainError as cancel_error:
+        log.warning("could not cancel run %s: %s", run.job_id, cancel_error)
+        done = f"canceling the nodes posted so far failed ({cancel_error}); the run's watcher retries until they are"
+    later = (f" If the Hub made node {rank} after all, the run's watcher finds it by its label and cancels it."
+             if unknown else "")
+    return (f"run {run.job_id} was stopped: {what}. {done}.{later} Submit again with a new idempotency_key (this "
+            "one names the stopped run); job_status shows each node.")
 
 
 def _post_node(host: Any, backend: Any, script: Any, spec: Any, run: JobRecord, rank: int) -> str:
@@ -78,25 +95,30 @@ def _post_node(host: Any, backend: Any, script: Any, spec: Any, run: JobRecord, 
     submission = uuid.uuid4().hex[:12]
     planned = replace(run, job_id=SUBMITTING + submission, kind=NODE_KIND, parent_job_id=run.job_id,
                       node_rank=rank, idempotency_key=None, claim=claim_id(), stage="SCHEDULING", job_url=None,
-                      message=f"node {rank} of run {run.job_id}", created_at=now_iso())
+                      message=f"node {rank} of run {run.job_id}", created_at=now_iso(), submission=submission,
+                      doubted=0)
     labels = submission_labels({**spec.labels, "kind": NODE_KIND, "node-rank": str(rank)}, submission, None)
     host.ledger.journal(planned)
     try:
         ref = backend.submit(script, replace(spec, node_rank=rank, labels=labels))
     except SubmissionUnknown:
+        host.ledger.update_stage(planned.job_id, UNKNOWN)  # no server posts it any more: recovery asks at once
         raise
     except BaseException:
         host.ledger.forget(planned.job_id)
         raise
-    host.ledger.record(replace(planned, job_id=ref.job_id, namespace=ref.namespace, stage=ref.stage,
-                               job_url=ref.url, created_at=ref.created_at or planned.created_at, claim=None),
-                       None, journal=planned.job_id)
+    record = replace(planned, job_id=ref.job_id, namespace=ref.namespace, stage=ref.stage, job_url=ref.url,
+                     created_at=ref.created_at or planned.created_at, claim=None, doubted=int(ref.doubted))
+    host.ledger.record(record, None, journal=planned.job_id)
+    duplicates.record_copies(host.ledger, record, ref.copies)  # a second node of this rank: canceled
     return ref.job_id
 
 
 def node_states(follow: Any, run: JobRecord, rank0_stage: str, rank0_message: str | None) -> list[NodeState]:
-    """Every node's stage, rank 0 first (as job_status just read it); a rank never posted is MISSING.
-    follow.job_state(job_id) -> JobState reads one job."""
+    """Every node's stage, rank 0 first (as job_status just read it); a rank never posted is MISSING, one whose
+    POST is under way or ended without an answer is UNKNOWN (no job id yet: recovery looks it up by its label).
+    A node whose POST went unanswered has its copies canceled. follow.job_state(job_id) -> JobState reads one
+    job; follow.cancel_one(job_id) cancels one."""
     states = [NodeState(0, run.job_id, rank0_stage, rank0_message)]
     recorded = {r.node_rank: r for r in nodes_of(follow.host.ledger, run)}
     for rank in range(1, expected_nodes(run)):
@@ -104,6 +126,10 @@ def node_states(follow: Any, run: JobRecord, rank0_stage: str, rank0_message: st
         if record is None:
             states.append(NodeState(rank, None, "MISSING"))
             continue
+        if record.job_id.startswith(SUBMITTING):
+            states.append(NodeState(rank, None, UNKNOWN, "its submission's outcome is looked up by its label"))
+            continue
+        duplicates.stop_copies(follow, record)
         try:
             state = follow.job_state(record.job_id)
             states.append(NodeState(rank, record.job_id, state.stage, state.message))
@@ -115,7 +141,7 @@ def node_states(follow: Any, run: JobRecord, rank0_stage: str, rank0_message: st
 
 def verdict(run: JobRecord, states: list[NodeState]) -> str | None:
     """Why the run's nodes still going must be stopped, or None."""
-    going = [s for s in states if s.stage not in TERMINAL_STAGES and s.stage != "MISSING"]
+    going = [s for s in states if s.stage not in TERMINAL_STAGES and s.stage not in NO_JOB]
     if not going:
         return None
     ended = [s for s in states if s.stage in ("ERROR", "CANCELED", "DELETED")]
@@ -124,44 +150,86 @@ def verdict(run: JobRecord, states: list[NodeState]) -> str | None:
         detail = f": {first.message}" if first.message and first.stage == "ERROR" else ""
         return f"node {first.rank} is {first.stage}{detail}; the other nodes cannot go on without it"
     age = minutes_since(run.created_at) or 0.0
-    missing = [s.rank for s in states if s.stage == "MISSING"]
+    missing = [s.rank for s in states if s.stage in NO_JOB]
     if missing and age >= MISSING_AFTER_MIN:
-        return (f"node(s) {', '.join(map(str, missing))} were never submitted (the server stopped between the "
-                "nodes' submissions)")
+        return (f"node(s) {', '.join(map(str, missing))} were never submitted, or not known to be (the server "
+                "stopped, or the Hub did not answer, between the nodes' submissions)")
     if any(s.stage == "SCHEDULING" for s in states) and age >= START_BOUND_MIN:
         return f"the nodes did not all start within {START_BOUND_MIN:.0f} min (Jobs had no room for all of them)"
     return None
 
 
-def stopped(why: str) -> str:
-    return f"{why}: the run was stopped, every node canceled"
+@dataclass(frozen=True)
+class Stop:
+    """What canceling a run's nodes did."""
+
+    states: list[NodeState]  # after it: a canceled node's stage as its backend then said
+    canceled: list[int]  # ranks whose cancel was accepted
+    failed: list[tuple[int, str]]  # (rank, why) of nodes whose cancel failed: they run on
+
+    @property
+    def unknown(self) -> list[int]:
+        return [s.rank for s in self.states if s.stage == UNKNOWN]
 
 
-def cancel_nodes(follow: Any, run: JobRecord, states: list[NodeState]) -> int:
-    """Cancel every node still going (follow.cancel_one(job_id)); how many were."""
-    count = 0
+def cancel_nodes(follow: Any, run: JobRecord, states: list[NodeState]) -> Stop:
+    """Cancel every node still going (follow.cancel_one(job_id) -> CancelResult)."""
+    after, canceled, failed = [], [], []
     for state in states:
         if state.job_id and state.stage not in TERMINAL_STAGES:
             try:
-                follow.cancel_one(state.job_id)
-                count += 1
+                state = replace(state, stage=follow.cancel_one(state.job_id).stage)
+                canceled.append(state.rank)
             except TrainError as exc:  # the watcher, or the next look, tries again
                 log.warning("could not cancel node %s of run %s: %s", state.job_id, run.job_id, exc)
-    return count
+                failed.append((state.rank, str(exc)))
+        after.append(state)
+    return Stop(after, canceled, failed)
 
 
-def enforce(follow: Any, run: JobRecord, states: list[NodeState]) -> str | None:
-    """Apply the rule: the reason the run was just stopped (said on its record), or None."""
+def stopped(why: str, stop: Stop) -> str:
+    """The run's message once the rule stopped it: what was canceled, and what was not (yet)."""
+    if not stop.failed and not stop.unknown:
+        return f"{why}: the run was stopped, every node canceled"
+    said = [f"node {rank} could not be canceled ({err}) and runs on: retried on each look and by the run's "
+            "watcher until it is" for rank, err in stop.failed]
+    if stop.unknown:
+        said.append(f"node(s) {', '.join(map(str, stop.unknown))} may exist: canceled once the Hub shows them")
+    return f"{why}: the run was stopped; " + "; ".join(said)
+
+
+def cancel_said(stop: Stop) -> str:
+    """cancel_job's answer for a run: which nodes were canceled, which were not and why."""
+    said = []
+    if stop.canceled:
+        said.append(f"canceled {len(stop.canceled)} of {len(stop.states)} nodes (node(s) "
+                    f"{', '.join(map(str, stop.canceled))}): billing stops when each ends")
+    said += [f"node {rank} could not be canceled ({err}) and runs on: the run's watcher retries until it is, or "
+             "call cancel_job again" for rank, err in stop.failed]
+    if stop.unknown:
+        said.append(f"node(s) {', '.join(map(str, stop.unknown))} may exist (their submission had no answer): the "
+                    "run's watcher cancels them once the Hub shows them")
+    return "; ".join(said) or "every node has ended; nothing to cancel"
+
+
+def enforce(follow: Any, run: JobRecord, states: list[NodeState]) -> tuple[str, Stop] | None:
+    """Apply the rule: the message of the run just stopped (said on its record) and what stopping did, or None."""
     why = verdict(run, states)
-    if why is not None:
-        follow.host.ledger.update_stage(run.job_id, states[0].stage, message=stopped(why))
-        cancel_nodes(follow, run, states)
-    return why
+    if why is None:
+        return None
+    stop = cancel_nodes(follow, run, states)
+    message = stopped(why, stop)
+    follow.host.ledger.update_stage(run.job_id, stop.states[0].stage, message=message)
+    return message, stop
 
 
-def run_view(states: list[NodeState]) -> str:
-    """The run's stage: a missing node counts as one still scheduling."""
-    return run_stage([("SCHEDULING" if s.stage == "MISSING" else s.stage) for s in states])
+def run_view(states: list[NodeState], stop: Stop | None = None) -> str:
+    """The run's stage: a missing or unknown node counts as one still scheduling; while a node whose cancel
+    failed runs on, the run is not over (its stage is that node's)."""
+    if stop is not None and stop.failed:
+        rank = stop.failed[0][0]
+        return next(s.stage for s in stop.states if s.rank == rank)
+    return run_stage([("SCHEDULING" if s.stage in NO_JOB else s.stage) for s in states])
 
 
 # --- the detached watcher ---------------------------------------------------------------------------------------
@@ -172,7 +240,7 @@ def lock_path(run_id: str) -> Path:
 
 
 def ensure_watched(run: JobRecord) -> None:
-    """Start the run's watcher unless one holds its lock."""
+    """Start the watcher of a run (or of a job a copy of which may appear) unless one holds its lock."""
     try:
         spawn_once(lock_path(run.job_id), [sys.executable, "-m", "hf_train_mcp.node_watcher", run.job_id],
                    lock_env=LOCK_ENV)
@@ -180,11 +248,18 @@ def ensure_watched(run: JobRecord) -> None:
         log.warning("could not start the watcher of run %s: %s", run.job_id, exc)
 
 
-def watch_once(host: Any, run_id: str) -> bool:
-    """One look at the run (job_status applies the rule); False once every node has ended."""
-    run = host.ledger.get(run_id)
-    if run is None:
+def watch_once(host: Any, job_id: str) -> bool:
+    """One look at a run, or at a job whose POST went unanswered (job_status applies the rules: a run's nodes, a
+    submission's copies); False once every node has ended and no copy is awaited."""
+    record = host.ledger.get(job_id)
+    if record is None:
         return False
-    report = host.job_status(run_id, tail=0)
+    report = host.job_status(job_id, tail=0)
+    ledger = host.ledger
+    if any(duplicates.awaited(ledger, r) for r in (ledger.get(job_id) or record, *nodes_of(ledger, record))):
+        return True
+    if not is_run(record):
+        return False
+    nodes = report.nodes or []
     return report.stage not in TERMINAL_STAGES or any(
-        n.stage not in TERMINAL_STAGES for n in (report.nodes or []) if n.job_id)
+        n.stage not in TERMINAL_STAGES for n in nodes if n.job_id) or any(n.stage == UNKNOWN for n in nodes)

@@ -1,8 +1,9 @@
 """Watches one run across nodes until every node has ended: the rule of node_runs.py (a failed, missing or
-unstarted node stops the others) applied by job_status every few seconds, with nobody asking.
+unstarted node stops the others) applied by job_status every few seconds, with nobody asking. It watches a job
+whose POST went unanswered the same way, while a copy of it may still appear (duplicates.py cancels it).
 
-Started detached by the server as `python -m hf_train_mcp.node_watcher RUN_ID`, so it outlives the server; one per
-run (it holds the run's lock, handed over by the server that started it).
+Started detached by the server as `python -m hf_train_mcp.node_watcher JOB_ID`, so it outlives the server; one per
+run or job (it holds its lock, handed over by the server that started it).
 """
 
 import logging

@@ -13,14 +13,20 @@ from typing import Any
 ASKED_LABEL = "asked"
 _NOT_THE_JOB = ("dry_run", "max_cost_usd")  # how a call is checked, not what its job is
 _RESOLVED = {"engine": "trl"}  # None means this value (the request's defaults that planning names)
+# run_script's folder or local file is sent by name, and what the job runs is what it holds: the hash of its
+# content is part of the call (held to it only when both calls have it: older ledgers, a folder gone since).
+CONTENT_FIELDS = ("folder content", "file content")
 
 
-def asked_json(req: Any, backend_name: str | None = None) -> str:
-    """The call as sent, canonical: the backend it runs on named, fields that do not change the job dropped."""
+def asked_json(req: Any, backend_name: str | None = None, *, content: str | None = None) -> str:
+    """The call as sent, canonical: the backend it runs on named, fields that do not change the job dropped;
+    `content`: the hash of the local folder or file it names (script_jobs.local_content)."""
     fields = {name: value for name, value in json.loads(req.model_dump_json()).items() if name not in _NOT_THE_JOB}
     for name, value in {**_RESOLVED, "backend": backend_name}.items():
         if name in fields and fields[name] is None:
             fields[name] = value
+    if content is not None:
+        fields[CONTENT_FIELDS[0] if getattr(req, "folder", None) else CONTENT_FIELDS[1]] = content
     return json.dumps(fields, sort_keys=True)
 
 
@@ -38,7 +44,8 @@ def changed_fields(recorded: str | None, asked: str) -> list[str]:
     except ValueError:
         return []
     now = json.loads(asked)
-    return sorted(name for name in now.keys() | before.keys() if before.get(name) != now.get(name))
+    return sorted(name for name in now.keys() | before.keys() if before.get(name) != now.get(name)
+                  and (name not in CONTENT_FIELDS or (name in now and name in before)))
 
 
 def conflict_message(key: str, job: str, changed: list[str]) -> str:

@@ -182,6 +182,18 @@ def read_source(req: ScriptRequest, access: Access) -> Source:
     return Source(req.script, _digest(req.script), "inline script", scanned=req.script)
 
 
+def local_content(req: object, access: Access, source: Source | None = None) -> str | None:
+    """The hash of the local folder or file a run_script call names (read again unless `source` is its read):
+    a retry with its key is held to it (retries.asked_json). None for anything else, or once it is gone."""
+    if not isinstance(req, ScriptRequest) or not (req.folder or (req.script is not None
+                                                                 and source_kind(req.script) == "path")):
+        return None
+    try:
+        return (source or read_source(req, access)).sha256
+    except TrainError:
+        return None
+
+
 def _header(source: Source, warnings: list[str]) -> Header:
     """The script's header, once the script is known to compile (an image's command has no script)."""
     try:

@@ -21,6 +21,7 @@ from hf_train_mcp.prepared import Prepared, Progress
 from hf_train_mcp.request import CompareRequest, EstimateRequest, EvaluateRequest, ExportRequest, ScriptRequest
 from hf_train_mcp.request import SweepRequest
 from hf_train_mcp.request import TrainingRequest, ValidateRequest
+from hf_train_mcp.script_jobs import local_content
 from hf_train_mcp.schemas import (CancelResult, Comparison, CostEstimate, DatasetReport, HardwareList, JobList,
                                   JobReport, LogPage, Submission, SweepResult)
 from hf_train_mcp.submission import Planner, default_backend, sweep_backend
@@ -175,7 +176,8 @@ class Core:
 
         def submit(claim: str | None) -> Submission:
             prepared = self.prepare(req, backend_name, kind=kind, progress=progress)
-            prepared.asked = retries.asked_json(req, backend_name)  # the call as sent (a retry is held to it)
+            prepared.asked = retries.asked_json(  # the call as sent (a retry is held to it)
+                req, backend_name, content=local_content(req, self.access, getattr(prepared.plan, "source", None)))
             if confirm is not None and not req.dry_run:
                 confirm(prepared)
             return self.launcher.launch(prepared, claim, progress)
@@ -205,7 +207,8 @@ class Core:
         if existing.kind != kind:
             raise KeyConflict(f"idempotency_key {req.idempotency_key!r} already names job {existing.job_id}, a "
                               f"{existing.kind} job: use another key for this {kind} job")
-        changed = retries.changed_fields(existing.asked_json, retries.asked_json(req, backend_name))
+        changed = retries.changed_fields(existing.asked_json, retries.asked_json(
+            req, backend_name, content=local_content(req, self.access)))
         if changed:
             raise KeyConflict(retries.conflict_message(req.idempotency_key, f"job {existing.job_id}", changed))
         return submission_of(existing, extra_warnings=[

@@ -58,6 +58,10 @@ class JobRef:
     namespace: str | None = None
     job_dir: str | None = None
     labels: dict[str, str] | None = None  # as the backend holds them (a job found by its labels)
+    # A submission the Hub made more than once (a POST answered too late, then posted again): the other jobs
+    # under its `submission` label, this one being the oldest, each canceled (their stage says whether it took).
+    copies: tuple["JobRef", ...] = ()
+    doubted: bool = False  # a POST of it went unanswered: a copy may still appear (duplicates.py looks for it)
 
 
 @dataclass
@@ -149,6 +153,9 @@ class Backend(Protocol):
     def find(self, submission: str, namespace: str | None) -> JobRef | None:
         """The job posted with this one-off `submission` label (a server that died mid-POST journaled it)."""
         ...
+
+    # Optional: every job with the label, oldest first (a backend without it is taken to create no copies).
+    def find_all(self, submission: str, namespace: str | None) -> list[JobRef]: ...
 
     def find_keyed(self, key: str, namespace: str | None) -> JobRef | None:
         """The oldest job submitted with this idempotency key: what a lost ledger forgot."""

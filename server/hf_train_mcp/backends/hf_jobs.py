@@ -1,12 +1,14 @@
 """Hugging Face Jobs through huggingface_hub: the script travels inline (base64 in the job env)."""
 
 import base64
+import logging
 import os
 import re
 import shlex
 import threading
 import time
 import uuid
+from dataclasses import replace
 
 from hf_train_mcp.backends.base import IDEMPOTENCY_LABEL, key_label
 from hf_train_mcp.backends.base import GpuReading, JobGone, JobRef, JobSpec, JobState, LogRead, SubmissionUnknown
@@ -17,6 +19,7 @@ from hf_train_mcp.hub import bounded, hub_api, hub_error, scrub, status_of, stre
 from hf_train_mcp.render import Script
 from hf_train_mcp.scripts import sync_excludes
 
+log = logging.getLogger(__name__)
 UV_IMAGE = "ghcr.io/astral-sh/uv:python3.12-bookworm"
 VENV = "/tmp/venv"
 SCRIPT_ENV = "HFTM_SCRIPT_B64"
@@ -29,8 +32,9 @@ MAX_INLINE_CHARS = 128 * 1024 - len(SCRIPT_ENV) - 1024
 LOG_DEADLINE_S = 3.0
 SUBMIT_ATTEMPTS = 3
 RETRY_BACKOFF_S = 0.5
-# A POST cut by the client's timeout got no answer at all: the Hub may still be creating its job (a 34 s POST
-# was seen), so the job list is watched this long for its label before the job is posted again.
+# A POST cut by the client's timeout (hub.REQUEST_TIMEOUT_S: huggingface_hub's run_job sets none) got no answer
+# at all: the Hub may still be creating its job (a 34 s POST was seen), so the job list is watched this long for
+# its label before the job is posted again. One slower still makes a copy, found by the label and canceled.
 POST_SETTLE_S = 60.0
 JOB_ID = re.compile(r"(?:[\w.-]+/)?[0-9a-fA-F]{24}")  # a Hub job id, optionally 'namespace/id'
 SETTLE_POLL_S = 3.0
@@ -201,14 +205,23 @@ class HfJobsBackend:
 
     def submit(self, script: Script, spec: JobSpec) -> JobRef:
         """POST the job; on a 5xx, 429 or network failure, look the job up by its one-off `submission` label
-        before trying again, so that a failure after the job was created never launches it twice."""
+        before trying again, and again right before posting again, so that a failure after the job was created
+        never launches it twice. A job the Hub makes anyway after both looks (a POST answered later than
+        POST_SETTLE_S) carries the label too: after any second POST the label is looked up once more, the oldest
+        job kept and the others canceled (JobRef.copies); `doubted` says a copy may still appear."""
         api = hub_api(self._token)
         labels = {"submission": uuid.uuid4().hex[:12], **spec.labels}  # the core usually names it (crash recovery)
+        submission, namespace = labels["submission"], spec.namespace
         env, secrets = self.environment(script, spec), self.secrets(spec)
         volumes = self.volumes(spec) + self.synced_folder(spec, api)
+        unanswered, failure = 0, None  # POSTs cut without an answer: each may still make its job
         for attempt in range(SUBMIT_ATTEMPTS):
+            if failure is not None:  # the last POST's job may have appeared while we waited
+                found = self._posted(submission, namespace, failure, settle=False)
+                if found:
+                    return self._kept(found, namespace, doubted=unanswered > len(found))
             try:
-                return _ref(api.run_job(
+                ref = _ref(api.run_job(
                     image=self.image(spec),
                     command=self.command(spec),
                     env=env,
@@ -217,7 +230,7 @@ class HfJobsBackend:
                     timeout=spec.timeout_seconds,
                     labels=labels,
                     volumes=volumes or None,
-                    namespace=spec.namespace,
+                    namespace=namespace,
                     **({"network_group": spec.network_group, "network_aliases": [multinode.node_alias(
                         spec.node_rank)]} if spec.network_group else {}),
                 ))
@@ -226,36 +239,71 @@ class HfJobsBackend:
             except Exception as exc:
                 if not transient(exc):
                     raise hub_error("submitting the job to Hugging Face Jobs", exc, self._token) from None
-                found = self._posted(labels["submission"], spec.namespace, exc)
-                if found is not None:
-                    return found
+                unanswered += status_of(exc) is None and not _unsent(exc)
+                found = self._posted(submission, namespace, exc)
+                if found:
+                    return self._kept(found, namespace, doubted=unanswered > len(found))
                 if attempt == SUBMIT_ATTEMPTS - 1:
                     raise hub_error(f"submitting the job ({SUBMIT_ATTEMPTS} attempts)", exc, self._token) from None
+                failure = exc
                 time.sleep(RETRY_BACKOFF_S * 2**attempt)
+                continue
+            return ref if failure is None else self._after_repost(ref, submission, namespace, unanswered)
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
-    def _posted(self, submission: str, namespace: str | None, exc: BaseException) -> JobRef | None:
-        """After a failed POST: the job it created, if any. A POST that got no answer may still be creating
-        its job, so the list is watched for POST_SETTLE_S; an answered failure (a 5xx) is looked up once.
-        Raises SubmissionUnknown when the list cannot be read (posting again could launch twice)."""
-        settle = 0.0 if status_of(exc) is not None or _unsent(exc) else POST_SETTLE_S
-        deadline = time.monotonic() + settle
+    def _after_repost(self, ref: JobRef, submission: str, namespace: str | None, unanswered: int) -> JobRef:
+        """A POST that worked after others failed: the jobs its label names now (an earlier POST's may be among
+        them), the oldest kept. A list that cannot be read leaves the job doubted (looked for later)."""
+        try:
+            found = self.find_all(submission, namespace)
+        except TrainError:
+            return replace(ref, doubted=True)
+        found = [*found, *([] if any(r.job_id == ref.job_id for r in found) else [ref])]
+        return self._kept(found, namespace, doubted=unanswered > len(found) - 1)
+
+    def _kept(self, found: list[JobRef], namespace: str | None, *, doubted: bool) -> JobRef:
+        """The oldest of the jobs of one submission, the others canceled (their stage as the Hub then says)."""
+        kept, *others = sorted(found, key=lambda ref: ref.created_at or "")
+        copies = []
+        for other in others:
+            try:
+                self.cancel(other.job_id, namespace)
+                other = replace(other, stage=self.inspect(other.job_id, namespace).stage)
+            except TrainError as exc:  # recorded as a copy still going: the next look cancels it
+                log.warning("could not cancel job %s, a second job of submission %s: %s", other.job_id,
+                             (kept.labels or {}).get("submission"), exc)
+            copies.append(other)
+        return replace(kept, copies=tuple(copies), doubted=doubted or bool(copies))
+
+    def _posted(self, submission: str, namespace: str | None, exc: BaseException, *,
+                settle: bool = True) -> list[JobRef]:
+        """After a failed POST: the jobs it (or an earlier POST) created, if any. A POST that got no answer may
+        still be creating its job, so the list is watched for POST_SETTLE_S; an answered failure (a 5xx), or a
+        look right before posting again (settle=False), looks once. Raises SubmissionUnknown when the list
+        cannot be read (posting again could launch twice)."""
+        unanswered = status_of(exc) is None and not _unsent(exc)
+        deadline = time.monotonic() + (POST_SETTLE_S if settle and unanswered else 0.0)
         while True:
             try:
-                found = self.find(submission, namespace)
+                found = self.find_all(submission, namespace)
             except TrainError:
                 why = scrub(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, self._token)
                 raise SubmissionUnknown(
                     f"submitting failed ({why}) and the job list cannot be read to tell whether it was created: "
                     f"check list_jobs (label submission={submission}) before submitting again") from None
-            if found is not None or time.monotonic() >= deadline:
+            if found or time.monotonic() >= deadline:
                 return found
             time.sleep(min(SETTLE_POLL_S, max(0.0, deadline - time.monotonic())))
 
     def find(self, submission: str, namespace: str | None) -> JobRef | None:
-        """The job posted with this `submission` label, if the Hub has it (retries, crash recovery)."""
-        found = self.labeled({"submission": submission}, namespace)
+        """The job posted with this `submission` label, if the Hub has it (retries, crash recovery): the oldest,
+        should the Hub hold copies."""
+        found = self.find_all(submission, namespace)
         return found[0] if found else None
+
+    def find_all(self, submission: str, namespace: str | None) -> list[JobRef]:
+        """Every job with this `submission` label, oldest first."""
+        return sorted(self.labeled({"submission": submission}, namespace), key=lambda ref: ref.created_at or "")
 
     def find_keyed(self, key: str, namespace: str | None) -> JobRef | None:
         """The oldest job submitted with this idempotency key, by its label: what a lost ledger forgot."""
