@@ -65,6 +65,7 @@ class JobPlan:
     gpus: list[tuple[float, float]] | None = None
     metrics_hang: bool = False
     metrics_keepalive_s: float | None = None
+    logs_keepalive_s: float | None = None  # the log stream sends ": keep-alive" this often while the job runs
 
 
 @dataclass
@@ -469,7 +470,7 @@ class Emulator:
                 try:
                     self.wfile.write(b"data: " + json.dumps({"timestamp": hub_time(job.created),
                                                             "data": "===== Job started ====="}).encode() + b"\n\n")
-                    first = True
+                    first, kept_alive = True, time.time()
                     while True:
                         now = time.time()
                         lines = job.released_lines(now)
@@ -480,6 +481,9 @@ class Emulator:
                             self.wfile.write(b"data: " + json.dumps({"timestamp": hub_time(at), "data": line}).encode()
                                              + b"\n\n")
                         sent = len(lines)
+                        if job.plan.logs_keepalive_s and now - kept_alive >= job.plan.logs_keepalive_s:
+                            self.wfile.write(b": keep-alive\n\n")  # resets the client's read timeout
+                            kept_alive = now
                         self.wfile.flush()
                         if job.stage(now) in ("COMPLETED", "ERROR", "CANCELED"):
                             return

@@ -147,6 +147,24 @@ async def test_a_stream_of_keep_alives_holds_one_reader_per_job_and_it_ends_at_i
         await call(client, "cancel_job", {"job_id": job_id})
 
 
+async def test_a_log_stream_of_keep_alives_leaves_no_reader_behind(hub: Emulator,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The log stream of a running job sends keep-alives (the Hub's every 30 s), each resetting the client's
+    read timeout: its reader outlived every job_status that started it, one more thread per call."""
+    monkeypatch.setattr(hf_jobs, "LOG_DEADLINE_S", 0.5)
+    monkeypatch.setattr(hf_jobs, "LOG_READER_GRACE_S", 0.5)
+
+    async with Client(build_server()) as client:
+        job_id = await running(client, hub, "a10g-large", logs_keepalive_s=0.1)
+        for _ in range(4):
+            assert (await call(client, "job_status", {"job_id": job_id}))["stage"] == "RUNNING"
+        ended = time.monotonic() + 0.5 + 0.5 + 2.0  # its wait, its grace, and a keep-alive or two to notice
+        while [t for t in threading.enumerate() if t.name == f"logs-{job_id}"] and time.monotonic() < ended:
+            await anyio.sleep(0.1)
+        assert [t.name for t in threading.enumerate() if t.name == f"logs-{job_id}"] == []
+        await call(client, "cancel_job", {"job_id": job_id})
+
+
 async def test_readings_are_cached_per_job(hub: Emulator, monkeypatch: pytest.MonkeyPatch) -> None:
     async with Client(build_server()) as client:
         job_id = await running(client, hub, "a10g-large", gpus=[(60, 10.0)])
@@ -300,7 +318,7 @@ def fake_nvidia_smi(folder: Path, body: str) -> None:
 def test_a_local_reading_runs_nvidia_smi_with_a_time_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     bin_dir = tmp_path / "bin"
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     fake_nvidia_smi(bin_dir, f"printf '{SMI}'")
     assert [g.index for g in this_machines_gpus()] == [0, 1]
     fake_nvidia_smi(bin_dir, "sleep 30")  # a wedged driver
@@ -330,7 +348,7 @@ def test_a_3000_row_nvidia_smi_is_cut_to_16_gpus_with_impossible_figures_null(
     with -500 % and negative MiB) gets the same checks as a Jobs one."""
     bin_dir = tmp_path / "bin"
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     rows = tmp_path / "smi.csv"
     rows.write_text("0, -500, -1024, 24564\n" + "".join(f"{i}, 87, 20480, 24564\n" for i in range(1, 3000)))
     fake_nvidia_smi(bin_dir, f"cat {rows}")

@@ -30,6 +30,7 @@ WORKDIR = "/tmp/project"
 # Linux caps one argv/env string at 128 KiB (MAX_ARG_STRLEN), "NAME=" included; keep a margin.
 MAX_INLINE_CHARS = 128 * 1024 - len(SCRIPT_ENV) - 1024
 LOG_DEADLINE_S = 3.0
+LOG_READER_GRACE_S = 1.0  # the reader outlives job_status's wait by this at most, then ends
 SUBMIT_ATTEMPTS = 3
 RETRY_BACKOFF_S = 0.5
 # A POST cut by the client's timeout (hub.REQUEST_TIMEOUT_S: huggingface_hub's run_job sets none) got no answer
@@ -343,19 +344,24 @@ class HfJobsBackend:
         problem: list[str] = []
         api = hub_api(self._token)
 
+        waited = LOG_DEADLINE_S * (2 if finished else 1)
+
+        def read() -> None:
+            for line in api.fetch_job_logs(job_id=job_id, namespace=namespace, tail=tail):
+                lines.append(line)
+                if upto is not None and len(lines) >= upto:
+                    return
+
         def pump() -> None:
-            try:
-                for line in api.fetch_job_logs(job_id=job_id, namespace=namespace, tail=tail):
-                    lines.append(line)
-                    if upto is not None and len(lines) >= upto:
-                        return
+            try:  # a running job's stream sends keep-alives that reset the read timeout: end it at a deadline
+                streamed(read, deadline_s=waited + LOG_READER_GRACE_S)
             except Exception as exc:  # logs are best effort; the stage came from inspect
                 problem.append(f"the log stream broke off ({type(exc).__name__}) after {len(lines)} lines")
 
         reader = threading.Thread(target=pump, name=f"logs-{job_id}", daemon=True)
         reader.start()
         # A finished job's stream closes at once; a running one may stay silent until the client's 5 s timeout.
-        reader.join(LOG_DEADLINE_S * (2 if finished else 1))
+        reader.join(waited)
         if reader.is_alive() and finished:
             problem.append(f"the log stream did not finish within {LOG_DEADLINE_S * 2:.0f} s")
         elif reader.is_alive() and upto is not None and len(lines) < upto:
