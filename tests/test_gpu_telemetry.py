@@ -25,7 +25,7 @@ from hf_train_mcp.hub import hub_api
 from hf_train_mcp.service import Core
 from tests.conftest import WRITE_TOKEN
 from tests.emulator import Emulator, JobPlan, ViewerDataset
-from tests.helpers import CAPYBARA_BASE, CAPYBARA_ROWS, call, submit_script, wait_for
+from tests.helpers import CAPYBARA_BASE, CAPYBARA_ROWS, call, finished, submit_script, wait_for
 
 pytestmark = pytest.mark.anyio
 LONG = dict(scheduling_s=0.0, running_s=3600.0)  # RUNNING for the whole test (cancelled at its end)
@@ -364,3 +364,18 @@ def test_a_3000_row_nvidia_smi_is_cut_to_16_gpus_with_impossible_figures_null(
         assert "reported 3000 GPUs" in hint and "first 16" in hint
     finally:
         core.cancel_job(job_id)
+
+
+@pytest.mark.parametrize(("peft", "offered"), [("lora", True), ("qlora", False)])
+async def test_a_job_that_ran_out_of_memory_hears_advice_that_fits_it(peft: str, offered: bool,
+                                                                      hub: Emulator) -> None:
+    """The error hint said "peft='lora' or 'qlora'" to every job, a QLoRA job and an embedding model included."""
+    hub.plan_next(JobPlan(scheduling_s=0.0, running_s=0.1, final_stage="ERROR", log_lines=[
+        "HFTM_START {}", 'HFTM_ERROR {"type": "OutOfMemoryError", "message": "CUDA out of memory"}']))
+    async with Client(build_server()) as client:
+        job = await call(client, "submit_training", {**CAPYBARA_BASE, "max_steps": 5, "peft": peft,
+                                                     "flavor": "a10g-large"})
+        report = await finished(client, job["job_id"], 30)
+    step = report["next_step"]
+    assert report["stage"] == "ERROR" and step.startswith("The GPU ran out of memory: resubmit with"), step
+    assert ("peft='qlora'" in step) is offered and "per_device_batch_size" in step

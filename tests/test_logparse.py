@@ -42,7 +42,8 @@ def test_our_error_line_wins_over_the_traceback() -> None:
         'HFTM_ERROR {"type": "OutOfMemoryError", "message": "CUDA out of memory. Tried to allocate 1 GiB"}',
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1 GiB",
     ])
-    assert parsed.error.startswith("OutOfMemoryError: CUDA out of memory") and "qlora" in parsed.hint
+    assert parsed.error.startswith("OutOfMemoryError: CUDA out of memory") and parsed.out_of_memory
+    assert "qlora" not in parsed.hint  # the advice that fits the job is job_status's to give (estimate.advice)
 
 
 def test_a_timeout_and_an_auth_failure_get_their_own_hints() -> None:

@@ -18,7 +18,8 @@ from hf_train_mcp.hub import HubUnreachable, hub_token, resolve_identity, scrub
 from hf_train_mcp.durations import minutes_since
 from hf_train_mcp.ledger import JobRecord
 from hf_train_mcp.stages import SETTLED_STAGES
-from hf_train_mcp.logparse import ParsedLog, parse_log, probe_metrics
+from hf_train_mcp.estimate.advice import memory_advice
+from hf_train_mcp.logparse import OUT_OF_MEMORY, ParsedLog, parse_log, probe_metrics
 from hf_train_mcp.schemas import CancelResult, JobList, JobReport, JobSummary, LogPage, NodeStage
 from hf_train_mcp.telemetry import GpuTelemetry
 
@@ -185,6 +186,8 @@ class Following:
         if stage == "COMPLETED":
             return (f"Finished. The model is at {model_url}; evaluate_model(model='{job_id}') measures it on held-out "
                     "data." if model_url else "Finished.") + dashboard
+        if stage == "ERROR" and parsed.out_of_memory and record is not None:  # advice that fits this job
+            return OUT_OF_MEMORY + memory_advice(method=record.method, request=record.request, kind=record.kind) + "."
         if stage == "ERROR":
             return parsed.hint or (f"Read error and log_tail, fix the cause, then resubmit (resume_from='{job_id}' "
                                    "continues from the last checkpoint).")

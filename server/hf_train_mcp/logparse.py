@@ -31,6 +31,7 @@ class ParsedLog:
     metrics: dict[str, float] = field(default_factory=dict)
     error: str | None = None
     hint: str | None = None
+    out_of_memory: bool = False  # the error is the GPU's memory: the advice depends on the job (estimate.advice)
     done: bool = False
     probe: dict | None = None  # the preflight's measurement (HFTM_PROBE)
 
@@ -70,11 +71,14 @@ def probe_metrics(probe: dict) -> dict[str, float]:
     return {f"preflight_{k}": float(v) for k, v in probe.items() if k in PROBE_METRICS and _number(v) is not None}
 
 
+OUT_OF_MEMORY = "The GPU ran out of memory: "
+
+
 def _hint(text: str) -> str | None:
     lowered = text.lower()
     if "out of memory" in lowered or "outofmemoryerror" in lowered:
-        return ("The GPU ran out of memory: resubmit with peft='lora' or 'qlora', a smaller per_device_batch_size "
-                "(raise gradient_accumulation), a shorter max_length, or a larger flavor (see estimate_cost).")
+        return OUT_OF_MEMORY + ("resubmit with a smaller per_device_batch_size (raise gradient_accumulation), a "
+                                "shorter max_length, or a larger flavor (see estimate_cost).")
     if "timeout" in lowered or "timed out" in lowered or "deadline" in lowered:
         return "The job hit its time limit: resubmit with a longer timeout (estimate_cost recommends one) and resume_from."
     if _AUTH.search(text):
@@ -145,4 +149,5 @@ def parse_log(lines: list[str]) -> ParsedLog:
         parsed.error = traceback_tail
     if parsed.error:  # hints come from the error line itself, never from whatever else the log says
         parsed.hint = _hint(parsed.error)
+        parsed.out_of_memory = bool(parsed.hint and parsed.hint.startswith(OUT_OF_MEMORY))
     return parsed
