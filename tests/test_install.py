@@ -15,7 +15,8 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from hf_train_mcp.cli import connect, launch_command
-from hf_train_mcp.hub import hub_token, unexpanded
+from hf_train_mcp.credentials import unexpanded
+from hf_train_mcp.hub import hub_token
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]

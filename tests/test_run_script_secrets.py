@@ -316,3 +316,20 @@ def test_an_address_checked_inside_is_still_refused_before_any_connection(monkey
     with pytest.raises(TrainError, match="server's own network"):
         script_urls.fetch_script(f"https://{REBIND_HOST}/train.py", remote=True)
     assert dialled == []
+
+
+@pytest.mark.parametrize("backend", ["hf", "local"])
+@pytest.mark.parametrize("value", ["${DATABASE_URL}", "${env:DATABASE_URL}", ""])
+async def test_a_secret_left_as_its_clients_placeholder_is_refused_with_nothing_launched(
+        backend: str, value: str, hub: Emulator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client config that names an unset variable hands the server its placeholder as text (item 28): sent on,
+    the job would get '${DATABASE_URL}' as its connection string. Unset, a local run went on without it."""
+    monkeypatch.setenv("DATABASE_URL", value)
+    before = len(hub.posted_jobs())
+    result = await call_once("run_script", {"script": HEADER_PICKS.replace("raise", "# raise"), "backend": backend,
+                                            "secrets": ["DATABASE_URL"]})
+    assert result.is_error, result.structured_content
+    assert "secret DATABASE_URL is" in result.content[0].text and "Nothing was submitted" in result.content[0].text
+    assert hub.posted_jobs()[before:] == []
+    jobs = Path(os.environ["HF_TRAIN_HOME"]) / "jobs"
+    assert not jobs.exists() or list(jobs.iterdir()) == []

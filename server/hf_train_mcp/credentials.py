@@ -14,6 +14,7 @@ TOKEN_NAMES = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"})
 _WORDS = r"TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIALS?|APIKEY|SECRETKEY|PRIVATEKEY"
 _CREDENTIAL = re.compile(rf"({_WORDS})$|(^|_)(API|ACCESS|PRIVATE|SECRET|SIGNING)?_?KEY(_ID)?$")
 _MIN_MASKED = 8  # shorter values ("1", "true") would mask ordinary text
+_PLACEHOLDER = re.compile(r"\$\{[^{}]*\}|\$[A-Za-z_]\w*|%[A-Za-z_]\w*%")
 
 
 def looks_like_credential(name: str) -> bool:
@@ -32,3 +33,23 @@ def masker(secrets: tuple[str, ...] = ()) -> Callable[[str], str]:
             text = text.replace(value, "***")
         return text
     return mask
+
+
+def unexpanded(value: str | None) -> bool:
+    """A client config's placeholder passed on as text: Claude Code hands `${HF_TOKEN}` of an unset variable
+    through as it is (plugin.json's env), Cursor `${env:HF_TOKEN}` (.cursor/mcp.json); `$HF_TOKEN` and
+    `%HF_TOKEN%` are the shells' spellings. No credential is written so."""
+    return value is not None and _PLACEHOLDER.fullmatch(value.strip()) is not None
+
+
+def secret_value(name: str) -> str:
+    """The value of a secret a job is handed by name, from this server's environment: unset, empty or a client's
+    unexpanded placeholder is an error (the job would get the placeholder's text as its password)."""
+    from hf_train_mcp.errors import TrainError
+
+    value = os.environ.get(name)
+    if not value or unexpanded(value):
+        state = "a placeholder that was never expanded" if value else "not set"
+        raise TrainError(f"secret {name} is {state} in this server's environment; set it there (or drop it from "
+                         "secrets). Nothing was submitted.")
+    return value

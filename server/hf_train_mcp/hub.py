@@ -16,6 +16,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TypeVar
 
+from hf_train_mcp.credentials import unexpanded
 from hf_train_mcp.errors import AuthError, BudgetError, HubError, NotFoundError, TrainError
 
 T = TypeVar("T")
@@ -28,7 +29,6 @@ TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _timeouts_installed = False
 _install_lock = threading.Lock()
 TOKEN_VARIABLES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")  # huggingface_hub's, in its order
-_PLACEHOLDER = re.compile(r"\$\{[^{}]*\}|\$[A-Za-z_]\w*|%[A-Za-z_]\w*%")
 # when the response bodies this thread reads must have ended (monotonic), for a stream that never ends itself
 _body_deadline: ContextVar[float | None] = ContextVar("hf_train_mcp_body_deadline", default=None)
 
@@ -191,13 +191,6 @@ def _install_client_factory() -> None:
 def hub_endpoint() -> str:
     """Read at call time (huggingface_hub reads HF_ENDPOINT once at import; tests and users may set it later)."""
     return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
-
-
-def unexpanded(value: str | None) -> bool:
-    """A client config's placeholder passed on as text: Claude Code hands `${HF_TOKEN}` of an unset variable
-    through as it is (plugin.json's env), Cursor `${env:HF_TOKEN}` (.cursor/mcp.json); `$HF_TOKEN` and
-    `%HF_TOKEN%` are the shells' spellings. No token is written so."""
-    return value is not None and _PLACEHOLDER.fullmatch(value.strip()) is not None
 
 
 def drop_placeholder_tokens() -> list[str]:

@@ -14,6 +14,7 @@ from hf_train_mcp.backends.base import IDEMPOTENCY_LABEL, key_label
 from hf_train_mcp.backends.base import GpuReading, JobGone, JobRef, JobSpec, JobState, LogRead, SubmissionUnknown
 from hf_train_mcp.backends.base import UserRun
 from hf_train_mcp import multinode
+from hf_train_mcp.credentials import secret_value
 from hf_train_mcp.errors import TrainError
 from hf_train_mcp.hub import bounded, hub_api, hub_error, scrub, status_of, streamed, transient
 from hf_train_mcp.render import Script
@@ -189,10 +190,7 @@ class HfJobsBackend:
         out = {"HF_TOKEN": self._token}
         for name in spec.run.secrets if spec.run else ():
             if name not in out:
-                if not os.environ.get(name):
-                    raise TrainError(f"secret {name} is not set in this server's environment; set it there (or "
-                                     "drop it from secrets). Nothing was submitted.")
-                out[name] = os.environ[name]
+                out[name] = secret_value(name)
         return out
 
     def synced_folder(self, spec: JobSpec, api) -> list:

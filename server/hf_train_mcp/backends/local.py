@@ -15,6 +15,7 @@ from pathlib import Path
 
 from hf_train_mcp.backends.base import GpuReading, JobGone, JobRef, JobSpec, JobState, LogRead, UserRun
 from hf_train_mcp import scripts
+from hf_train_mcp.credentials import TOKEN_NAMES, secret_value
 from hf_train_mcp.detach import spawn
 from hf_train_mcp.errors import TrainError, EnvironmentMissing, NotFoundError
 from hf_train_mcp.ledger import now_iso
@@ -195,15 +196,15 @@ class LocalBackend:
             return ["uv", "run", "train.py"]
 
     def submit(self, script: Script, spec: JobSpec) -> JobRef:
+        # read before anything is made: a secret that is not set refuses the run
+        handed = {name: secret_value(name) for name in spec.run.secrets if name not in TOKEN_NAMES} if spec.run else {}
         job_id = f"local-{uuid.uuid4().hex[:12]}"
         folder = jobs_dir() / job_id
         folder.mkdir(parents=True)
         env = job_environment(read_token=spec.read_token)
         if spec.run is not None:
             command, cwd = self._place_run(spec.run, script, folder), spec.run.folder and "project" or "."
-            env = job_environment(read_token="HF_TOKEN" in spec.run.secrets)
-            env.update({name: os.environ[name] for name in spec.run.secrets if os.environ.get(name)})
-            env.update(dict(spec.run.env))
+            env = {**job_environment(read_token="HF_TOKEN" in spec.run.secrets), **handed, **dict(spec.run.env)}
         else:
             command, cwd = self.training_command(), "."
             (folder / "train.py").write_text(script.text)
