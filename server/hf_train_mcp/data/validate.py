@@ -37,21 +37,10 @@ def validate_dataset(dataset: str, method: str, *, split: str = "train", config:
     access.check_ref(dataset, "dataset")
     access.check_ref(model, "model")
     step(f"sampling {dataset}")
-    if is_local(dataset):
-        sample, chosen_config = sample_local(dataset, allowed=access.allows_path), None
-    else:
-        sample = sample_hub(dataset, config=config, split=split, token=token)
-        chosen_config = sample.config
+    sample, chosen_config = _sample(dataset, config=config, split=split, token=token, access=access)
     columns = sample.columns
     issues: list[DatasetIssue] = []
-    mapping = dict(column_mapping or {})
-    missing = [src for src in mapping.values() if src not in columns]
-    if missing:
-        issues.append(DatasetIssue(severity="error", message=f"column_mapping names columns that do not exist: "
-                                   f"{missing}; columns are {columns}"))
-        mapping = {t: s for t, s in mapping.items() if s in columns}
-    suggested = {**rules.suggest_mapping(method, [c for c in columns if c not in mapping.values()], sample.rows),
-                 **mapping}
+    suggested = _column_mapping(method, sample, column_mapping, issues)
     rows = rules.apply_mapping(sample.rows, suggested)
     renamed = {source: target for target, source in suggested.items()}
     mapped_columns = {renamed.get(c, c) for c in columns} | set().union(*(r.keys() for r in rows))
@@ -59,12 +48,7 @@ def validate_dataset(dataset: str, method: str, *, split: str = "train", config:
     if fmt in ("messages", "vision_messages"):  # ShareGPT turns are converted by the script: check them so
         rows = _from_sharegpt(rows)
     issues += rules.method_verdict(method, fmt, mapped_columns)
-    if fmt in methods.get(method).formats:
-        issues += rules.check_rows(method, fmt, rows, sample.offsets, allowed=access.allows_path,
-                                   base=data_folder(dataset) if is_local(dataset) else None)
-    if not any(i.message == OUTSIDE for i in issues):  # the sample's own finding says it already
-        outside = outside_images(dataset, suggested, access)
-        issues += [outside] if outside else []
+    issues += _row_issues(dataset, method, fmt, rows, sample.offsets, suggested, access)
     if not sample.rows:
         issues.append(DatasetIssue(severity="error", message="the dataset has no rows"))
     if model and fmt in rules.VISION_FORMATS:
@@ -91,6 +75,41 @@ def validate_dataset(dataset: str, method: str, *, split: str = "train", config:
     )
     report._no_token_stats = no_stats
     return report
+
+
+def _sample(dataset: str, *, config: str | None, split: str, token: str | None, access: Access):
+    """(the sample, the config chosen): local files, or the Hub's viewer."""
+    if is_local(dataset):
+        return sample_local(dataset, allowed=access.allows_path), None
+    sample = sample_hub(dataset, config=config, split=split, token=token)
+    return sample, sample.config
+
+
+def _column_mapping(method: str, sample, given: dict[str, str] | None, issues: list[DatasetIssue]) -> dict[str, str]:
+    """The caller's mapping (columns it names that do not exist are an error, and dropped) over the one suggested
+    for the method's formats."""
+    columns = sample.columns
+    mapping = dict(given or {})
+    missing = [src for src in mapping.values() if src not in columns]
+    if missing:
+        issues.append(DatasetIssue(severity="error", message=f"column_mapping names columns that do not exist: "
+                                   f"{missing}; columns are {columns}"))
+        mapping = {t: s for t, s in mapping.items() if s in columns}
+    return {**rules.suggest_mapping(method, [c for c in columns if c not in mapping.values()], sample.rows),
+            **mapping}
+
+
+def _row_issues(dataset: str, method: str, fmt: str | None, rows: list[dict], offsets, mapping: dict[str, str],
+                access: Access) -> list[DatasetIssue]:
+    """The sample's rows checked for the method, and (over HTTP) every image file any row names."""
+    issues: list[DatasetIssue] = []
+    if fmt in methods.get(method).formats:
+        issues += rules.check_rows(method, fmt, rows, offsets, allowed=access.allows_path,
+                                   base=data_folder(dataset) if is_local(dataset) else None)
+    if not any(i.message == OUTSIDE for i in issues):  # the sample's own finding says it already
+        outside = outside_images(dataset, mapping, access)
+        issues += [outside] if outside else []
+    return issues
 
 
 def _model_issues(model: str, method: str, token: str | None) -> list[DatasetIssue]:
