@@ -184,3 +184,31 @@ async def test_a_follow_up_of_a_job_whose_rows_name_images_outside_is_refused(fo
     result = await call_once("evaluate_model", {"model": "local-aaaa0019", "dry_run": True}, http(shared))
     assert result.is_error and "reads local files outside" in result.content[0].text, result.content[0].text
     assert "id_rsa_canary" not in result.content[0].text
+
+
+@pytest.mark.parametrize("tool", ["estimate_cost", "submit_training", "export_model"])
+async def test_a_model_folder_whose_files_link_out_is_refused(tool: str, folders: tuple[Path, Path], offline
+                                                              ) -> None:
+    """A Hub-cache snapshot inside the allowed folder, its weights linked to blobs outside: the folder itself
+    passed the check and the job loaded the outside file."""
+    shared, private = folders
+    (private / "blobs").mkdir()
+    (private / "blobs" / "weights").write_bytes(b"\0" * 64)
+    model = shared / "snapshot"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "qwen2", "hidden_size": 64, "num_hidden_layers": 2,
+                                                   "intermediate_size": 128, "vocab_size": 100,
+                                                   "num_attention_heads": 4}))
+    (model / "model.safetensors").symlink_to(private / "blobs" / "weights")
+    data = write_jsonl(shared / "chat.jsonl", example_rows("sft", 8))
+    arguments = {"estimate_cost": {"model": str(model), "method": "sft", "num_examples": 8},
+                 "submit_training": {"model": str(model), "dataset": str(data), "backend": "local", "dry_run": True},
+                 "export_model": {"model": str(model), "format": "merged", "backend": "local", "dry_run": True}}[tool]
+    result = await call_once(tool, arguments, access=http(shared))
+    assert result.is_error and "every file of a model folder" in result.content[0].text, result.content[0].text
+    assert "private-zone" not in result.content[0].text
+    (model / "model.safetensors").unlink()
+    (model / "model.safetensors").write_bytes(b"\0" * 64)  # the same folder holding its own file is fine
+    assert not (await call_once("estimate_cost", arguments if tool == "estimate_cost" else
+                                {"model": str(model), "method": "sft", "num_examples": 8},
+                                access=http(shared))).is_error

@@ -6,6 +6,7 @@ listed (`--allow-local-files`), and run jobs on this machine only with `--allow-
 """
 
 import hashlib
+import os
 import re
 import stat
 import unicodedata
@@ -19,6 +20,7 @@ from urllib.parse import urlsplit, urlunsplit
 from hf_train_mcp.errors import AccessError
 
 
+MAX_FOLDER_ENTRIES = 10_000  # a model folder's files checked one by one (a real one holds tens)
 PATH_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet", ".arrow", ".txt", ".tsv", ".gguf", ".safetensors", ".bin")
 
 
@@ -129,7 +131,7 @@ class Access:
     def check_derived(self, ref: str | None, kind: str, source: str) -> None:
         """Refuse a local path that this server found (in the ledger, an adapter's config) rather than the caller
         sent, when the caller could not have named it: the same rule as check_ref, without showing the path."""
-        if self.may_read(ref):
+        if self.may_read(ref, whole="model" in kind):
             return
         raise AccessError(f"{source} reads a local {kind} outside the folders callers over {self.over} may use, so "
                          "this server will not run it for you; ask the operator, or work on a model pushed to the Hub")
@@ -142,19 +144,41 @@ class Access:
         resolved = path.expanduser().resolve()
         return any(resolved.is_relative_to(folder) for folder in self.local_dirs) and not hard_linked(resolved)
 
-    def may_read(self, ref: str | None) -> bool:
+    def may_read(self, ref: str | None, *, whole: bool = False) -> bool:
         """A Hub id, or a path this caller may read. '..' is refused before anything looks at the disk, so an
-        answer never tells which paths exist."""
+        answer never tells which paths exist. whole: a folder the job reads every file of (a model's), so each
+        entry must be one this caller may read too (a Hub cache snapshot links to blobs elsewhere)."""
         if ref is None or not self.remote:
             return True
-        return ".." not in PurePath(ref).parts and (not is_local(ref) or self.allows_path(Path(ref)))
+        if ".." in PurePath(ref).parts:
+            return False
+        if not is_local(ref):
+            return True
+        path = Path(ref)
+        return self.allows_path(path) and not (whole and path.expanduser().is_dir() and not self._all_inside(path))
+
+    def _all_inside(self, folder: Path) -> bool:
+        """Every entry of the folder, linked folders followed (each once), is one this caller may read."""
+        seen, count = set(), 0
+        for root, folders, files in os.walk(folder.expanduser(), followlinks=True):
+            real = os.path.realpath(root)
+            if real in seen:  # a link back up: walked already
+                folders[:] = []
+                continue
+            seen.add(real)
+            count += len(folders) + len(files)
+            if count > MAX_FOLDER_ENTRIES or not all(self.allows_path(Path(root, name)) for name in folders + files):
+                return False
+        return True
 
     def check_ref(self, ref: str | None, kind: str) -> None:
-        """Refuse a local model/dataset path outside the allowed folders (a Hub id always passes)."""
-        if self.may_read(ref):
+        """Refuse a local model/dataset path outside the allowed folders (a Hub id always passes); a model folder's
+        every file, which its job loads, too."""
+        if self.may_read(ref, whole="model" in kind):
             return
         where = ("no local folder is allowed" if not self.local_dirs
-                 else "only inside the folders the operator allowed, and no file with other names (a hard link)")
+                 else "only inside the folders the operator allowed, and no file with other names (a hard link); "
+                 f"every file of a model folder too, at most {MAX_FOLDER_ENTRIES:,} of them")
         raise AccessError(f"{kind} {ref!r} is a path on the server, which callers over {self.over} may not read "
                          f"({where}; the operator adds one with --allow-local-files DIR). Send a Hub id instead.")
 
