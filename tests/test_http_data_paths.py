@@ -212,3 +212,19 @@ async def test_a_model_folder_whose_files_link_out_is_refused(tool: str, folders
     assert not (await call_once("estimate_cost", arguments if tool == "estimate_cost" else
                                 {"model": str(model), "method": "sft", "num_examples": 8},
                                 access=http(shared))).is_error
+
+
+@pytest.mark.parametrize("key", ["image", "path", "url"])
+async def test_an_image_part_of_a_conversation_naming_a_file_outside_is_refused(key: str, folders: tuple[Path, Path],
+                                                                              offline) -> None:
+    """A turn's content part {"type": "image", "image": path}: a processor's chat template loads it
+    (transformers' load_image opens a local path), so it is checked like an images column."""
+    shared, private = folders
+    rows = [dict(r) for r in example_rows("sft", 4, data_format="vision_messages")]
+    rows[2]["messages"] = [{"role": "user", "content": [
+        {"type": "image", key: str(private / "keys" / "id_rsa_canary.png")}, {"type": "text", "text": "What?"}]},
+        {"role": "assistant", "content": "Blue."}]
+    write_images(shared, rows[:2] + rows[3:])
+    data = write_jsonl(shared / "parts.jsonl", rows)
+    result = await call_once("validate_dataset", {"dataset": str(data), "method": "sft"}, http(shared))
+    assert "outside the folders" in outside_said(result)

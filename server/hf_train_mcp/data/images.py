@@ -74,6 +74,19 @@ def cell_paths(value: Any) -> list[Any]:
     return [value] if isinstance(value, str) and not value.startswith(("http://", "https://")) else []
 
 
+def part_paths(value: Any) -> list[Any]:
+    """The files the image parts of a conversation name ({"type": "image", "image" | "path" | "url": ...} in a
+    turn's content): a processor's chat template loads them (transformers' load_image reads a local path)."""
+    if isinstance(value, list):
+        return [path for item in value for path in part_paths(item)]
+    if not isinstance(value, dict):
+        return []
+    if value.get("type") == "image":
+        named = [value.get(key) for key in ("image", "path", "url") if isinstance(value.get(key), str)]
+        return [name for name in named if not name.startswith(("http://", "https://", "data:"))]
+    return part_paths(value.get("content"))
+
+
 def image_file(name: str, base: Path | None) -> Path:
     """Where the job reads an image file named in a row: relative names from the data's folder (the template's
     image_path)."""
