@@ -30,7 +30,7 @@ RESERVED_NAMES = frozenset({
     "base_license", "write_card", "read_card", "EVALUATION_MARK", "own_gpu", "new_trainer", "truncate_prompts",
     "truncated_prompt", "teardown", "adapter_labels", "load_processing", "trainer_model", "unsloth_model", "unsloth",
     "as_images", "vision_rows", "vision_loss", "image_path", "as_turns", "vision_processor", "vision_generate",
-    "vision_preference_accuracy",
+    "vision_preference_accuracy", "checkpointing", "input_limit",
 })
 
 
