@@ -2,8 +2,9 @@
 
 The loss follows the data, and the script reads it from the columns it was given (templates/embedding.py.j2), so
 a request has nothing more to say: anchor/positive pairs and anchor/positive/negative triplets train with
-MultipleNegativesRankingLoss (every other row of the batch is a negative too), sentence1/sentence2/score rows with
-CoSENTLoss (it reads only the order of the scores: a 0-5 scale trains as a 0-1 one does).
+MultipleNegativesRankingLoss (every other row of the batch is a negative too; on several GPUs, every GPU's rows),
+sentence1/sentence2/score rows with CoSENTLoss (it reads only the order of the scores: a 0-5 scale trains as a 0-1
+one does).
 
 The model is `SentenceTransformer(model)`: a sentence-transformers model keeps its own modules; a plain
 transformers checkpoint gets sentence-transformers' default pooling (mean for encoders, the last token for
@@ -47,8 +48,9 @@ METHOD = MethodSpec(
     },
     keep_columns=("anchor", "positive", "negative", "sentence1", "sentence2", "score"),
     sequences_per_example=2,
-    # MultipleNegativesRankingLoss takes its negatives from the other rows of the per-device batch: a handful
-    # of rows makes the task too easy (sentence-transformers' examples use 32-128); accumulation adds none
+    # MultipleNegativesRankingLoss takes its negatives from the other rows of the batch (each GPU's, gathered): a
+    # handful of rows per device makes the task too easy (sentence-transformers' examples use 32-128); accumulation
+    # adds none
     min_batch=16,
     classifier=True, peft_task="FEATURE_EXTRACTION", eval_metric="embedding", check=check,
     template="embedding", library="sentence-transformers", model_library="sentence-transformers",

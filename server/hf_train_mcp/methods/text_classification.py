@@ -6,6 +6,20 @@ The labels are the dataset's own: a ClassLabel's names, else the distinct values
 
 from hf_train_mcp.methods.base import MethodSpec
 
+# transformers' DeBERTa attention fills masked scores with the minimum of the query's dtype
+# (modeling_deberta_v2.py: `torch.finfo(query_layer.dtype).min`): under QLoRA the 4-bit layers return float32
+# queries while autocast computes the scores in bf16/fp16, which cannot hold that value (RuntimeError at step 1)
+QLORA_OVERFLOWS = ("deberta", "deberta-v2")
+
+
+def no_qlora_overflow(req, size, teacher) -> None:
+    if req.peft == "qlora" and size.model_type in QLORA_OVERFLOWS:
+        raise ValueError(
+            f"peft='qlora' does not train {req.model!r} (model_type {size.model_type!r}): transformers' DeBERTa "
+            "attention fills its masked scores with float32's minimum, which the half-precision scores of a 4-bit "
+            "model cannot hold (a RuntimeError at the first step). Send peft='lora' (DeBERTa-v3-large trains with "
+            "LoRA in 16-bit on one 24 GB GPU) or peft='full'. Nothing was launched.")
+
 
 METHOD = MethodSpec(
     name="text-classification", title="text classification", summary="text classifier",
@@ -19,5 +33,5 @@ METHOD = MethodSpec(
     },
     keep_columns=("text", "label"), classifier=True, peft_task="SEQ_CLS", eval_metric="accuracy",
     template="text-classification", library="transformers Trainer",
-    auto_class="AutoModelForSequenceClassification",
+    auto_class="AutoModelForSequenceClassification", check_sizes=no_qlora_overflow,
 )
