@@ -13,7 +13,7 @@ from mcp import Client
 from hf_train_mcp.app import build_server
 from hf_train_mcp.estimate.constants import MAX_IMAGE_TOKENS
 from hf_train_mcp.estimate.sizing import ImageGrid, param_counts
-from hf_train_mcp.model_family import CAUSAL_LM, Family, decide, training_refusal
+from hf_train_mcp.model_family import CAUSAL_LM, NO_ACTIVATION_CHECKPOINTING, Family, decide, training_refusal
 from hf_train_mcp.model_files import TEXT_DEFAULTS, VISION_DEFAULTS, model_files, one_read_each, text_config
 from tests.emulator import Emulator, ViewerDataset
 from tests.helpers import call, call_once, refused, script_config
@@ -100,6 +100,44 @@ def test_the_text_defaults_table_is_transformers_own() -> None:
                     assert expected in (None, config.num_attention_heads), (model_type, key)
                 else:
                     assert expected == value, (model_type, key, expected, value)
+
+
+def test_the_models_that_cannot_checkpoint_are_transformers_own() -> None:
+    """Every model type whose sequence/image classifier or causal LM class cannot checkpoint activations, and no
+    other: the estimate keeps their activations whole and the plan says so."""
+    import transformers
+    from transformers.models.auto import modeling_auto
+
+    found = set()
+    for mapping in ("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES", "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",
+                    "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"):
+        for model_type, name in getattr(modeling_auto, mapping).items():
+            try:  # a class whose extra (torchaudio, timm, ...) is missing here cannot be asked
+                supported = getattr(getattr(transformers, name if isinstance(name, str) else name[0]),
+                                    "supports_gradient_checkpointing", False)
+            except (ImportError, AttributeError):
+                continue
+            if not supported:
+                found.add(model_type)
+    assert found == NO_ACTIVATION_CHECKPOINTING
+
+
+def test_a_model_that_cannot_checkpoint_is_sized_and_said_so() -> None:
+    from hf_train_mcp.estimate.sizing import ModelSize, memory_need
+    from hf_train_mcp.estimate.hardware import fallback_catalog
+    from hf_train_mcp.planning import DataFacts, plan_run
+    from hf_train_mcp.request import TrainingRequest
+
+    shape = dict(params=109_000_000, layers=12, hidden=768, vocab=30_527, intermediate=3072, source="config.json")
+    mpnet, bert = ModelSize(**shape, model_type="mpnet"), ModelSize(**shape, model_type="bert")
+    need = {s.model_type: memory_need(s, method="text-classification", peft="full", batch=32, seq_len=512)
+            for s in (mpnet, bert)}
+    assert need["mpnet"].activations_gb > 5 * need["bert"].activations_gb
+    request = TrainingRequest(model="microsoft/mpnet-base", dataset="org/reviews", hub_model_id="me/out",
+                              method="text-classification")
+    plan = plan_run(request, backend="hf", size=mpnet, catalog=fallback_catalog(), namespace="me",
+                    data=DataFacts(num_rows=1000))
+    assert any("cannot checkpoint activations" in w for w in plan.warnings)
 
 
 # --- the family, from the files ----------------------------------------------------------------------------------

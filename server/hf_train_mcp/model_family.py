@@ -35,6 +35,14 @@ _TAG_KINDS = {"text-generation": CAUSAL_LM, "fill-mask": ENCODER, "feature-extra
               "image-classification": IMAGE_CLASSIFIER, "image-feature-extraction": IMAGE_ENCODER,
               "zero-shot-image-classification": DUAL_ENCODER, "image-text-to-text": VISION_LANGUAGE,
               "text2text-generation": SEQ2SEQ}
+# Model types whose transformers classes (sequence and image classification, causal LM) cannot checkpoint
+# activations (`supports_gradient_checkpointing` unset): their scripts train with it off (templates' checkpointing())
+# and the estimate keeps every layer's activations. tests/test_model_families.py holds it to transformers.
+NO_ACTIVATION_CHECKPOINTING = frozenset({
+    "albert", "bit", "convnext", "convnextv2", "cpmant", "ctrl", "cvt", "dinat", "efficientnet", "flaubert", "funnel",
+    "gpt_neox_japanese", "hgnet_v2", "ibert", "jetmoe", "layoutlmv2", "layoutlmv3", "levit", "markuplm",
+    "mobilenet_v1", "mobilenet_v2", "mpnet", "openai-gpt", "perceiver", "poolformer", "pvt", "reformer", "regnet",
+    "resnet", "shieldgemma2", "squeezebert", "textnet", "timm_wrapper", "xlm", "xlnet"})
 # for a model one can pick instead, by what the caller wanted to do
 VLM_EXAMPLES = ("Qwen/Qwen2-VL-2B-Instruct", "HuggingFaceTB/SmolVLM-Instruct")
 

@@ -16,7 +16,7 @@ from hf_train_mcp.chat_template import CHATML, SHAREGPT_ROLES
 from hf_train_mcp.durations import format_duration, header_duration
 from hf_train_mcp.errors import DatasetError, NoFitError, TrainError
 from hf_train_mcp.estimate import constants as EC
-from hf_train_mcp.estimate.advice import flavor_warnings
+from hf_train_mcp.estimate.advice import flavor_warnings, model_warnings
 from hf_train_mcp.estimate.cost import FlavorEstimate, Workload, estimate_on, how_to_fit
 from hf_train_mcp.estimate.hardware import Catalog
 from hf_train_mcp.measure import apply_measurement, probe_config, probe_timeout
@@ -415,6 +415,7 @@ def plan_run(req: TrainingRequest, *, backend: str, size: ModelSize, catalog: Ca
 
     flavor, gpus, estimate = _placement(req, where, hyper, size, catalog, data, local_cuda=local_cuda,
                                         measured=measured, warnings=warnings)
+    warnings += model_warnings(size.model_type)
 
     sched = hyper.schedule(size.billions, gpus * hyper.nodes)
     effective = sched.effective(gpus * hyper.nodes)

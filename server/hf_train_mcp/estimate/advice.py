@@ -17,6 +17,16 @@ def flavor_warnings(flavor: str, hours: float, *, model_type: str, save_steps: i
     return out
 
 
+def model_warnings(model_type: str | None) -> list[str]:
+    """What the model's architecture changes in the run: no activation checkpointing (more memory per batch)."""
+    from hf_train_mcp.model_family import NO_ACTIVATION_CHECKPOINTING
+
+    if model_type not in NO_ACTIVATION_CHECKPOINTING:
+        return []
+    return [f"{model_type} models cannot checkpoint activations: the script trains with checkpointing off, and the "
+            "estimate keeps every layer's activations (a smaller per_device_batch_size fits a smaller GPU)"]
+
+
 def memory_advice(*, method: str | None, request: dict | None, kind: str | None) -> str:
     """What to resubmit with when a job's GPU runs out of memory, fitting the job: no QLoRA for a QLoRA job or
     where QLoRA is refused (embedding, an engine without it), LoRA for a full fine-tune, no max_length for

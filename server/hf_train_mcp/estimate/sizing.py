@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 from hf_train_mcp import engines, methods
 from hf_train_mcp.estimate import constants as C
-from hf_train_mcp.model_family import DUAL_ENCODER_TYPES, Family, family_of
+from hf_train_mcp.model_family import DUAL_ENCODER_TYPES, NO_ACTIVATION_CHECKPOINTING, Family, family_of
 from hf_train_mcp.model_files import model_files, text_config, vision_config
 
 log = logging.getLogger(__name__)
@@ -321,8 +321,9 @@ def memory_need(
     engine: str = "trl",
     shards: int = 1,
 ) -> MemoryNeed:
-    """Peak GPU memory of one GPU with gradient checkpointing: a data-parallel replica holds a full copy; with
-    `shards` > 1 (FSDP full shard) the weights, gradients and optimizer state are split over that many GPUs.
+    """Peak GPU memory of one GPU with gradient checkpointing (where the model has it): a data-parallel replica
+    holds a full copy; with `shards` > 1 (FSDP full shard) the weights, gradients and optimizer state are split
+    over that many GPUs.
     engine: what trains it (Unsloth keeps less of the checkpoints and logits on the GPU: engines.py)."""
     spec = methods.get(method)
     kept = engines.get(engine)
@@ -348,8 +349,11 @@ def memory_need(
     act_bytes = 2.0
     # checkpointed hidden states of every layer + the working set of the one layer being recomputed
     offloaded = kept.checkpoint_share if seq_len >= kept.offloads_from_seq_len else 1.0
-    acts = sequences * seq_len * size.hidden * act_bytes * size.layers * offloaded
-    acts += sequences * seq_len * (size.hidden * 16 + size.intermediate * 3) * act_bytes
+    working_set = sequences * seq_len * (size.hidden * 16 + size.intermediate * 3) * act_bytes
+    if size.model_type in NO_ACTIVATION_CHECKPOINTING:  # every layer's working set stays for the backward pass
+        acts = working_set * size.layers
+    else:
+        acts = sequences * seq_len * size.hidden * act_bytes * size.layers * offloaded + working_set
     if not spec.classifier:  # LM head logits (bf16) + their fp32 upcast for the loss
         acts += sequences * seq_len * size.vocab * 6 * kept.logits_share
     if spec.generates:  # KV cache while generating
