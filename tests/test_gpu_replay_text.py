@@ -1,0 +1,78 @@
+"""The text methods' GPU branches, replayed on CPU on the tiny Qwen2 (tests/replay.py): every TRL method (SFT,
+DPO, GRPO, reward modeling, KTO, distillation) under bf16 autocast in QLoRA's real 4-bit and under fp16 autocast
+with LoRA, activation checkpointing on as a GPU job has it, two optimizer steps each, in process.
+
+Each replay checks what a paid GPU job would meet: the base's linear layers in 4-bit (QLoRA) while the trainable
+weights (adapters, a reward model's score head) stay in fp32 out of 4-bit, checkpointing really on in the model
+the trainer holds, a finite loss, and adapters that moved."""
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hf_train_mcp.tiny import example_rows, write_jsonl
+from tests.conftest import needs_training
+from tests.replay import checkpointing_on, gpu_trainer, replay_script
+
+pytestmark = [needs_training, pytest.mark.training,
+              # PEFT reads transformers 5's renamed checkpointing flag; bitsandbytes' CPU path warns of its speed
+              pytest.mark.filterwarnings("ignore::FutureWarning"), pytest.mark.filterwarnings("ignore::UserWarning")]
+
+# each method's own request fields: small generations, a teacher, whole groups of completions
+FIELDS: dict[str, dict[str, Any]] = {
+    "sft": {}, "dpo": {}, "reward": {}, "kto": {},
+    "grpo": {"num_generations": 2, "max_completion_length": 8, "reward_funcs": ["length"], "per_device_batch_size": 2},
+    "distill": {"max_completion_length": 8, "per_device_batch_size": 2},
+}
+RUNS = [(method, precision, peft) for method in FIELDS for precision, peft in (("bf16", "qlora"), ("fp16", "lora"))]
+
+
+def perturbed(model: Path, folder: Path) -> Path:
+    import shutil
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    shutil.copytree(model, folder)
+    teacher = AutoModelForCausalLM.from_pretrained(folder)
+    with torch.no_grad():
+        for param in teacher.parameters():
+            param.add_(torch.randn_like(param) * 0.05)
+    teacher.save_pretrained(folder)
+    return folder
+
+
+def trained_weights(model) -> dict[str, Any]:
+    return {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
+
+
+@pytest.mark.parametrize(("method", "precision", "peft"), RUNS, ids=["-".join(r) for r in RUNS])
+def test_every_text_method_trains_under_gpu_precision(method: str, precision: str, peft: str, tiny_model: Path,
+                                                      tmp_path: Path, offline, monkeypatch: pytest.MonkeyPatch
+                                                      ) -> None:
+    import math
+
+    import bitsandbytes as bnb
+    import torch
+
+    rows = example_rows("grpo" if method == "distill" else method, 16)
+    data = write_jsonl(tmp_path / "data.jsonl", rows)
+    fields = {"max_length": 64, **FIELDS[method], "method": method, "peft": peft}
+    if method == "distill":  # a teacher that differs from the student: the same weights have nothing to teach
+        fields["teacher_model"] = str(perturbed(tiny_model, tmp_path / "teacher"))
+    trainer = gpu_trainer(replay_script(tmp_path, tiny_model, data, **fields), monkeypatch, precision)
+    model = trainer.model
+    assert checkpointing_on(trainer)
+    quantized = [n for n, m in model.named_modules() if isinstance(m, bnb.nn.Linear4bit)]
+    assert bool(quantized) == (peft == "qlora"), quantized[:3]
+    before = trained_weights(model)
+    assert before and {p.dtype for p in before.values()} == {torch.float32}, {p.dtype for p in before.values()}
+    if method == "reward":  # the new score head trains whole, unquantized
+        assert any(".score." in name and "lora_" not in name for name in before), sorted(before)[:6]
+    result = trainer.train()
+    assert math.isfinite(result.training_loss)
+    assert model.get_base_model().is_gradient_checkpointing  # the trainer turned it on, as on the GPU
+    after = dict(trainer.model.named_parameters())
+    moved = [n for n, p in before.items() if "lora_B" in n and not torch.equal(after[n].detach(), p)]
+    assert moved, "no adapter moved in two steps"
