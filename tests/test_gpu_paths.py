@@ -30,10 +30,16 @@ def test_the_trainer_loads_the_model_after_the_distributed_state_exists(method: 
 
 
 def test_each_rank_loads_a_quantized_model_onto_its_own_gpu(tmp_path: Path, monkeypatch) -> None:
+    import torch
+
     script = load(tmp_path, peft="qlora", flavor="a10g-largex2")
     monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the GPU job's branch
     prec = {"dtype": "bfloat16"}
     assert script["model_init_kwargs"](prec) == {"dtype": "bfloat16", "device_map": {"": 1}}
+    assert load(tmp_path, peft="lora")["model_init_kwargs"](prec)["device_map"] == {"": 1}  # own_gpu: this rank's
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the replays: bitsandbytes' CPU backend
+    assert script["model_init_kwargs"](prec)["device_map"] == {"": "cpu"}
     assert "device_map" not in load(tmp_path, peft="lora")["model_init_kwargs"](prec)
 
 
