@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from hf_train_mcp.estimate.constants import MAX_IMAGE_TOKENS
+from hf_train_mcp.methods.sft import MAX_IMAGE_TOKENS
 from hf_train_mcp.estimate.hardware import fallback_catalog
 from hf_train_mcp.estimate.sizing import image_grid
 from hf_train_mcp.planning import LANGUAGE_TOWER, DataFacts, plan_run

@@ -20,7 +20,7 @@ from hf_train_mcp import telemetry
 from hf_train_mcp.backends import hf_jobs
 from hf_train_mcp.app import build_server
 from hf_train_mcp.backends.local import LocalBackend, parse_nvidia_smi, this_machines_gpus
-from hf_train_mcp.estimate.advice import memory_advice
+from hf_train_mcp.telemetry import memory_advice
 from hf_train_mcp.hub import hub_api
 from hf_train_mcp.service import Core
 from tests.conftest import WRITE_TOKEN
@@ -318,7 +318,7 @@ def fake_nvidia_smi(folder: Path, body: str) -> None:
 def test_a_local_reading_runs_nvidia_smi_with_a_time_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     bin_dir = tmp_path / "bin"
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     fake_nvidia_smi(bin_dir, f"printf '{SMI}'")
     assert [g.index for g in this_machines_gpus()] == [0, 1]
     fake_nvidia_smi(bin_dir, "sleep 30")  # a wedged driver
@@ -348,7 +348,7 @@ def test_a_3000_row_nvidia_smi_is_cut_to_16_gpus_with_impossible_figures_null(
     with -500 % and negative MiB) gets the same checks as a Jobs one."""
     bin_dir = tmp_path / "bin"
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     rows = tmp_path / "smi.csv"
     rows.write_text("0, -500, -1024, 24564\n" + "".join(f"{i}, 87, 20480, 24564\n" for i in range(1, 3000)))
     fake_nvidia_smi(bin_dir, f"cat {rows}")

@@ -11,7 +11,7 @@ import pytest
 from mcp import Client
 
 from hf_train_mcp.app import build_server
-from hf_train_mcp.estimate.constants import MAX_IMAGE_TOKENS
+from hf_train_mcp.methods.sft import MAX_IMAGE_TOKENS
 from hf_train_mcp.estimate.sizing import ImageGrid, param_counts
 from hf_train_mcp.model_family import CAUSAL_LM, NO_ACTIVATION_CHECKPOINTING, Family, decide, training_refusal
 from hf_train_mcp.model_files import TEXT_DEFAULTS, VISION_DEFAULTS, model_files, one_read_each, text_config

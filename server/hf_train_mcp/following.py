@@ -18,7 +18,7 @@ from hf_train_mcp.hub import HubUnreachable, hub_token, resolve_identity, scrub
 from hf_train_mcp.durations import minutes_since
 from hf_train_mcp.ledger import JobRecord
 from hf_train_mcp.stages import SETTLED_STAGES
-from hf_train_mcp.estimate.advice import memory_advice
+from hf_train_mcp.telemetry import memory_advice
 from hf_train_mcp.logparse import OUT_OF_MEMORY, ParsedLog, parse_log, probe_metrics
 from hf_train_mcp.schemas import CancelResult, JobList, JobReport, JobSummary, LogPage, NodeStage
 from hf_train_mcp.telemetry import GpuTelemetry

@@ -25,36 +25,3 @@ def model_warnings(model_type: str | None) -> list[str]:
         return []
     return [f"{model_type} models cannot checkpoint activations: the script trains with checkpointing off, and the "
             "estimate keeps every layer's activations (a smaller per_device_batch_size fits a smaller GPU)"]
-
-
-def memory_advice(*, method: str | None, request: dict | None, kind: str | None) -> str:
-    """What to resubmit with when a job's GPU runs out of memory, fitting the job: no QLoRA for a QLoRA job or
-    where QLoRA is refused (embedding, an engine without it), LoRA for a full fine-tune, no max_length for
-    images; a job this server did not render (run_script, another's) hears what to change in its own code."""
-    from hf_train_mcp import methods
-
-    if kind not in ("train", "node") or method not in methods.NAMES or not request:
-        return ("lower the batch size (or sequence length) it runs with, or run it on a flavor with more GPU "
-                "memory")
-    steps = ["a smaller per_device_batch_size (raise gradient_accumulation to keep the batch)"]
-    if methods.get(method).inputs == "text":
-        steps.append("a shorter max_length")
-    peft = request.get("peft") or "lora"
-    if peft == "full":
-        steps.append("peft='lora'")
-    elif peft == "lora" and _qlora_offered(request):
-        steps.append("peft='qlora'")
-    steps.append("a flavor with more GPU memory (estimate_cost)")
-    return f"resubmit with {', '.join(steps[:-1])} or {steps[-1]}"
-
-
-def _qlora_offered(request: dict) -> bool:
-    """Whether the same run would be accepted with peft='qlora' (the method's and the engine's own checks)."""
-    from hf_train_mcp.request import RunShape
-
-    shape = {name: value for name, value in request.items() if name in RunShape.model_fields}
-    try:
-        RunShape.model_validate({**shape, "peft": "qlora"})
-    except ValueError:  # pydantic's ValidationError is one
-        return False
-    return True

@@ -206,10 +206,3 @@ LLAMA_QUANTIZE_BUILD_VCPU_S = 1600  # building llama-quantize: ~200 s on 8 vCPUs
 EXPORT_RAM_SAFETY = 1.25  # a merge holds the bf16 model in memory, plus loader and serializer peaks
 EXPORT_RAM_FLOOR_GB = 4.0  # Python, torch and the tokenizer
 GGUF_BYTES_PER_PARAM = {"f16": 2.0, "q8_0": 1.07, "q4_k_m": 0.6}  # file size per parameter (llama.cpp's tables)
-
-# A dynamic-resolution VLM (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) makes an image as many tokens as its pixels allow, and
-# its Hub processor allows up to 12,845,056 (Qwen/Qwen2-VL-2B-Instruct's preprocessor_config.json max_pixels):
-# ~16k tokens for a 12 MP photo, in a row SFT/DPO never cut (max_length=None keeps image tokens whole). Training
-# scripts cap the processor at this many tokens an image, Qwen's own recommended bound (max_pixels = 1280*28*28,
-# the Qwen2-VL model card), and the estimate counts images at the same cap (sizing.image_grid).
-MAX_IMAGE_TOKENS = 1280

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 
 from hf_train_mcp import engines, methods
 from hf_train_mcp.estimate import constants as C
+from hf_train_mcp.methods.sft import MAX_IMAGE_TOKENS
 from hf_train_mcp.model_family import DUAL_ENCODER_TYPES, NO_ACTIVATION_CHECKPOINTING, Family, family_of
 from hf_train_mcp.model_files import model_files, text_config, vision_config
 
@@ -209,8 +210,8 @@ def image_grid(processor: dict | None) -> ImageGrid | None:
     high = processor.get("max_pixels") or size.get("longest_edge")
     patch, merge = processor.get("patch_size"), processor.get("merge_size")
     if all(isinstance(v, int) and v > 0 for v in (low, high, patch, merge)) and high >= low:
-        # the training scripts cap the processor at C.MAX_IMAGE_TOKENS an image (their cap_image_tokens)
-        return ImageGrid(patch, merge, low, max(low, min(high, C.MAX_IMAGE_TOKENS * (patch * merge) ** 2)))
+        # the training scripts cap the processor at MAX_IMAGE_TOKENS an image (their cap_image_tokens)
+        return ImageGrid(patch, merge, low, max(low, min(high, MAX_IMAGE_TOKENS * (patch * merge) ** 2)))
     return None
 
 
