@@ -5,6 +5,9 @@ On a GPU machine: python benchmarks/gpu.py [--model PATH_OR_ID] [--steps 20]
 Anywhere (CPU, tiny in-process model, no QLoRA): python benchmarks/gpu.py --cpu
 Unsloth vs TRL on the same QLoRA and LoRA SFT run (CUDA and `pip install unsloth` needed; skipped otherwise):
     python benchmarks/gpu.py --methods sft --pefts qlora,lora --engines trl,unsloth
+The families' GPU branches for real (the CPU suite's replays, where CUDA makes them take the GPU's own paths:
+bitsandbytes' CUDA 4-bit, CUDA autocast and its grad scaler, NCCL for the two-rank checks where torchrun finds it):
+    python benchmarks/gpu.py --families
 Across nodes (the ready check of submit_training(nodes=N)), on each node of one Jobs network group:
     accelerate launch --num_machines N --machine_rank R ... benchmarks/gpu.py --nccl
 
@@ -95,7 +98,11 @@ def main() -> None:
                         "(Unsloth: SFT/GRPO, LoRA/QLoRA, CUDA only), and Unsloth's ratio to TRL on the same run")
     parser.add_argument("--nccl", action="store_true", help="instead: the multi-node ready check (benchmarks/nccl.py, "
                         "NCCL all-reduce bandwidth), on each node of a network group under accelerate launch/torchrun")
+    parser.add_argument("--families", action="store_true", help="instead: the replay tests of every family "
+                        "(tests/test_gpu_replay_*.py), which take the GPU's own branches where CUDA is present")
     args = parser.parse_args()
+    if args.families:
+        sys.exit(families())
     if args.nccl:  # what only a GPU cluster can prove: the nodes of one group reach each other at speed
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         import nccl
@@ -183,6 +190,18 @@ def compare_engines(rows: dict[str, dict]) -> None:
         speed = ours["tokens_per_s"] / base["tokens_per_s"] if ours["tokens_per_s"] and base["tokens_per_s"] else None
         memory = ours["peak_gb"] / base["peak_gb"] if ours["peak_gb"] and base["peak_gb"] else None
         print(f"{name:30s} {_num(speed):>10s} {_num(memory):>10s}")
+
+
+REPLAYS = ("test_gpu_replay_text.py", "test_gpu_replay_classifiers.py", "test_gpu_replay_vlm.py",
+           "test_gpu_replay_nodes.py", "test_gpu_paths.py")
+
+
+def families() -> int:
+    """The families' replays under pytest, on this machine's GPU when it has one; its exit status."""
+    root = Path(__file__).resolve().parents[1]
+    print(f"families on {'CUDA' if _has_cuda() else 'CPU (replayed branches only)'}", flush=True)
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=15",
+                           *(str(root / "tests" / name) for name in REPLAYS)], cwd=root).returncode
 
 
 def _num(value: float | None) -> str:
