@@ -225,6 +225,24 @@ def test_image_classifiers_train_their_whole_head_under_gpu_precision(family: st
     check_trained(trainer, check_heads_train_whole(trainer, IMAGE_HEADS[family], peft))
 
 
+# --- the review of the families (issue 30, second round): findings 5-8 and 11 ---------------------------------------
+@pytest.mark.parametrize("problem", ["multi_label_classification", "regression"])
+def test_a_checkpoint_of_another_problem_type_gets_a_single_label_head(problem: str, encoders: Path, tmp_path: Path,
+                                                                       offline, monkeypatch: pytest.MonkeyPatch
+                                                                       ) -> None:
+    """Finding 11: a Hub fine-tune whose config sets problem_type (SamLowe/roberta-base-go_emotions: multi-label)
+    keeps it through from_pretrained, and its loss wants float targets of the head's shape: a ValueError (or a
+    size mismatch, for regression) at step 1. The job's new head trains on class ids, single-label."""
+    model = build_text_encoder(encoders / f"roberta-{problem}", "roberta", head=True)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "problem_type": problem}))
+    data = write_jsonl(tmp_path / "reviews.jsonl", example_rows("text-classification", 16))
+    trainer = gpu_trainer(replay_script(tmp_path, model, data, method="text-classification", peft="lora"),
+                          monkeypatch, "bf16")
+    assert trainer.model.config.problem_type == "single_label_classification"
+    check_trained(trainer, check_heads_train_whole(trainer, TEXT_HEADS["roberta"], "lora"))
+
+
 # --- embedding models -------------------------------------------------------------------------------------------
 EMBEDDING_RUNS = [("mpnet", "bf16", "lora"), ("mpnet", "fp16", "lora"), ("mpnet", "bf16", "full"),
                   ("bert", "bf16", "lora"), ("bert", "fp16", "lora")]
