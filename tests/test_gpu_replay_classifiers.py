@@ -226,6 +226,66 @@ def test_image_classifiers_train_their_whole_head_under_gpu_precision(family: st
 
 
 # --- the review of the families (issue 30, second round): findings 5-8 and 11 ---------------------------------------
+CNN_RUNS = [("regnet-y", "fp16", "lora"), ("regnet-y", "bf16", "qlora"), ("efficientnet", "fp16", "lora"),
+            ("efficientnet", "bf16", "qlora"), ("mobilenet_v2", "bf16", "lora")]
+
+
+@pytest.mark.parametrize(("family", "precision", "peft"), CNN_RUNS, ids=["-".join(r) for r in CNN_RUNS])
+def test_lora_on_a_cnn_adapts_its_plain_convolutions_not_its_grouped_or_depthwise_ones(
+        family: str, precision: str, peft: str, encoders: Path, tmp_path: Path, offline,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding 6: RegNet-Y's grouped convolutions (groups 3 and 6: rank 16 is no multiple, PEFT raises), MobileNet's
+    depthwise ones and EfficientNet's EfficientNetDepthwiseConv2d (a subclass PEFT cannot rebuild) stay as they
+    are; the adapters sit on the plain convolutions (groups=1), which train, beside the head trained whole."""
+    import torch
+    from peft.tuners.lora import LoraLayer
+
+    fields = {"tf_padding": False} if family == "mobilenet_v2" else {}  # TF padding: the next test
+    model = build_image_encoder(encoders / f"{family}-plain", family, **fields)
+    rows = example_rows("image-classification", 16)
+    write_images(tmp_path / "data", rows)
+    trainer = gpu_trainer(replay_script(tmp_path, model, tmp_path / "data" / "images",
+                                        method="image-classification", peft=peft), monkeypatch, precision)
+    inner = trainer.model.get_base_model()
+    adapted = [m.get_base_layer() for m in inner.modules() if isinstance(m, LoraLayer)]
+    assert adapted and all(type(m) is torch.nn.Conv2d and m.groups == 1 for m in adapted)
+    left = [m for n, m in inner.named_modules() if isinstance(m, torch.nn.Conv2d) and ".lora_" not in n
+            and not n.endswith(".base_layer")]  # the model's own convolutions that got no adapter
+    assert left and all(m.groups > 1 or type(m) is not torch.nn.Conv2d for m in left)  # the grouped ones stay
+    before = check_heads_train_whole(trainer, ["classifier"], peft)
+    lora = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_B" in n}
+    check_trained(trainer, before)
+    after = dict(trainer.model.named_parameters())
+    assert any(not torch.equal(after[n].detach(), p) for n, p in lora.items())
+
+
+def test_lora_on_a_mobilenet_with_tf_padding_stops_before_training(encoders: Path, tmp_path: Path, offline,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """google/mobilenet_v2_1.0_224's TF-style padding reads each convolution's stride, which a LoRA layer does
+    not carry (AttributeError at the first forward): the script stops at once and says what to send."""
+    model = build_image_encoder(encoders / "mobilenet_v2", "mobilenet_v2")
+    rows = example_rows("image-classification", 16)
+    write_images(tmp_path / "data", rows)
+    script = replay_script(tmp_path, model, tmp_path / "data" / "images", method="image-classification", peft="lora")
+    with pytest.raises(SystemExit, match=r"LoRA cannot adapt MobileNetV2ForImageClassification: .* Send peft='full'"):
+        gpu_trainer(script, monkeypatch, "fp16")
+
+
+@pytest.mark.parametrize("family", ["swin", "focalnet"])
+def test_qlora_trains_models_whose_patch_embeddings_return_a_tuple(family: str, encoders: Path, tmp_path: Path,
+                                                                   offline, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding 7: prepare_model_for_kbit_training's default hook makes the input embeddings' output require grad
+    (`output.requires_grad_(True)`), and Swin's and FocalNet's patch embeddings return a tuple: AttributeError at
+    the first forward. Non-reentrant checkpointing needs no such hook: real 4-bit, bf16, checkpointing on."""
+    model = build_image_encoder(encoders / family, family)
+    rows = example_rows("image-classification", 16)
+    write_images(tmp_path / "data", rows)
+    trainer = gpu_trainer(replay_script(tmp_path, model, tmp_path / "data" / "images",
+                                        method="image-classification", peft="qlora"), monkeypatch, "bf16")
+    assert checkpointing_on(trainer)
+    check_trained(trainer, check_heads_train_whole(trainer, ["classifier"], "qlora"))
+
+
 @pytest.mark.parametrize("problem", ["multi_label_classification", "regression"])
 def test_a_checkpoint_of_another_problem_type_gets_a_single_label_head(problem: str, encoders: Path, tmp_path: Path,
                                                                        offline, monkeypatch: pytest.MonkeyPatch
