@@ -286,6 +286,29 @@ def test_qlora_trains_models_whose_patch_embeddings_return_a_tuple(family: str, 
     check_trained(trainer, check_heads_train_whole(trainer, ["classifier"], "qlora"))
 
 
+REWARD_RUNS = [("roberta", "qlora"), ("roberta", "lora"), ("deberta-v3", "lora"), ("deberta-v3", "qlora"),
+               ("distilbert", "lora"), ("distilbert", "qlora"), ("bert", "lora")]
+
+
+@pytest.mark.parametrize(("family", "peft"), REWARD_RUNS, ids=["-".join(r) for r in REWARD_RUNS])
+def test_reward_models_on_encoders_train_their_whole_head_out_of_4_bit(family: str, peft: str, encoders: Path,
+                                                                       tmp_path: Path, offline,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding 8: method='reward' on encoders: the head TRL's AutoModelForSequenceClassification adds (RoBERTa's
+    classifier.dense/out_proj, DeBERTa's pooler and classifier, DistilBERT's pre_classifier and classifier) kept
+    out of 4-bit (bitsandbytes asserted, or 'compress_statistics' failed) and out of LoRA's targets (DistilBERT's
+    pre_classifier became a lora.Linear that modules_to_save refused), trained whole, under bf16 with
+    checkpointing. BERT's and DistilBERT's tokenizers name no eos, which TRL appends to each answer (a TypeError
+    in str.endswith): their [SEP] ends the answers."""
+    model = build_text_encoder(encoders / family, family)
+    data = write_jsonl(tmp_path / "preferences.jsonl", example_rows("reward", 16))
+    trainer = gpu_trainer(replay_script(tmp_path, model, data, method="reward", peft=peft), monkeypatch, "bf16")
+    assert checkpointing_on(trainer)
+    heads = check_heads_train_whole(trainer, TEXT_HEADS[family], peft)
+    # the score's own bias adds alike to the chosen and the rejected answer: the pairwise loss gives it no gradient
+    check_trained(trainer, {n: p for n, p in heads.items() if not n.endswith(".bias")})
+
+
 @pytest.mark.parametrize("problem", ["multi_label_classification", "regression"])
 def test_a_checkpoint_of_another_problem_type_gets_a_single_label_head(problem: str, encoders: Path, tmp_path: Path,
                                                                        offline, monkeypatch: pytest.MonkeyPatch

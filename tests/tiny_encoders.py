@@ -21,7 +21,7 @@ BERT_SPECIALS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]",
 ROBERTA_SPECIALS = {"bos": "<s>", "pad": "<pad>", "eos": "</s>", "unk": "<unk>", "mask": "<mask>"}
 
 
-def _tokenizer(folder: Path, specials: dict[str, str], input_names: list[str]):
+def _tokenizer(folder: Path, specials: dict[str, str], input_names: list[str], ends: bool = False):
     """A WordPiece tokenizer trained on the tiny rows' texts, wrapping each text as the family does
     ([CLS] ... [SEP] or <s> ... </s>), saved to `folder`."""
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
@@ -41,6 +41,8 @@ def _tokenizer(folder: Path, specials: dict[str, str], input_names: list[str]):
              "mask_token": specials["mask"]}
     if "bos" in specials:
         names.update(bos_token=specials["bos"], eos_token=specials["eos"])
+    if ends:  # DeBERTa-v3's tokenizer names its [CLS] and [SEP] its bos and eos (BERT's and DistilBERT's name none)
+        names.update(bos_token=first, eos_token=last)
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, model_input_names=input_names, **names)
     tokenizer.save_pretrained(folder)
     return tokenizer
@@ -91,7 +93,7 @@ def build_text_encoder(folder: Path, model_type: str, head: bool = False) -> Pat
     folder.mkdir(parents=True, exist_ok=True)
     bert_like = model_type in ("bert", "distilbert", "deberta-v3", "albert")
     tokenizer = _tokenizer(folder, BERT_SPECIALS if bert_like else ROBERTA_SPECIALS,
-                           _INPUTS.get(model_type, ["input_ids", "attention_mask"]))
+                           _INPUTS.get(model_type, ["input_ids", "attention_mask"]), ends=model_type == "deberta-v3")
     real_type = "deberta-v2" if model_type == "deberta-v3" else model_type
     config = _config(real_type, tokenizer, **_text_fields(model_type, tokenizer))
     if head:
