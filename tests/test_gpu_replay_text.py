@@ -78,7 +78,7 @@ def test_every_text_method_trains_under_gpu_precision(method: str, precision: st
     assert moved, "no adapter moved in two steps"
 
 
-# --- the review of the families (issue 30, second round): finding 13 ------------------------------------
+# --- the review of the families (issue 30, second round): findings 12 and 13 ------------------------------------
 def gpt2_layout(tiny_model: Path, folder: Path, positions: int = 64) -> Path:
     """GPT-2's module tree (learned positions in `wpe`, Conv1D layers c_attn/c_proj/c_fc) at `positions`, with the
     tiny model's tokenizer."""
@@ -90,6 +90,44 @@ def gpt2_layout(tiny_model: Path, folder: Path, positions: int = 64) -> Path:
                     ).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+@pytest.mark.parametrize("packing", [False, True])
+def test_sft_beyond_the_models_learned_positions_is_cut_to_them(packing: bool, tiny_model: Path, tmp_path: Path,
+                                                                offline, monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture) -> None:
+    """Finding 12: max_length 128 on a GPT-2 layout with 64 learned positions (gpt2's 1024 asked 2048): rows of
+    ~70 tokens, packed or not, indexed past `wpe` (IndexError; a device-side assert on a GPU). The script cuts
+    max_length to the positions, says so, and the card shows what trained."""
+    import math
+
+    model = gpt2_layout(tiny_model, tmp_path / "gpt2")
+    rows = [{"text": " ".join(f"word{j}" for j in range(60 + i))} for i in range(16)]
+    script = replay_script(tmp_path, model, write_jsonl(tmp_path / "text.jsonl", rows), method="sft", peft="lora",
+                           max_length=128, packing=packing)
+    assert script["CONFIG"]["max_length"] == 128
+    trainer = gpu_trainer(script, monkeypatch, "bf16")
+    assert script["CONFIG"]["max_length"] == trainer.args.max_length == 64
+    assert script["CONFIG"]["card"]["settings"]["max length"] == 64
+    assert "max_length 128 -> 64 (gpt2 has learned positions for 64 tokens" in capsys.readouterr().out
+    assert math.isfinite(trainer.train().training_loss)
+
+
+def test_generation_runs_fit_prompt_and_completion_in_the_learned_positions(tiny_model: Path, tmp_path: Path,
+                                                                            offline) -> None:
+    """GRPO's sequences are the prompt (cut at max_length) and the completion: both within GPT-2's 64 positions.
+    A rotary model's positions are computed for any index (LlamaRotaryEmbedding): its max_length stays."""
+    from transformers import AutoConfig, GPT2Config, OPTConfig, Qwen2Config, RobertaConfig
+
+    data = write_jsonl(tmp_path / "prompts.jsonl", example_rows("grpo", 4))
+    script = replay_script(tmp_path, gpt2_layout(tiny_model, tmp_path / "gpt2"), data, method="grpo",
+                           max_length=128, max_completion_length=48, num_generations=2, reward_funcs=["length"])
+    script["fit_positions"]()
+    assert (script["CONFIG"]["max_length"], script["CONFIG"]["max_completion_length"]) == (32, 32)
+    limit = script["position_limit"]
+    assert limit(GPT2Config(n_positions=1024)) == 1024 and limit(OPTConfig()) == 2048
+    assert limit(RobertaConfig(max_position_embeddings=514)) == 512  # counted after the padding index
+    assert limit(Qwen2Config(max_position_embeddings=64)) is None and limit(AutoConfig.for_model("mamba")) is None
 
 
 def test_lora_target_names_the_model_lacks_stop_the_job_before_its_weights_load(tiny_model: Path, tmp_path: Path,
