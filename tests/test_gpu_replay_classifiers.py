@@ -19,7 +19,7 @@ from hf_train_mcp.planning import DataFacts, plan_run
 from hf_train_mcp.request import TrainingRequest
 from hf_train_mcp.tiny import example_rows, write_images, write_jsonl
 from tests.conftest import needs_training
-from tests.replay import checkpointing_on, gpu_trainer, replay_script
+from tests.replay import checkpointing_on, gpu_trainer, replay_script, two_ranks
 from tests.tiny_encoders import POSITIONS, build_image_encoder, build_text_encoder
 
 pytestmark = [needs_training, pytest.mark.training,
@@ -324,6 +324,19 @@ def test_a_checkpoint_of_another_problem_type_gets_a_single_label_head(problem: 
                           monkeypatch, "bf16")
     assert trainer.model.config.problem_type == "single_label_classification"
     check_trained(trainer, check_heads_train_whole(trainer, TEXT_HEADS["roberta"], "lora"))
+
+
+def test_a_full_fine_tune_with_a_weight_no_step_uses_trains_on_two_gloo_ranks(encoders: Path, tmp_path: Path) -> None:
+    """Finding 5 (b): DINOv2's mask_token is trainable in a full fine-tune and unused by classification. Under
+    activation checkpointing transformers tells DDP not to look for unused parameters, and the second step fails
+    ("Expected to have finished reduction in the prior iteration"). Two gloo ranks, bf16 autocast, checkpointing
+    on, as a multi-GPU flavor runs it."""
+    model = build_image_encoder(encoders / "dinov2", "dinov2")
+    rows = example_rows("image-classification", 16)
+    write_images(tmp_path / "data", rows)
+    proc = two_ranks(tmp_path, model, tmp_path / "data" / "images", method="image-classification", peft="full")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert "HFTM_DONE" in proc.stdout and (tmp_path / "output" / "model.safetensors").exists()
 
 
 # --- embedding models -------------------------------------------------------------------------------------------
