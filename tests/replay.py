@@ -63,3 +63,28 @@ def fp16_autocast_as_on_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
 def checkpointing_on(trainer) -> bool:
     args = trainer.args
     return bool(getattr(args, "activation_checkpointing", None) or getattr(args, "gradient_checkpointing", None))
+
+
+def two_ranks(tmp_path: Path, model: Path, data: Path, precision: str = "bf16", **fields: Any):
+    """The local job for this request run as a multi-GPU flavor runs it (torchrun, one process a GPU), on 2 gloo
+    ranks under the GPU's precision (activation checkpointing on): the finished process, output in
+    tmp_path/output."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.helpers import free_port
+
+    request = TrainingRequest(**{"model": str(model), "dataset": str(data), "backend": "local", "max_steps": 2,
+                                 "per_device_batch_size": 2, "gradient_accumulation": 1, "save_steps": 100,
+                                 **fields})
+    plan = plan_run(request, backend="local", size=RENDER_SIZE, catalog=fallback_catalog(), namespace=None,
+                    data=DataFacts(num_rows=16))
+    (tmp_path / "train.py").write_text(plan.render().text)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRACKIO_DIR": str(tmp_path / "trackio"), "PYTHONUNBUFFERED": "1",
+           "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+           "HFTM_PRECISION": precision}
+    env.pop("PYTHONWARNINGS", None)
+    return subprocess.run([str(Path(sys.executable).with_name("torchrun")), "--nproc_per_node", "2",
+                           "--master_addr", "127.0.0.1", "--master_port", str(free_port()), "train.py"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=420)

@@ -116,6 +116,28 @@ def test_the_evaluation_script_runs_the_gpu_half_precision_branch_on_cpu(tiny_mo
     assert parsed.done and parsed.metrics["eval_loss"] > 0
 
 
+@needs_training
+@pytest.mark.training
+def test_a_vision_language_model_is_evaluated_on_text_rows_as_text(tiny_model: Path, tmp_path: Path,
+                                                                    offline) -> None:
+    """Issue 30 review of the families, finding 10: a VLM (the usual path: a text SFT of Gemma 3 or Qwen2.5-VL,
+    then evaluate_model) on rows without images: the model's family made the script read images (KeyError
+    'images' after the model loaded). The rows decide: the text loss, on the VLM's own class."""
+    from hf_train_mcp.logparse import parse_log
+    from hf_train_mcp.request import EvaluateRequest
+    from hf_train_mcp.tiny import build_tiny_vlm, example_rows, write_jsonl
+
+    vlm = build_tiny_vlm(tmp_path / "vlm", tiny_model)
+    data = write_jsonl(tmp_path / "held_out.jsonl", example_rows("sft", 4))
+    prepared = Core().preview(EvaluateRequest(model=str(vlm), dataset=str(data), backend="local", dry_run=True),
+                              kind="evaluate")
+    assert script_config(prepared.script.text)["vision"]  # the family's guess, before the rows are read
+    proc = run_script(tmp_path, prepared.script.text, HFTM_PRECISION="bf16")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    parsed = parse_log(proc.stdout.splitlines())
+    assert parsed.done and parsed.metrics["eval_rows"] == 4 and parsed.metrics["eval_loss"] > 0
+
+
 # --- on HF Jobs (the emulator) --------------------------------------------------------------------------------
 @pytest.fixture
 def trained_on_hub(hub: Emulator) -> Emulator:

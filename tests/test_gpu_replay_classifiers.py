@@ -19,7 +19,7 @@ from hf_train_mcp.planning import DataFacts, plan_run
 from hf_train_mcp.request import TrainingRequest
 from hf_train_mcp.tiny import example_rows, write_images, write_jsonl
 from tests.conftest import needs_training
-from tests.replay import checkpointing_on, gpu_trainer, replay_script
+from tests.replay import checkpointing_on, gpu_trainer, replay_script, two_ranks
 from tests.tiny_encoders import POSITIONS, build_image_encoder, build_text_encoder
 
 pytestmark = [needs_training, pytest.mark.training,
@@ -225,6 +225,120 @@ def test_image_classifiers_train_their_whole_head_under_gpu_precision(family: st
     check_trained(trainer, check_heads_train_whole(trainer, IMAGE_HEADS[family], peft))
 
 
+# --- the review of the families (issue 30, second round): findings 5-8 and 11 ---------------------------------------
+CNN_RUNS = [("regnet-y", "fp16", "lora"), ("regnet-y", "bf16", "qlora"), ("efficientnet", "fp16", "lora"),
+            ("efficientnet", "bf16", "qlora"), ("mobilenet_v2", "bf16", "lora")]
+
+
+@pytest.mark.parametrize(("family", "precision", "peft"), CNN_RUNS, ids=["-".join(r) for r in CNN_RUNS])
+def test_lora_on_a_cnn_adapts_its_plain_convolutions_not_its_grouped_or_depthwise_ones(
+        family: str, precision: str, peft: str, encoders: Path, tmp_path: Path, offline,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding 6: RegNet-Y's grouped convolutions (groups 3 and 6: rank 16 is no multiple, PEFT raises), MobileNet's
+    depthwise ones and EfficientNet's EfficientNetDepthwiseConv2d (a subclass PEFT cannot rebuild) stay as they
+    are; the adapters sit on the plain convolutions (groups=1), which train, beside the head trained whole."""
+    import torch
+    from peft.tuners.lora import LoraLayer
+
+    fields = {"tf_padding": False} if family == "mobilenet_v2" else {}  # TF padding: the next test
+    model = build_image_encoder(encoders / f"{family}-plain", family, **fields)
+    rows = example_rows("image-classification", 16)
+    write_images(tmp_path / "data", rows)
+    trainer = gpu_trainer(replay_script(tmp_path, model, tmp_path / "data" / "images",
+                                        method="image-classification", peft=peft), monkeypatch, precision)
+    inner = trainer.model.get_base_model()
+    adapted = [m.get_base_layer() for m in inner.modules() if isinstance(m, LoraLayer)]
+    assert adapted and all(type(m) is torch.nn.Conv2d and m.groups == 1 for m in adapted)
+    left = [m for n, m in inner.named_modules() if isinstance(m, torch.nn.Conv2d) and ".lora_" not in n
+            and not n.endswith(".base_layer")]  # the model's own convolutions that got no adapter
+    assert left and all(m.groups > 1 or type(m) is not torch.nn.Conv2d for m in left)  # the grouped ones stay
+    before = check_heads_train_whole(trainer, ["classifier"], peft)
+    lora = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_B" in n}
+    check_trained(trainer, before)
+    after = dict(trainer.model.named_parameters())
+    assert any(not torch.equal(after[n].detach(), p) for n, p in lora.items())
+
+
+def test_lora_on_a_mobilenet_with_tf_padding_stops_before_training(encoders: Path, tmp_path: Path, offline,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """google/mobilenet_v2_1.0_224's TF-style padding reads each convolution's stride, which a LoRA layer does
+    not carry (AttributeError at the first forward): the script stops at once and says what to send."""
+    model = build_image_encoder(encoders / "mobilenet_v2", "mobilenet_v2")
+    rows = example_rows("image-classification", 16)
+    write_images(tmp_path / "data", rows)
+    script = replay_script(tmp_path, model, tmp_path / "data" / "images", method="image-classification", peft="lora")
+    with pytest.raises(SystemExit, match=r"LoRA cannot adapt MobileNetV2ForImageClassification: .* Send peft='full'"):
+        gpu_trainer(script, monkeypatch, "fp16")
+
+
+@pytest.mark.parametrize("family", ["swin", "focalnet"])
+def test_qlora_trains_models_whose_patch_embeddings_return_a_tuple(family: str, encoders: Path, tmp_path: Path,
+                                                                   offline, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding 7: prepare_model_for_kbit_training's default hook makes the input embeddings' output require grad
+    (`output.requires_grad_(True)`), and Swin's and FocalNet's patch embeddings return a tuple: AttributeError at
+    the first forward. Non-reentrant checkpointing needs no such hook: real 4-bit, bf16, checkpointing on."""
+    model = build_image_encoder(encoders / family, family)
+    rows = example_rows("image-classification", 16)
+    write_images(tmp_path / "data", rows)
+    trainer = gpu_trainer(replay_script(tmp_path, model, tmp_path / "data" / "images",
+                                        method="image-classification", peft="qlora"), monkeypatch, "bf16")
+    assert checkpointing_on(trainer)
+    check_trained(trainer, check_heads_train_whole(trainer, ["classifier"], "qlora"))
+
+
+REWARD_RUNS = [("roberta", "qlora"), ("roberta", "lora"), ("deberta-v3", "lora"), ("deberta-v3", "qlora"),
+               ("distilbert", "lora"), ("distilbert", "qlora"), ("bert", "lora")]
+
+
+@pytest.mark.parametrize(("family", "peft"), REWARD_RUNS, ids=["-".join(r) for r in REWARD_RUNS])
+def test_reward_models_on_encoders_train_their_whole_head_out_of_4_bit(family: str, peft: str, encoders: Path,
+                                                                       tmp_path: Path, offline,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding 8: method='reward' on encoders: the head TRL's AutoModelForSequenceClassification adds (RoBERTa's
+    classifier.dense/out_proj, DeBERTa's pooler and classifier, DistilBERT's pre_classifier and classifier) kept
+    out of 4-bit (bitsandbytes asserted, or 'compress_statistics' failed) and out of LoRA's targets (DistilBERT's
+    pre_classifier became a lora.Linear that modules_to_save refused), trained whole, under bf16 with
+    checkpointing. BERT's and DistilBERT's tokenizers name no eos, which TRL appends to each answer (a TypeError
+    in str.endswith): their [SEP] ends the answers."""
+    model = build_text_encoder(encoders / family, family)
+    data = write_jsonl(tmp_path / "preferences.jsonl", example_rows("reward", 16))
+    trainer = gpu_trainer(replay_script(tmp_path, model, data, method="reward", peft=peft), monkeypatch, "bf16")
+    assert checkpointing_on(trainer)
+    heads = check_heads_train_whole(trainer, TEXT_HEADS[family], peft)
+    # the score's own bias adds alike to the chosen and the rejected answer: the pairwise loss gives it no gradient
+    check_trained(trainer, {n: p for n, p in heads.items() if not n.endswith(".bias")})
+
+
+@pytest.mark.parametrize("problem", ["multi_label_classification", "regression"])
+def test_a_checkpoint_of_another_problem_type_gets_a_single_label_head(problem: str, encoders: Path, tmp_path: Path,
+                                                                       offline, monkeypatch: pytest.MonkeyPatch
+                                                                       ) -> None:
+    """Finding 11: a Hub fine-tune whose config sets problem_type (SamLowe/roberta-base-go_emotions: multi-label)
+    keeps it through from_pretrained, and its loss wants float targets of the head's shape: a ValueError (or a
+    size mismatch, for regression) at step 1. The job's new head trains on class ids, single-label."""
+    model = build_text_encoder(encoders / f"roberta-{problem}", "roberta", head=True)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "problem_type": problem}))
+    data = write_jsonl(tmp_path / "reviews.jsonl", example_rows("text-classification", 16))
+    trainer = gpu_trainer(replay_script(tmp_path, model, data, method="text-classification", peft="lora"),
+                          monkeypatch, "bf16")
+    assert trainer.model.config.problem_type == "single_label_classification"
+    check_trained(trainer, check_heads_train_whole(trainer, TEXT_HEADS["roberta"], "lora"))
+
+
+def test_a_full_fine_tune_with_a_weight_no_step_uses_trains_on_two_gloo_ranks(encoders: Path, tmp_path: Path) -> None:
+    """Finding 5 (b): DINOv2's mask_token is trainable in a full fine-tune and unused by classification. Under
+    activation checkpointing transformers tells DDP not to look for unused parameters, and the second step fails
+    ("Expected to have finished reduction in the prior iteration"). Two gloo ranks, bf16 autocast, checkpointing
+    on, as a multi-GPU flavor runs it."""
+    model = build_image_encoder(encoders / "dinov2", "dinov2")
+    rows = example_rows("image-classification", 16)
+    write_images(tmp_path / "data", rows)
+    proc = two_ranks(tmp_path, model, tmp_path / "data" / "images", method="image-classification", peft="full")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert "HFTM_DONE" in proc.stdout and (tmp_path / "output" / "model.safetensors").exists()
+
+
 # --- embedding models -------------------------------------------------------------------------------------------
 EMBEDDING_RUNS = [("mpnet", "bf16", "lora"), ("mpnet", "fp16", "lora"), ("mpnet", "bf16", "full"),
                   ("bert", "bf16", "lora"), ("bert", "fp16", "lora")]
@@ -246,7 +360,7 @@ def test_embedding_models_train_under_gpu_precision(family: str, precision: str,
     inner = script["transformer_module"](trainer.model).model
     base = inner.get_base_model() if peft != "full" else inner
     assert base.is_gradient_checkpointing == (family not in CANNOT_CHECKPOINT)
-    assert trainer.model.max_seq_length == POSITIONS and script["CONFIG"]["max_length"] == 256
+    assert trainer.model.max_seq_length == POSITIONS == script["CONFIG"]["max_length"]  # 256 cut: fit_positions
     trainable = {n: p for n, p in trainer.model.named_parameters() if p.requires_grad}
     assert {p.dtype for p in trainable.values()} == {torch.float32}
     moved = {n: p.detach().clone() for n, p in trainable.items()  # the pooler: unused by mean pooling

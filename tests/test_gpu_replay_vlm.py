@@ -279,3 +279,47 @@ def test_a_vlm_lora_run_trains_on_two_gloo_ranks(tiny_model: Path, tmp_path: Pat
     adapter = json.loads((tmp_path / "output" / "adapter_config.json").read_text())
     assert adapter["target_modules"] == LANGUAGE_TOWER
     assert (tmp_path / "output" / "processor_config.json").exists()
+
+
+# --- the review of the families (issue 30, second round): finding 5 (a) -------------------------------------------
+def test_a_full_fine_tune_of_a_vlm_on_text_rows_trains_its_language_model_alone(tmp_path: Path) -> None:
+    """Text rows (a conversation SFT of Gemma 3 or Qwen2.5-VL) reach neither the vision encoder nor the projector:
+    a full fine-tune trains the language model and its output layer, and nothing else is left trainable for DDP to
+    wait on."""
+    import types
+
+    script = vlm_script(tmp_path, peft="full")
+    script["CONFIG"]["vision"] = False
+    for family in ("gemma3", "qwen2_5_vl", "llava", "idefics3"):
+        model = FAMILIES[family]()
+        script["frozen_vision_tower"](types.SimpleNamespace(model=model))
+        text = {id(p) for m in (model.get_decoder(), model.get_output_embeddings()) for p in m.parameters()}
+        trainable = {id(p) for p in model.parameters() if p.requires_grad}
+        assert trainable == text, family
+    assert script["CONFIG"]["card"]["settings"]["trained"].startswith("language model; vision encoder and projector")
+
+
+@pytest.mark.training
+@pytest.mark.parametrize("family", ["gemma3", "qwen2_5_vl"])
+def test_a_full_fine_tune_of_a_vlm_on_text_rows_trains_on_two_gloo_ranks(family: str, tiny_model: Path,
+                                                                        tmp_path: Path) -> None:
+    """Finding 5 (a): under activation checkpointing transformers tells DDP not to look for unused parameters
+    (trainer.py: `find_unused = not (self.model.is_activation_checkpointing or ...)`), and a trainable vision
+    tower or projector that text rows never reach stopped the second step ("Expected to have finished reduction in
+    the prior iteration"). Two gloo ranks, bf16 autocast, checkpointing on, as a multi-GPU flavor runs it."""
+    from transformers import AutoTokenizer
+
+    from tests.helpers import CHAT_ROWS
+    from tests.replay import two_ranks
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    model = FAMILIES[family](len(tokenizer) + 8)
+    model.config.get_text_config().eos_token_id = tokenizer.eos_token_id
+    model.config.get_text_config().pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(tmp_path / family)
+    tokenizer.save_pretrained(tmp_path / family)
+    data = write_jsonl(tmp_path / "chat.jsonl", CHAT_ROWS * 4)
+    proc = two_ranks(tmp_path, tmp_path / family, data, method="sft", peft="full")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert "HFTM_DONE" in proc.stdout
+    assert "vision encoder and projector frozen (text rows)" in (tmp_path / "output" / "README.md").read_text()

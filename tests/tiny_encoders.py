@@ -21,7 +21,7 @@ BERT_SPECIALS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]",
 ROBERTA_SPECIALS = {"bos": "<s>", "pad": "<pad>", "eos": "</s>", "unk": "<unk>", "mask": "<mask>"}
 
 
-def _tokenizer(folder: Path, specials: dict[str, str], input_names: list[str]):
+def _tokenizer(folder: Path, specials: dict[str, str], input_names: list[str], ends: bool = False):
     """A WordPiece tokenizer trained on the tiny rows' texts, wrapping each text as the family does
     ([CLS] ... [SEP] or <s> ... </s>), saved to `folder`."""
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
@@ -41,6 +41,8 @@ def _tokenizer(folder: Path, specials: dict[str, str], input_names: list[str]):
              "mask_token": specials["mask"]}
     if "bos" in specials:
         names.update(bos_token=specials["bos"], eos_token=specials["eos"])
+    if ends:  # DeBERTa-v3's tokenizer names its [CLS] and [SEP] its bos and eos (BERT's and DistilBERT's name none)
+        names.update(bos_token=first, eos_token=last)
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, model_input_names=input_names, **names)
     tokenizer.save_pretrained(folder)
     return tokenizer
@@ -91,7 +93,7 @@ def build_text_encoder(folder: Path, model_type: str, head: bool = False) -> Pat
     folder.mkdir(parents=True, exist_ok=True)
     bert_like = model_type in ("bert", "distilbert", "deberta-v3", "albert")
     tokenizer = _tokenizer(folder, BERT_SPECIALS if bert_like else ROBERTA_SPECIALS,
-                           _INPUTS.get(model_type, ["input_ids", "attention_mask"]))
+                           _INPUTS.get(model_type, ["input_ids", "attention_mask"]), ends=model_type == "deberta-v3")
     real_type = "deberta-v2" if model_type == "deberta-v3" else model_type
     config = _config(real_type, tokenizer, **_text_fields(model_type, tokenizer))
     if head:
@@ -101,29 +103,44 @@ def build_text_encoder(folder: Path, model_type: str, head: bool = False) -> Pat
     return folder
 
 
-IMAGE_ENCODERS = ("vit", "convnext", "resnet")
+IMAGE_ENCODERS = ("vit", "convnext", "resnet", "dinov2", "swin", "focalnet", "regnet-y", "mobilenet_v2",
+                  "efficientnet")
+# each family's config at 32 px: a width or group size that keeps its layout (RegNet-Y's grouped convolutions of 8
+# channels a group, MobileNet's depthwise ones, EfficientNet's depthwise subclass, Swin's and FocalNet's stages)
+_IMAGE_FIELDS = {
+    "vit": dict(image_size=32, patch_size=8, **WIDTH),
+    "dinov2": dict(image_size=32, patch_size=8, **WIDTH),
+    "convnext": dict(num_stages=2, hidden_sizes=[16, 32], depths=[1, 1], image_size=32),
+    "resnet": dict(embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], layer_type="basic"),
+    "swin": dict(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 4], window_size=4),
+    "focalnet": dict(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], focal_levels=[2, 2],
+                     focal_windows=[3, 3]),
+    "regnet-y": dict(embedding_size=16, hidden_sizes=[48, 96], depths=[1, 1], groups_width=16, layer_type="y"),
+    "mobilenet_v2": dict(image_size=32, depth_multiplier=0.25),
+    "efficientnet": dict(image_size=32, width_coefficient=0.25, depth_coefficient=0.2, hidden_dim=320),
+}
 
 
-def build_image_encoder(folder: Path, model_type: str) -> Path:
+def build_image_encoder(folder: Path, model_type: str, **fields) -> Path:
     """A tiny `model_type` image classifier (one of IMAGE_ENCODERS) at 32 px with a 3-class head, and the image
-    processor its Hub checkpoints use, in `folder`."""
-    from transformers import (AutoConfig, AutoModelForImageClassification, ConvNextImageProcessor,
-                              ViTImageProcessor)
+    processor its Hub checkpoints use, in `folder`; `fields` change its config."""
+    import torch
+    from transformers import AutoConfig, AutoModelForImageClassification, ConvNextImageProcessor, ViTImageProcessor
 
     if (folder / "config.json").exists():
         return folder
     folder.mkdir(parents=True, exist_ok=True)
-    if model_type == "vit":
-        config = AutoConfig.for_model("vit", image_size=32, patch_size=8, **WIDTH)
+    config = AutoConfig.for_model(model_type.split("-")[0], **{**_IMAGE_FIELDS[model_type], **fields})
+    if model_type in ("vit", "dinov2", "swin", "focalnet"):
         processor = ViTImageProcessor(size={"height": 32, "width": 32})
-    elif model_type == "convnext":
-        config = AutoConfig.for_model("convnext", num_stages=2, hidden_sizes=[16, 32], depths=[1, 1], image_size=32)
-        processor = ConvNextImageProcessor(size={"shortest_edge": 32})
-    else:  # resnet: microsoft/resnet-50's preprocessor_config.json is a ConvNextImageProcessor too
-        config = AutoConfig.for_model("resnet", embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1],
-                                      layer_type="basic")
+    else:  # microsoft/resnet-50's and facebook/convnext's preprocessor_config.json: a ConvNextImageProcessor
         processor = ConvNextImageProcessor(size={"shortest_edge": 32})
     config.num_labels = 3
-    AutoModelForImageClassification.from_config(config).save_pretrained(folder)
+    model = AutoModelForImageClassification.from_config(config)
+    for norm in model.modules():  # EfficientNet's init draws its BatchNorm scales from N(0, 0.02): at 16 blocks the
+        if isinstance(norm, torch.nn.BatchNorm2d):  # features vanish (1e-34); pretrained ones are ~1, as here
+            torch.nn.init.ones_(norm.weight)
+            torch.nn.init.zeros_(norm.bias)
+    model.save_pretrained(folder)
     processor.save_pretrained(folder)
     return folder
