@@ -104,7 +104,8 @@ class Core:
         sweep = self.ledger.sweep(job_id) if job_id.startswith(sweeps.KEY_PREFIX) else None
         if sweep is not None:
             self.check_sweep_access(sweep)
-            return CancelResult(job_id=job_id, stage="CANCELED", message=sweeps.cancel_sweep(self, job_id))
+            stage, message = sweeps.cancel_sweep(self, job_id)
+            return CancelResult(job_id=job_id, stage=stage, message=message)
         return self.following.cancel(job_id)
 
     def list_jobs(self, stage: str | None = None, limit: int = 20) -> JobList:
