@@ -423,8 +423,8 @@ def cancel_sweep(core: Host, sweep_id: str) -> tuple[str, str]:
         f"; {pending} run(s) being submitted are canceled once their job appears" if pending else "")
     if failed:
         ensure_supervised(core, core.ledger.sweep(sweep_id))
-        said += "".join(f"; run {i} (job {job}) could not be canceled ({why}) and still bills" for i, job, _, why in
-                        failed) + f": the sweep's supervisor retries until it ends, or call cancel_job({sweep_id}) again"
+        said += "".join(f"; run {i} (job {job}) could not be canceled ({why}) and still bills" for i, job, _, why
+                        in failed) + f": its supervisor retries until it has ended (or call cancel_job({sweep_id}))"
     return (failed[0][2] if failed else "CANCELED"), said
 
 
