@@ -197,7 +197,8 @@ def llama_cpp() -> Path:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """No sweep supervisor of this session outlives it (each would poll a Hub emulator that is gone)."""
+    """No sweep supervisor or run watcher of this session outlives it (each would poll a Hub emulator that is
+    gone)."""
     import signal
 
     base = str(session.config._tmp_path_factory.getbasetemp())  # type: ignore[attr-defined]
@@ -210,7 +211,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         except OSError:
             continue
         home = next((v[len(b"HF_TRAIN_HOME="):].decode() for v in environ if v.startswith(b"HF_TRAIN_HOME=")), "")
-        if b"hf_train_mcp.sweeper" in command and home.startswith(base):
+        detached = b"hf_train_mcp.sweeper" in command or b"hf_train_mcp.node_watcher" in command
+        if detached and home.startswith(base):
             try:
                 os.kill(int(entry.name), signal.SIGTERM)
             except OSError:

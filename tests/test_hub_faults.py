@@ -213,7 +213,8 @@ async def test_a_submission_of_unknown_outcome_keeps_its_key_so_a_retry_cannot_l
     hub.fail_next("POST", r"/api/jobs/emu-user", 500, count=3, after=True)  # created, but the answer is lost
     hub.fail_next("GET", r"/api/jobs/emu-user", 503, count=50)  # and the job list cannot be read
     first = await call("submit_training", {**BASE, "idempotency_key": "unsure"})
-    assert first.is_error and "check list_jobs" in first.content[0].text
+    assert first.is_error and "keeps looking for it" in first.content[0].text
+    assert "submission=" not in first.content[0].text  # no internal label passes for something to look up
     retry = await call("submit_training", {**BASE, "idempotency_key": "unsure"})
     assert retry.is_error and "in progress" in retry.content[0].text
     assert len(hub.posted_jobs()) == before + 1
@@ -348,3 +349,72 @@ async def test_a_nodes_post_answered_late_leaves_one_job_per_node(hub: Emulator,
         run_id, node1]
     canceled = (await call("cancel_job", {"job_id": run_id})).structured_content
     assert hub.billing(jobs) == [] and canceled["stage"] == "CANCELED"
+
+
+async def test_the_last_post_unanswered_keeps_its_journal_and_key_until_its_job_is_found(
+        hub: Emulator, late_posts: list[str], monkeypatch) -> None:
+    """Two POSTs answered 503 (no job), then a third that hangs past the client's timeout and makes its job 4 s
+    in, after every look for its label. Whether a job exists cannot be told: the answer says so (never "retry
+    later"), its journal stays UNKNOWN, the key stays held and a watcher looks it up; once the Hub shows the job,
+    the watcher's round records it, and a retry with the key returns it without a second POST."""
+    from hf_train_mcp import launching, node_runs
+    from hf_train_mcp.ledger import PENDING, UNKNOWN, Ledger
+    from hf_train_mcp.service import Core
+
+    monkeypatch.setattr(launching, "RECOVERY_RETRY_S", 0.0)  # the watcher's rounds, without the minute between
+    hub.plan_next(JobPlan(scheduling_s=0, running_s=600))
+    before = len(hub.posted_jobs())
+    hub.fail_next("POST", r"/api/jobs/emu-user", 503, count=2)
+    hub.fail_next("POST", r"/api/jobs/emu-user", None, hang=4)
+    first = await call("submit_training", {**BASE, "idempotency_key": "last-hangs"})
+    text = first.content[0].text
+    assert first.is_error and "retry later" not in text and "keeps looking for it" in text, text
+    [entry] = Ledger().submissions()
+    assert entry.stage == UNKNOWN and late_posts == [entry.job_id]  # looked up after this server too
+    assert Ledger().by_idempotency_key("last-hangs").job_id == PENDING + "last-hangs"  # the key stays held
+    [job] = made(hub, 1, submission=entry.submission)
+    assert not node_runs.watch_once(Core(), entry.job_id)  # one round: found, recorded, the watch over
+    assert Ledger().get(job.id).stage == "RUNNING" and Ledger().submissions() == []
+    retry = await call("submit_training", {**BASE, "idempotency_key": "last-hangs"})
+    assert retry.structured_content["job_id"] == job.id and len(hub.posted_jobs()) == before + 3
+    assert [j["job_id"] for j in (await call("list_jobs", {})).structured_content["jobs"]] == [job.id]
+
+
+@pytest.mark.parametrize("job_list", ["readable", "unreadable"])
+async def test_a_post_answered_2xx_with_a_body_that_is_no_job_is_looked_up_not_forgotten(
+        hub: Emulator, late_posts: list[str], job_list: str) -> None:
+    """The Hub made the job but its answer cannot be read (huggingface_hub's JobInfo(**response.json()) fails):
+    the job is looked up by its label and recorded; when the list cannot be read either, the outcome is unknown
+    (journal and key kept), and nothing is posted twice."""
+    from hf_train_mcp.ledger import UNKNOWN, Ledger
+
+    hub.plan_next(JobPlan(scheduling_s=0, running_s=600))
+    before, posts = set(hub.jobs), len(hub.posted_jobs())
+    hub.fail_next("POST", r"/api/jobs/emu-user", 200, after=True)  # made; the answer is no job
+    if job_list == "unreadable":
+        hub.fail_next("GET", r"/api/jobs/emu-user", 503, count=10_000, skip=1)  # after the key's own look
+    result = await call("submit_training", {**BASE, "idempotency_key": "k-200"})
+    [job] = [hub.jobs[j] for j in set(hub.jobs) - before]
+    assert len(hub.posted_jobs()) == posts + 1
+    if job_list == "readable":
+        assert not result.is_error, result.content[0].text
+        assert result.structured_content["job_id"] == job.id and Ledger().get(job.id) is not None
+        return
+    text = result.content[0].text
+    assert result.is_error and "retry later" not in text and "keeps looking for it" in text, text
+    [entry] = Ledger().submissions()
+    assert entry.stage == UNKNOWN and entry.submission == job.spec["labels"]["submission"]
+    assert late_posts == [entry.job_id]
+
+
+async def test_a_refused_post_says_no_job_was_made_and_frees_the_key(hub: Emulator) -> None:
+    """A 400 is the Hub's definite refusal: no job exists, so the journal and the key are let go, and the answer
+    says what to do (fix the request), not "retry later"."""
+    from hf_train_mcp.ledger import Ledger
+
+    hub.fail_next("POST", r"/api/jobs/emu-user", 400)
+    result = await call("submit_training", {**BASE, "idempotency_key": "refused"})
+    text = result.content[0].text
+    assert result.is_error and "refused it as sent" in text and "made no job" in text, text
+    assert "retry later" not in text
+    assert Ledger().submissions() == [] and Ledger().by_idempotency_key("refused") is None

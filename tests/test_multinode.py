@@ -302,3 +302,179 @@ async def test_the_detached_watcher_stops_the_run_when_no_one_looks(chat: Emulat
         time.sleep(0.3)
     else:
         raise AssertionError("the watcher did not exit after every node ended")
+
+
+@pytest.fixture
+def watched(cluster: Emulator, monkeypatch) -> list[str]:
+    """The watchers started (noted, not started: a job_status here does what each of their rounds does), with
+    crash recovery looking at once instead of every minute."""
+    from hf_train_mcp import launching
+
+    started: list[str] = []
+    monkeypatch.setattr(node_runs, "ensure_watched", lambda run: started.append(run.job_id))
+    monkeypatch.setattr(launching, "RECOVERY_RETRY_S", 0.0)
+    monkeypatch.setattr(launching, "RECOVERY_SCAN_S", 0.0)
+    return started
+
+
+async def test_a_nodes_last_post_unanswered_stops_the_run_and_its_late_job_is_canceled(
+        cluster: Emulator, watched: list[str], monkeypatch) -> None:
+    """Node 1's POSTs: two 503s, then one that hangs past the client's timeout and makes its job after every look
+    for its label. Its outcome is unknown, not a failure: the run is stopped, node 1's journal stays UNKNOWN, and
+    the next look (the run's watcher) records the late job and cancels it."""
+    from huggingface_hub.utils import close_session
+
+    from hf_train_mcp import hub as hub_module
+    from hf_train_mcp.backends import hf_jobs
+
+    hub_module.install_timeouts()
+    monkeypatch.setattr(hub_module, "REQUEST_TIMEOUT_S", 1.5)
+    close_session()  # the next request builds the client, with the short timeout
+    monkeypatch.setattr(hf_jobs, "POST_SETTLE_S", 0.5)
+    monkeypatch.setattr(hf_jobs, "SETTLE_POLL_S", 0.1)
+    monkeypatch.setattr(hf_jobs, "RETRY_BACKOFF_S", 0.1)
+    for _ in range(2):
+        cluster.plan_next(JobPlan(scheduling_s=0.0, running_s=600))
+    before = len(cluster.posted_jobs())
+    cluster.fail_next("POST", r"/api/jobs/emu-user", 503, count=2, skip=1)  # rank 0 posted; node 1: two 503s
+    cluster.fail_next("POST", r"/api/jobs/emu-user", None, hang=4, skip=1)  # ...then a POST that makes it late
+    try:
+        async with Client(build_server()) as client:
+            text = await refused(client, "submit_training", RUN)
+            group = posted_after(cluster, before)[0]["network"]["group"]
+            run_id = cluster.in_group(group)[0].id
+            assert f"run {run_id} was stopped" in text and "may or may not have been created" in text, text
+            assert "retry later" not in text
+            deadline = time.monotonic() + 15
+            while len(cluster.in_group(group)) < 2 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            made = cluster.in_group(group)
+            assert [j.spec["network"]["aliases"] for j in made] == [["node0"], ["node1"]]
+            assert cluster.billing(made) == [made[1].id]  # the late node, billing alone
+            report = await call(client, "job_status", {"job_id": run_id})  # what the watcher does each round
+    finally:
+        close_session()
+    assert report["nodes"][1]["job_id"] == made[1].id and report["stage"] == "CANCELED"
+    assert cluster.billing(made) == [] and run_id in watched
+
+
+async def test_a_rank0_whose_post_ended_unknown_is_stopped_once_found(cluster: Emulator, watched: list[str]) -> None:
+    """Rank 0's POST made its job but was answered 500, and the job list could not be read: the answer names no
+    internal label, a watcher looks the submission up, and once the Hub answers the job is recorded as a run
+    that was stopped (its other nodes were never posted), canceled, watched, and said so on every later look."""
+    from hf_train_mcp.ledger import Ledger
+    from hf_train_mcp.service import Core
+
+    for _ in range(2):
+        cluster.plan_next(JobPlan(scheduling_s=0.0, running_s=600))
+    cluster.fail_next("POST", r"/api/jobs/emu-user", 500, after=True)  # rank 0 made, its answer lost
+    cluster.fail_next("GET", r"/api/jobs/emu-user", 503, count=10_000)  # and the job list unreadable
+    async with Client(build_server()) as client:
+        text = await refused(client, "submit_training", {**RUN, "idempotency_key": "rank0-unknown"})
+        [entry] = Ledger().submissions()
+        rank0 = next(j for j in cluster.jobs.values() if j.spec["labels"].get("submission") == entry.submission)
+        assert "submission=" not in text and "if it appears it is canceled" in text, text
+        assert cluster.billing([rank0]) == [rank0.id] and watched == [entry.job_id]
+        with cluster.lock:  # the Hub answers again
+            cluster.faults.clear()
+        assert not node_runs.watch_once(Core(), entry.job_id)  # the journal's watcher: one round finds it
+        assert cluster.billing([rank0]) == [] and watched[-1] == rank0.id  # canceled, and watched until it ends
+        report = await call(client, "job_status", {"job_id": rank0.id})
+        again = await call(client, "submit_training", {**RUN, "idempotency_key": "rank0-unknown"})
+    assert report["stage"] == "CANCELED" and "its launch did not finish" in report["message"], report["message"]
+    assert again["job_id"] == rank0.id and any("the run was stopped" in w for w in again["warnings"])
+
+
+KILLED_AFTER_RANK0 = """
+import os, signal
+from hf_train_mcp import node_runs
+from hf_train_mcp.request import TrainingRequest
+from hf_train_mcp.service import Core
+
+def die(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)  # rank 0 posted and recorded; the server dies before node 1
+
+node_runs.post_nodes = die
+Core().submit_training(TrainingRequest(model="Qwen/Qwen2-0.5B-Instruct", dataset="org/chat",
+    hub_model_id="emu-user/qwen-2nodes", nodes=2, flavor="a100x8", peft="full", max_steps=10, timeout="1h",
+    idempotency_key="killed-run"))
+"""
+
+
+async def test_a_run_whose_server_was_killed_before_its_nodes_is_stopped_on_the_keyed_retry(
+        cluster: Emulator, watched: list[str]) -> None:
+    """The server was killed after recording rank 0 and before posting node 1. Its claim on the run names a dead
+    process, so nothing will post node 1: the keyed retry stops the run at once (not 3 minutes later), says so,
+    and its watcher is started."""
+    import signal
+    import subprocess
+    import sys
+
+    cluster.plan_next(JobPlan(scheduling_s=0.0, running_s=600))
+    before = set(cluster.jobs)
+    proc = subprocess.run([sys.executable, "-c", KILLED_AFTER_RANK0], env=dict(os.environ), timeout=120,
+                          capture_output=True, text=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    [rank0] = [cluster.jobs[j] for j in set(cluster.jobs) - before]
+    assert cluster.billing([rank0]) == [rank0.id]
+    async with Client(build_server()) as client:
+        again = await call(client, "submit_training", {**RUN, "idempotency_key": "killed-run"})
+    assert again["job_id"] == rank0.id and cluster.billing([rank0]) == [] and watched == [rank0.id]
+    assert any("the run was stopped" in w and "never submitted" in w for w in again["warnings"]), again["warnings"]
+
+
+@pytest.mark.parametrize("hub_holds", ["every node", "rank 0 only"])
+async def test_a_run_adopted_after_its_ledger_was_lost_adopts_its_nodes(cluster: Emulator, watched: list[str],
+                                                                       tmp_path, monkeypatch, hub_holds) -> None:
+    """A keyed retry after the ledger was lost finds rank 0 by its key's label, and the other nodes in its network
+    group: the run is adopted whole and goes on. Where the Hub holds no job for a node, the run is stopped whole,
+    saying that node has no job (never "every node canceled" while one bills)."""
+    for _ in range(2):
+        cluster.plan_next(JobPlan(scheduling_s=0.0, running_s=600))
+    async with Client(build_server()) as client:
+        first = await call(client, "submit_training", {**RUN, "idempotency_key": "lost-run"})
+    jobs = [cluster.jobs[j] for j in first["node_job_ids"]]
+    if hub_holds == "rank 0 only":
+        with cluster.lock:
+            del cluster.jobs[jobs[1].id]
+        jobs = jobs[:1]
+    monkeypatch.setenv("HF_TRAIN_HOME", str(tmp_path / "another-home"))  # the ledger lost
+    before = len(cluster.posted_jobs())
+    async with Client(build_server()) as client:
+        again = await call(client, "submit_training", {**RUN, "idempotency_key": "lost-run"})
+        report = await call(client, "job_status", {"job_id": again["job_id"]})
+    assert len(cluster.posted_jobs()) == before and again["job_id"] == first["job_id"]
+    assert watched[-1] == first["job_id"]
+    if hub_holds == "every node":
+        assert again["node_job_ids"] == first["node_job_ids"] and again["stage"] == "RUNNING"
+        assert report["stage"] == "RUNNING" and [n["job_id"] for n in report["nodes"]] == first["node_job_ids"]
+        assert sorted(cluster.billing(jobs)) == sorted(first["node_job_ids"])
+        return
+    assert cluster.billing(jobs) == [] and report["stage"] == "CANCELED"
+    assert "node(s) 1 have no job" in report["message"] and "every node canceled" not in report["message"]
+
+
+async def test_a_run_stopped_by_the_server_keeps_its_reason_on_later_looks(cluster: Emulator,
+                                                                         watched: list[str]) -> None:
+    """Node 2 of 3 is refused (400) and rank 0's first cancel fails: the next look cancels rank 0 and still says
+    node 2's refusal, not "node 1 is CANCELED" (the server canceled node 1 itself)."""
+    from hf_train_mcp.ledger import Ledger
+
+    for _ in range(3):
+        cluster.plan_next(JobPlan(scheduling_s=0.0, running_s=600))
+    before = set(cluster.jobs)
+    cluster.fail_next("POST", r"/api/jobs/emu-user", 400, skip=2)  # ranks 0 and 1 posted, rank 2 refused
+    cluster.fail_next("POST", r"/api/jobs/emu-user/[0-9a-f]{24}/cancel", 500, count=1)  # rank 0's cancel fails
+    async with Client(build_server()) as client:
+        text = await refused(client, "submit_training", {**RUN, "nodes": 3, "idempotency_key": "three"})
+        made = [cluster.jobs[j] for j in set(cluster.jobs) - before]
+        assert "node 2 of 3 could not be submitted" in text and "retry later" not in text, text
+        assert len(cluster.billing(made)) == 1  # rank 0, whose cancel failed
+        run_id = next(j.id for j in made if j.spec["network"]["aliases"] == ["node0"])
+        status = await call(client, "job_status", {"job_id": run_id})
+        recorded = Ledger().get(run_id).message  # what every later look starts from
+        later = await call(client, "job_status", {"job_id": run_id})
+    assert cluster.billing(made) == [] and recorded.startswith("node 2 of 3 could not be submitted"), recorded
+    for report in (status, later):
+        assert report["message"].startswith("node 2 of 3 could not be submitted"), report["message"]
+        assert "node 1 is CANCELED" not in report["message"] and report["stage"] == "CANCELED"

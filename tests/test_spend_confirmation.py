@@ -168,3 +168,69 @@ async def test_a_run_across_machines_says_how_many_in_its_question(hub: Emulator
     assert question.startswith("It can bill at most $40.32"), question  # two a100x8 for the hour
     assert "2 machines x a100x8 ($20.16/h each, $40.32/h together)" in question, question
     assert question.endswith("on 2 machines x a100x8?"), question
+
+
+CHEAP = "# /// script\n# [tool.hf-jobs]\n# flavor = \"a10g-small\"\n# timeout = \"1h\"\n# ///\nprint('train')\n"
+DEAR = "# /// script\n# [tool.hf-jobs]\n# flavor = \"a100x8\"\n# timeout = \"24h\"\n# ///\nprint('train')\n"
+
+
+@pytest.mark.parametrize("answer", ["decline", "accept"])
+async def test_an_older_client_is_asked_again_when_the_plan_changed_after_its_question(
+        hub: Emulator, served, monkeypatch: pytest.MonkeyPatch, answer: str) -> None:
+    """A client on the older protocol (the question asked mid-call, once): while the user reads "a10g-small for
+    1h", the script's owner edits its header to a100x8 for 24h and the preview expires. The body plans again and
+    must not launch the dear plan on the cheap one's yes: it asks about the plan it launches."""
+    from mcp.types import ElicitResult
+
+    from hf_train_mcp import submission
+
+    files, base = served
+    files["/s/train.py"] = CHEAP.encode()
+    asked: list[str] = []
+
+    async def callback(context: Any, params: Any) -> ElicitResult:
+        asked.append(params.message)
+        if len(asked) == 1:  # the first question: the URL changes, the user takes over 5 minutes
+            files["/s/train.py"] = DEAR.encode()
+            monkeypatch.setattr(submission, "PREVIEW_TTL_S", 0.0)
+            return ElicitResult(action="accept", content={"submit": True})
+        return ElicitResult(action=answer, content={"submit": True} if answer == "accept" else None)
+
+    before = len(hub.posted_jobs())
+    async with Client(build_server(), elicitation_callback=callback, mode="legacy") as client:
+        result = await client.call_tool("run_script", {"script": f"{base}/s/train.py"})
+    posted = hub.posted_jobs()[before:]
+    assert len(asked) == 2 and "a10g-small" in asked[0] and "$483.84: a100x8" in asked[1], asked
+    if answer == "decline":
+        assert result.is_error and "nothing was launched" in result.content[0].text and posted == []
+    else:
+        assert not result.is_error and [(p["flavor"], p["timeoutSeconds"]) for p in posted] == [("a100x8", 86400)]
+
+
+async def test_a_plan_that_changed_after_the_last_question_is_refused_without_a_mid_call_question(
+        hub: Emulator, served, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the current protocol the question rides between rounds, so the body cannot ask mid-call: a plan that
+    changed between the last round's question and the launch is refused, nothing posted."""
+    from hf_train_mcp import submission
+
+    files, base = served
+    files["/s/train.py"] = CHEAP.encode()
+    monkeypatch.setattr(submission, "PREVIEW_TTL_S", 0.0)  # every step reads the URL again
+    read = submission.read_source
+    reads: list[int] = []
+
+    def edited_before_the_launch(req: Any, access: Any) -> Any:
+        reads.append(1)
+        if len(reads) == 3:  # round 1's question, round 2's (the same: answered), then the body's own read
+            files["/s/train.py"] = DEAR.encode()
+        return read(req, access)
+
+    monkeypatch.setattr(submission, "read_source", edited_before_the_launch)
+    asked: list[str] = []
+    before = len(hub.posted_jobs())
+    async with Client(build_server(), elicitation_callback=answering("accept", {"submit": True}, asked)) as client:
+        result = await client.call_tool("run_script", {"script": f"{base}/s/train.py"})
+    assert len(reads) == 3 and len(asked) == 1 and "a10g-small" in asked[0], (reads, asked)
+    text = result.content[0].text
+    assert result.is_error and "the plan changed" in text and "a100x8" in text and "nothing was launched" in text
+    assert hub.posted_jobs()[before:] == []

@@ -605,3 +605,29 @@ def test_a_supervisor_whose_ledger_is_deleted_ends_and_says_why(monkeypatch: pyt
         said = log.read()
     assert f"sweep {sweep_id}: its ledger" in said and "is gone" in said and "nothing is left to supervise" in said
     assert not home.exists()  # it did not recreate the folder it was told was gone
+
+
+async def test_a_sweep_cancel_that_fails_on_one_run_cancels_the_others_and_keeps_retrying(capybara: Emulator,
+                                                                                         monkeypatch) -> None:
+    """Run 0's cancel gets a 500: runs 1 and 2 are canceled all the same, the answer names run 0 as still billing
+    (its stage, not CANCELED), and the sweep's supervisor is started, whose next round cancels run 0 and ends."""
+    started: list[str] = []
+    monkeypatch.setattr(sweeps, "ensure_supervised", lambda core, sweep: started.append(
+        sweep.sweep_id) if sweep.state == "canceled" else None)  # the one a canceled sweep needs, noted
+    for _ in range(3):
+        capybara.plan_next(JobPlan(scheduling_s=0.0, running_s=600))
+    async with Client(build_server()) as client:
+        sweep = await call(client, "submit_sweep", {"base": HF_BASE, "grid": {"learning_rate": [1e-5, 1e-4, 1e-3]},
+                                                    "max_parallel": 3})
+        ids = [j["job_id"] for j in sweep["jobs"]]
+        capybara.fail_next("POST", rf"/api/jobs/emu-user/{ids[0]}/cancel", 500, count=2)
+        canceled = await call(client, "cancel_job", {"job_id": sweep["sweep_id"]})
+    assert capybara.billing([capybara.jobs[i] for i in ids]) == [ids[0]]
+    assert canceled["stage"] == "RUNNING" and f"run 0 (job {ids[0]}) could not be canceled" in canceled["message"]
+    assert "2 started run(s) canceled" in canceled["message"] and "still bills" in canceled["message"]
+    assert started == [sweep["sweep_id"]] and Ledger().sweep(sweep["sweep_id"]).state == "canceled"
+    assert sweeps.supervise_once(Core(), sweep["sweep_id"])  # the supervisor's round: fails again, goes on
+    assert capybara.billing([capybara.jobs[i] for i in ids]) == [ids[0]]
+    assert not sweeps.supervise_once(Core(), sweep["sweep_id"])  # the next: canceled, done
+    assert capybara.billing([capybara.jobs[i] for i in ids]) == []
+    assert sweeps.CANCEL_FAILED not in [r.note for r in Ledger().sweep_runs(sweep["sweep_id"])]

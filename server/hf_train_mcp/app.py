@@ -23,12 +23,13 @@ from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.types import CallToolResult, TextContent
 from mcp.types import Tool as MCPTool
 from mcp.types import ToolAnnotations
+from mcp_types.version import is_version_at_least
 from pydantic import BaseModel, Field, ValidationError
 
 from hf_train_mcp import methods
 from hf_train_mcp.access import STDIO, Access
 from hf_train_mcp.compact_schema import compact_tool_schema, declare_once
-from hf_train_mcp.errors import ERROR_CODE_META, BudgetError, ErrorCode, TrainError, unexpected
+from hf_train_mcp.errors import ERROR_CODE_META, BudgetError, DeclinedError, ErrorCode, TrainError, unexpected
 from hf_train_mcp.readable import readable
 from hf_train_mcp.request import nested_options, options_description
 from hf_train_mcp.tools import TOOLS, Hooks, ToolSpec
@@ -44,6 +45,8 @@ submit_training (dry_run=True first to review the script) -> job_status now and 
 after this conversation; the model is pushed to hub_model_id with checkpoints along the way. The finetune
 prompt walks through the whole loop."""
 CONFIRM_DEFAULT_USD = 10.0
+# the first protocol whose elicitation rides an InputRequiredResult between rounds (no question mid-call)
+INPUT_REQUIRED_VERSION = "2026-07-28"
 RESUME_SWEEPS_AFTER_S = 2.0
 
 
@@ -70,6 +73,14 @@ def can_elicit(ctx: Context) -> bool:
     capabilities = ctx.client_capabilities
     elicitation = capabilities.elicitation if capabilities is not None else None
     return elicitation is not None and (elicitation.form is not None or elicitation.url is None)
+
+
+def spend_terms(prepared: Any) -> tuple:
+    """What a spend question binds: the script(s) by sha256, the flavor, the machines and the worst case. A plan
+    launched on other terms was never asked about (a script URL edited, a preview planned again)."""
+    runs = getattr(prepared, "runs", None)  # a sweep: each of its runs
+    scripts = tuple(p.script.sha256 for _, _, p in runs) if runs is not None else (prepared.script.sha256,)
+    return scripts, prepared.common["flavor"], prepared.nodes, round(prepared.worst_case_cost_usd, 2)
 
 
 def confirmation_question(prepared: Any) -> str:
@@ -268,10 +279,11 @@ class _Runner:
 def _register_tool(mcp: MCPServer, spec: ToolSpec, runner: _Runner, get_core: Callable[[], Any]) -> None:
     """One tool of tools.py: its request model's fields as parameters, and (if it launches) the confirmation."""
     parameters = [*_parameters(spec), inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)]
+    asked = _Asked()
     if spec.launches:
         parameters.append(inspect.Parameter(
             "confirmation", inspect.Parameter.KEYWORD_ONLY,
-            annotation=Annotated[ElicitationResult[Confirm], Resolve(_confirmation_resolver(spec, get_core))]))
+            annotation=Annotated[ElicitationResult[Confirm], Resolve(_confirmation_resolver(spec, get_core, asked))]))
 
     async def body(ctx: Context, confirmation: Any = None, **arguments: Any) -> Any:
         try:
@@ -284,7 +296,8 @@ def _register_tool(mcp: MCPServer, spec: ToolSpec, runner: _Runner, get_core: Ca
         if isinstance(confirmation, AcceptedElicitation) and isinstance(confirmation.data, Confirm) and \
                 not confirmation.data.submit:
             raise CodedToolError("not submitted: the user chose not to launch it; nothing was launched", "declined")
-        hooks = Hooks(progress=runner.reporter(ctx) if spec.progress else None)
+        hooks = Hooks(progress=runner.reporter(ctx) if spec.progress else None,
+                      confirm=_bound_confirmation(ctx, asked.pop(ctx)) if spec.launches else None)
         return await runner.call(lambda core: spec.call(core, req, hooks), spec.name)
 
     annotations = ToolAnnotations(read_only_hint=spec.read_only, destructive_hint=spec.destructive,
@@ -322,9 +335,53 @@ def _register_resources(mcp: MCPServer, watcher: JobWatcher, runner: _Runner) ->
         return finetune_prompt(model, dataset, goal)
 
 
-def _confirmation_resolver(spec: ToolSpec, get_core: Callable[[], Any]) -> Callable[..., Any]:
+class _Asked:
+    """The terms (spend_terms) each call's spend question showed, from its resolver to its body: the same Context
+    object travels from one to the other. A few are kept (a question answered in a later round leaves one)."""
+
+    KEPT = 64
+
+    def __init__(self) -> None:
+        self._shown: dict[int, tuple[Context, tuple]] = {}
+
+    def put(self, ctx: Context, terms: tuple) -> None:
+        self._shown[id(ctx)] = (ctx, terms)
+        while len(self._shown) > self.KEPT:
+            self._shown.pop(next(iter(self._shown)))
+
+    def pop(self, ctx: Context) -> tuple | None:
+        shown = self._shown.pop(id(ctx), None)
+        return shown[1] if shown is not None and shown[0] is ctx else None
+
+
+def _bound_confirmation(ctx: Context, shown: tuple | None) -> Callable[[Any], None]:
+    """The body's check of the plan it is about to launch, in the worker thread: a plan over the threshold, or
+    any plan on other terms than the question showed (a script URL edited while the user read it, a preview
+    that expired and was planned again), is asked about again where the client takes a question mid-call (the
+    older protocol), and refused where it does not (the user then answers about the plan that launches)."""
+    def check(prepared: Any) -> None:
+        terms = spend_terms(prepared)
+        if terms == shown:
+            return
+        threshold = confirm_threshold()
+        if shown is None and (threshold is None or prepared.worst_case_cost_usd <= threshold or not can_elicit(ctx)):
+            return  # no question was due: the budget caps govern
+        if ctx.protocol_version is None or is_version_at_least(ctx.protocol_version, INPUT_REQUIRED_VERSION):
+            raise DeclinedError("not submitted: the plan changed after the spend question was asked (now: "
+                                f"{confirmation_question(prepared)}); nothing was launched: call again to be asked "
+                                "about this plan")
+        answer = anyio.from_thread.run(ctx.elicit, confirmation_question(prepared), Confirm)
+        if not (isinstance(answer, AcceptedElicitation) and isinstance(answer.data, Confirm) and answer.data.submit):
+            raise DeclinedError("not submitted: the user did not confirm the plan as it changed after the first "
+                                "question; nothing was launched")
+
+    return check
+
+
+def _confirmation_resolver(spec: ToolSpec, get_core: Callable[[], Any], asked: _Asked) -> Callable[..., Any]:
     """Resolves a launching tool's hidden `confirmation`: plans the submission (kept for the body, which does not
-    plan again) and, when its worst case is over the threshold and the client can ask, asks the user."""
+    plan again) and, when its worst case is over the threshold and the client can ask, asks the user; what the
+    question showed goes to the body, which launches only a plan on those terms."""
     names = [parameter.name for parameter in _parameters(spec)]
 
     async def resolver(ctx: Context, **arguments: Any) -> Elicit[Confirm] | None:
@@ -356,6 +413,7 @@ def _confirmation_resolver(spec: ToolSpec, get_core: Callable[[], Any]) -> Calla
                                  exc.code if isinstance(exc, TrainError) else "unexpected") from None
         if prepared is None or prepared.worst_case_cost_usd <= threshold:
             return None
+        asked.put(ctx, spend_terms(prepared))
         return Elicit(confirmation_question(prepared), Confirm)
 
     parameters = [inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)]

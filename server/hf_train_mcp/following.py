@@ -123,9 +123,12 @@ class Following:
         stage = node_runs.run_view(stop.states if stop else states, stop)
         failed = next((s for s in states if s.stage == "ERROR"), None)
         error = report.error or (f"node {failed.rank}: {failed.message or 'failed'}" if failed else None)
-        message = halted[0] if halted else (self.host.ledger.get(run.job_id).message or report.message)
+        current = self.host.ledger.get(run.job_id) or run
+        message = halted[0] if halted else (current.message or report.message)
+        if current.stopped and not (message or "").startswith(current.stopped):  # rank 0's own word replaced it
+            message = f"{current.stopped}: the run was stopped"
         next_step = report.next_step
-        if halted or (stage in ("ERROR", "CANCELED") and report.stage not in ("ERROR", "CANCELED")):
+        if halted or current.stopped or (stage in ("ERROR", "CANCELED") and report.stage not in ("ERROR", "CANCELED")):
             next_step = (f"{message}. Fix the cause and submit again with a new idempotency_key; job_logs pages a "
                          "node's log by its job id (nodes).")
         nodes = [NodeStage(rank=s.rank, job_id=s.job_id, stage=s.stage) for s in (stop.states if stop else states)]

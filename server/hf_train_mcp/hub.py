@@ -246,7 +246,9 @@ ADVICE = {
 def hub_error(action: str, exc: BaseException, token: str | None) -> TrainError:
     """A TrainError for a failed Hub call, worded for the agent and never carrying the token."""
     status = status_of(exc) or 0
-    advice = ADVICE.get(status, "retry later; if it persists, check https://status.huggingface.co")
+    refused = 400 <= status < 500 and status not in TRANSIENT_STATUS  # the request itself, not the Hub's state
+    fix = "the Hub refused it as sent: fix what it names (the same call again will be refused again)"
+    advice = ADVICE.get(status, fix if refused else "retry later; if it persists, check https://status.huggingface.co")
     kind = {401: AuthError, 402: BudgetError, 403: AuthError, 404: NotFoundError}.get(status, HubError)
     return kind(f"{action} failed ({_detail(exc, token)}); {advice}")
 

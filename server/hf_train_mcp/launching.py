@@ -13,7 +13,7 @@ from typing import Any
 
 from hf_train_mcp.backends.base import Backend, SubmissionUnknown, submission_labels
 from hf_train_mcp.backends.local import process_alive
-from hf_train_mcp.errors import TrainError, ConflictError
+from hf_train_mcp.errors import TrainError, ConflictError, HubError
 from hf_train_mcp.host import Host
 from hf_train_mcp.hub import needs_token, hub_token
 from hf_train_mcp.durations import minutes_since
@@ -35,6 +35,8 @@ def submission_of(record: JobRecord, extra_warnings: list[str] | None = None, *,
     nodes = [record.job_id, *(n.job_id for n in node_runs.nodes_of(ledger, record)  # not a journal's label
                               if not n.job_id.startswith(SUBMITTING))] \
         if ledger is not None and node_runs.is_run(record) else None
+    if record.stopped:
+        extra_warnings = [f"the run was stopped: {record.stopped}", *(extra_warnings or [])]
     return Submission(
         job_id=record.job_id, backend=record.backend, stage=record.stage, job_url=record.job_url,
         hub_model_id=record.hub_model_id, model_url=record.model_url, trackio_url=record.trackio_url,
@@ -43,6 +45,18 @@ def submission_of(record: JobRecord, extra_warnings: list[str] | None = None, *,
         worst_case_cost_usd=record.worst_case_cost_usd, script_sha256=record.script_sha256,
         warnings=[*(extra_warnings or []), *record.warnings], node_job_ids=nodes,
     )
+
+
+def checked_run(host: Host, run: JobRecord) -> JobRecord:
+    """A run handed back without having been launched by this call (adopted, recovered, a keyed retry): the
+    rule of node_runs applied now (a node never posted, with no server left to post it, stops the whole run and
+    says so) and its watcher started, which applies it until every node has ended. The run as recorded then."""
+    try:
+        host.job_stage(run.job_id)  # a run's stage is its job_status, which applies the rule
+    except TrainError as exc:  # the watcher looks again
+        log.info("could not look at run %s now: %s", run.job_id, exc)
+    node_runs.ensure_watched(run)
+    return host.ledger.get(run.job_id) or run
 
 
 def _planned_record(prepared: Prepared, submission: str, claim: str | None) -> JobRecord:
@@ -62,6 +76,13 @@ def _planned_record(prepared: Prepared, submission: str, claim: str | None) -> J
         asked_json=prepared.asked, submission=submission,
         secrets_json=json.dumps(list(prepared.spec.run.secrets)) if prepared.spec.run else None,  # masked in its logs
     )
+
+
+def _labelled(spec: Any, prepared: Prepared, submission: str) -> Any:
+    """The job's spec with the labels that find it again: its submission's, its idempotency key's, what was asked."""
+    key = prepared.req.idempotency_key
+    asked = {retries.ASKED_LABEL: retries.asked_label(prepared.asked)} if key and prepared.asked else {}
+    return replace(spec, labels=submission_labels({**spec.labels, **asked}, submission, key))
 
 
 class Launcher:
@@ -95,21 +116,10 @@ class Launcher:
             adopted = self._keyed_on_hub(backend, planned, req.idempotency_key, claim)
             if adopted is not None:
                 return adopted
-            asked = {retries.ASKED_LABEL: retries.asked_label(prepared.asked)} if req.idempotency_key and prepared.asked \
-                else {}
-            spec = replace(spec, labels=submission_labels({**spec.labels, **asked}, submission, req.idempotency_key))
+            spec = _labelled(spec, prepared, submission)
             self.host.ledger.journal(planned)
             journal = planned.job_id
-        try:
-            ref = backend.submit(script, spec)
-        except SubmissionUnknown:
-            if journal:  # no server posts it any more: the next look asks the Hub at once
-                self.host.ledger.update_stage(journal, UNKNOWN)
-            raise  # the job may exist: the journal entry lets the next call find it
-        except BaseException:
-            if journal:
-                self.host.ledger.forget(journal)
-            raise
+        ref = self._submit(backend, script, spec, planned if journal else None)
         if not backend.pushes_to_hub and kind in ("train", "export"):  # the output stays in the job's folder
             model_url = f"{ref.url}/{backend.output_dir}"
         if not backend.pushes_to_hub and kind == "train":
@@ -118,7 +128,8 @@ class Launcher:
             planned, job_id=ref.job_id, namespace=ref.namespace, stage=ref.stage, job_url=ref.url,
             script_path=f"{ref.job_dir}/train.py" if ref.job_dir else None, job_dir=ref.job_dir,
             model_url=model_url, trackio_url=trackio_url, idempotency_key=req.idempotency_key,
-            created_at=ref.created_at or now_iso(), claim=None, doubted=int(ref.doubted),
+            created_at=ref.created_at or now_iso(), doubted=int(ref.doubted),
+            claim=claim_id() if spec.nodes > 1 else None,  # this server posts its other nodes (node_runs.posting)
             output_dir=f"{ref.job_dir}/output" if ref.job_dir else plan.config["output_dir"],
         )
         if not self.host.ledger.record(record, claim, journal=journal):
@@ -126,13 +137,40 @@ class Launcher:
                                                "over by another server while this slow submission ran"])
         duplicates.record_copies(self.host.ledger, record, ref.copies)
         if spec.nodes > 1:
-            try:
-                node_runs.post_nodes(self.host, backend, script, node_spec, record)
-            finally:  # a run stopped on a node that could not be posted too: it cancels what is found later
-                node_runs.ensure_watched(record)
+            self._post_nodes(backend, script, node_spec, record)
         elif record.doubted:  # a copy may still appear: its watcher looks the label up, and cancels it
             node_runs.ensure_watched(record)
         return submission_of(record, ledger=self.host.ledger)
+
+    def _submit(self, backend: Backend, script: Any, spec: Any, journal: JobRecord | None) -> Any:
+        """POST the job (its journal entry written): a POST whose outcome cannot be told keeps the entry as
+        UNKNOWN, watched, so that its job is found whenever the Hub shows it; only a POST known to have made no
+        job drops it."""
+        try:
+            return backend.submit(script, spec)
+        except SubmissionUnknown as exc:
+            if journal is not None:  # no server posts it any more: the next look asks the Hub at once, and a watcher
+                self.host.ledger.update_stage(journal.job_id, UNKNOWN)
+                node_runs.ensure_watched(journal)
+            if spec.nodes > 1:  # recovery stops it if it appears (_recover)
+                raise SubmissionUnknown(f"{exc}. It is rank 0 of a run across {spec.nodes} machines whose other "
+                                        "nodes were not posted: if it appears it is canceled; to launch the run, "
+                                        "submit again with a new idempotency_key") from None
+            raise  # the job may exist: the journal entry lets the next call find it
+        except BaseException:
+            if journal is not None:
+                self.host.ledger.forget(journal.job_id)
+            raise
+
+    def _post_nodes(self, backend: Backend, script: Any, spec: Any, run: JobRecord) -> None:
+        """Ranks 1..N-1 of a run whose rank 0 is recorded, then the run's watcher; the claim this server holds on
+        the run while it posts them is given up however that ends (a node missing then is missing for good)."""
+        try:
+            node_runs.post_nodes(self.host, backend, script, spec, run)
+        finally:  # a run stopped on a node that could not be posted too: it cancels what is found later
+            self.host.ledger.set_claim(run.job_id, None)
+            run.claim = None
+            node_runs.ensure_watched(run)
 
     def _keyed_on_hub(self, backend: Backend, planned: JobRecord, key: str | None,
                       claim: str | None) -> Submission | None:
@@ -161,13 +199,25 @@ class Launcher:
         if known is not None:  # recorded without its key (a reservation taken over): the key stays free
             if claim is not None:
                 self.host.ledger.release(key, claim)
-            return submission_of(known, extra_warnings=[note])
+            return submission_of(known, extra_warnings=[note], ledger=self.host.ledger)
         record = replace(planned, job_id=ref.job_id, namespace=ref.namespace, stage=ref.stage, job_url=ref.url,
-                         idempotency_key=key, created_at=ref.created_at or planned.created_at, claim=None)
+                         idempotency_key=key, created_at=ref.created_at or planned.created_at, claim=None,
+                         submission=(ref.labels or {}).get("submission") or planned.submission)
+        nodes = {}
+        if node_runs.is_run(record):  # its nodes too (found in its network group), before any of it is recorded
+            try:
+                nodes = node_runs.find_nodes(backend, record, ref)
+            except TrainError as exc:
+                raise HubError(f"idempotency_key {key!r} names job {ref.job_id} on the Hub, rank 0 of a run across "
+                               f"machines, but its other nodes could not be looked up ({exc}): nothing was "
+                               "submitted; call again with the same idempotency_key to adopt the whole run") from None
         self.host.ledger.record(record, claim)
         log.warning("adopted job %s: the Hub has it under idempotency_key %r, the ledger did not", ref.job_id, key)
-        return submission_of(record, extra_warnings=[note + " (found on the Hub by its label; the ledger had "
-                                                        "lost it)"])
+        if node_runs.is_run(record):
+            node_runs.record_nodes(self.host.ledger, record, nodes)
+            record = checked_run(self.host, record)
+        return submission_of(record, ledger=self.host.ledger, extra_warnings=[
+            note + " (found on the Hub by its label; the ledger had lost it)"])
 
     def recover_submissions(self, *, now: bool = False) -> None:
         """Record the jobs of submissions whose server died between the POST and the ledger write: the job is
@@ -224,10 +274,16 @@ class Launcher:
         for copy in found[1:]:
             self._cancel(copy.job_id, "a second job of one submission")
         run = self.host.ledger.get(entry.parent_job_id) if entry.kind == multinode.NODE_KIND else None
-        if run is not None and run.stage in TERMINAL_STAGES:
+        if run is not None and (run.stopped or run.stage in TERMINAL_STAGES):
             self._cancel(ref.job_id, f"a node of run {run.job_id}, which has ended")
         if key and sweeps.adopted(self.host, key, ref.job_id) and cancel_canceled:
             self._cancel(ref.job_id, "a job of a canceled sweep")  # else the next look at the sweep cancels it
+        if node_runs.is_run(record):  # rank 0, recorded only now: its launch never got to post the other nodes
+            node_runs.stop_run(self.host, record, f"its launch did not finish (the server stopped, or the Hub did "
+                               f"not answer, before the other {node_runs.expected_nodes(record) - 1} node(s) were "
+                               "posted), so it could not train")
+        elif record.doubted:  # a copy may still appear: its watcher looks the label up, and cancels it
+            node_runs.ensure_watched(record)
 
     def _cancel(self, job_id: str, what: str) -> None:
         try:

@@ -86,7 +86,7 @@ CREATE TABLE IF NOT EXISTS sweep_runs (
 _ADDED_COLUMNS = {"worst_case_cost_usd": "REAL", "claim": "TEXT", "output_dir": "TEXT", "started_at": "TEXT",
                   "message": "TEXT", "kind": "TEXT NOT NULL DEFAULT 'train'", "measured_json": "TEXT",
                   "parent_job_id": "TEXT", "node_rank": "INTEGER", "asked_json": "TEXT",
-                  "secrets_json": "TEXT", "submission": "TEXT", "doubted": "INTEGER"}
+                  "secrets_json": "TEXT", "submission": "TEXT", "doubted": "INTEGER", "stopped": "TEXT"}
 
 
 PENDING = "pending:"  # job_id prefix of an idempotency-key reservation
@@ -143,7 +143,9 @@ class JobRecord:
     created_at: str
     finished_at: str | None = None
     worst_case_cost_usd: float | None = None
-    claim: str | None = None  # the owner of a pending reservation (one server's submit call)
+    # the owner of a pending reservation (one server's submit call); on a run's record, the server still posting
+    # its other nodes (node_runs.py: a node missing while that server lives is not missing yet)
+    claim: str | None = None
     output_dir: str | None = None  # where the job writes checkpoints (its own folder of a bucket, or locally)
     started_at: str | None = None
     message: str | None = None  # the backend's last word on the stage ("training finished", an error)
@@ -155,6 +157,7 @@ class JobRecord:
     secrets_json: str | None = None  # the names (never the values) of the secrets the job was handed
     submission: str | None = None  # the one-off label its POST carried: any other job with it is a copy
     doubted: int | None = 0  # 1: a POST of it went unanswered, so a copy may appear (duplicates.py)
+    stopped: str | None = None  # why this server stopped the run (node_runs.py): later looks say it, not the cancel
 
     @property
     def secret_names(self) -> tuple[str, ...]:
@@ -369,6 +372,13 @@ class Ledger:
             "message = COALESCE(?, message) WHERE job_id = ?",
             (stage, finished_at, started_at, message, job_id),
         )
+
+    def set_stopped(self, job_id: str, why: str) -> None:
+        """Note why the server stopped a run; the first reason stays (what stopping it did is no reason)."""
+        self._write("UPDATE jobs SET stopped = COALESCE(stopped, ?) WHERE job_id = ?", (why, job_id))
+
+    def set_claim(self, job_id: str, claim: str | None) -> None:
+        self._write("UPDATE jobs SET claim = ? WHERE job_id = ?", (claim, job_id))
 
     def set_measured(self, job_id: str, measured: dict) -> None:
         self._write("UPDATE jobs SET measured_json = ? WHERE job_id = ?", (json.dumps(measured), job_id))

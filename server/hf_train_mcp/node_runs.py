@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from hf_train_mcp import duplicates
-from hf_train_mcp.backends.base import SubmissionUnknown, submission_labels
+from hf_train_mcp.backends.base import JobRef, SubmissionUnknown, submission_labels
+from hf_train_mcp.backends.local import process_alive
 from hf_train_mcp.detach import spawn_once
 from hf_train_mcp.durations import minutes_since
 from hf_train_mcp.errors import HubError, TrainError
 from hf_train_mcp.ledger import SUBMITTING, UNKNOWN, JobRecord, claim_id, now_iso
-from hf_train_mcp.multinode import NODE_KIND, START_BOUND_MIN, run_stage
+from hf_train_mcp.multinode import NODE_KIND, START_BOUND_MIN, group_name, run_stage
 from hf_train_mcp.paths import data_home
 from hf_train_mcp.stages import TERMINAL_STAGES
 
@@ -65,8 +66,8 @@ def post_nodes(host: Any, backend: Any, script: Any, spec: Any, run: JobRecord) 
             ids.append(_post_node(host, backend, script, spec, run, rank))
         except BaseException as exc:
             if isinstance(exc, SubmissionUnknown):
-                what = (f"node {rank} of {spec.nodes} may or may not have been created (its submission failed and "
-                        "the Hub's job list could not be read to tell)")
+                what = (f"node {rank} of {spec.nodes} may or may not have been created (its submission got no answer "
+                        "that tells, and the Hub's job list did not show it)")
             else:
                 why = str(exc) if isinstance(exc, TrainError) else type(exc).__name__
                 what = f"node {rank} of {spec.nodes} could not be submitted ({why})"
@@ -78,16 +79,25 @@ def post_nodes(host: Any, backend: Any, script: Any, spec: Any, run: JobRecord) 
 def _stopped_at_post(host: Any, run: JobRecord, rank: int, what: str, *, unknown: bool) -> str:
     """Stop a run whose next node could not be posted: its record says why, every node posted so far is canceled.
     What the caller is told."""
-    host.ledger.update_stage(run.job_id, run.stage, message=f"{what}: the run was stopped")
+    done = stop_run(host, run, what)
+    later = (f" If the Hub made node {rank} after all, the run's watcher finds it by its label and cancels it."
+             if unknown else "")
+    return (f"run {run.job_id} was stopped: {what}. {done}.{later} Submit again with a new idempotency_key (this "
+            "one names the stopped run); job_status shows each node.")
+
+
+def stop_run(host: Any, run: JobRecord, why: str) -> str:
+    """Stop a run for good: its record keeps `why` (every later look says it, and cancels whatever of it still
+    goes), every node posted so far is canceled, and its watcher retries what failed. What was done."""
+    host.ledger.set_stopped(run.job_id, why)
+    host.ledger.update_stage(run.job_id, run.stage, message=f"{why}: the run was stopped")
     try:
         done = host.cancel_job(run.job_id).message  # every node of the run posted so far (following.py)
     except TrainError as cancel_error:
         log.warning("could not cancel run %s: %s", run.job_id, cancel_error)
         done = f"canceling the nodes posted so far failed ({cancel_error}); the run's watcher retries until they are"
-    later = (f" If the Hub made node {rank} after all, the run's watcher finds it by its label and cancels it."
-             if unknown else "")
-    return (f"run {run.job_id} was stopped: {what}. {done}.{later} Submit again with a new idempotency_key (this "
-            "one names the stopped run); job_status shows each node.")
+    ensure_watched(run)
+    return done
 
 
 def _post_node(host: Any, backend: Any, script: Any, spec: Any, run: JobRecord, rank: int) -> str:
@@ -112,6 +122,34 @@ def _post_node(host: Any, backend: Any, script: Any, spec: Any, run: JobRecord, 
     host.ledger.record(record, None, journal=planned.job_id)
     duplicates.record_copies(host.ledger, record, ref.copies)  # a second node of this rank: canceled
     return ref.job_id
+
+
+def find_nodes(backend: Any, run: JobRecord, rank0: JobRef) -> dict[int, JobRef]:
+    """The nodes the backend holds for a run whose rank 0 is being adopted from it (the ledger that recorded them
+    was lost), found in the run's network group: the oldest of each rank. Raises TrainError when they cannot be
+    looked up (rank 0 alone must not pass for the run)."""
+    finder = getattr(backend, "find_group", None)
+    if finder is None or not run.submission:
+        return {}
+    request = (rank0.labels or {}).get("request")  # every job of the run carries it (planning.py)
+    labels = {"kind": NODE_KIND, **({"request": request} if request else {})}
+    found: dict[int, JobRef] = {}
+    for ref in finder(group_name(run.submission), labels, run.namespace):
+        rank = (ref.labels or {}).get("node-rank", "")
+        if rank.isdigit() and 0 < int(rank) < expected_nodes(run):
+            found.setdefault(int(rank), ref)  # a later one of a rank is a copy: its own label finds it later
+    return found
+
+
+def record_nodes(ledger: Any, run: JobRecord, found: dict[int, JobRef]) -> None:
+    """Record the nodes find_nodes found as the run's."""
+    for rank, ref in sorted(found.items()):
+        if ledger.get(ref.job_id) is None:
+            ledger.record(replace(run, job_id=ref.job_id, kind=NODE_KIND, parent_job_id=run.job_id, node_rank=rank,
+                                  idempotency_key=None, claim=None, stage=ref.stage, job_url=ref.url,
+                                  created_at=ref.created_at or run.created_at, doubted=0, stopped=None,
+                                  submission=(ref.labels or {}).get("submission"),
+                                  message=f"node {rank} of run {run.job_id}"))
 
 
 def node_states(follow: Any, run: JobRecord, rank0_stage: str, rank0_message: str | None) -> list[NodeState]:
@@ -140,10 +178,13 @@ def node_states(follow: Any, run: JobRecord, rank0_stage: str, rank0_message: st
 
 
 def verdict(run: JobRecord, states: list[NodeState]) -> str | None:
-    """Why the run's nodes still going must be stopped, or None."""
+    """Why the run's nodes still going must be stopped, or None. A run the server stopped stays stopped, for
+    its own reason (the nodes it canceled then are no new one)."""
     going = [s for s in states if s.stage not in TERMINAL_STAGES and s.stage not in NO_JOB]
     if not going:
         return None
+    if run.stopped:
+        return run.stopped
     ended = [s for s in states if s.stage in ("ERROR", "CANCELED", "DELETED")]
     if ended:
         first = ended[0]
@@ -151,12 +192,19 @@ def verdict(run: JobRecord, states: list[NodeState]) -> str | None:
         return f"node {first.rank} is {first.stage}{detail}; the other nodes cannot go on without it"
     age = minutes_since(run.created_at) or 0.0
     missing = [s.rank for s in states if s.stage in NO_JOB]
-    if missing and age >= MISSING_AFTER_MIN:
+    if missing and (age >= MISSING_AFTER_MIN or not posting(run)):
         return (f"node(s) {', '.join(map(str, missing))} were never submitted, or not known to be (the server "
                 "stopped, or the Hub did not answer, between the nodes' submissions)")
     if any(s.stage == "SCHEDULING" for s in states) and age >= START_BOUND_MIN:
         return f"the nodes did not all start within {START_BOUND_MIN:.0f} min (Jobs had no room for all of them)"
     return None
+
+
+def posting(run: JobRecord) -> bool:
+    """Whether a live server is still posting the run's other nodes (its claim on the run's record, launching.py):
+    until it ends, a node not posted yet is not missing."""
+    head = (run.claim or "").split("-", 1)[0]
+    return head.isdigit() and process_alive(int(head))
 
 
 @dataclass(frozen=True)
@@ -170,6 +218,10 @@ class Stop:
     @property
     def unknown(self) -> list[int]:
         return [s.rank for s in self.states if s.stage == UNKNOWN]
+
+    @property
+    def missing(self) -> list[int]:
+        return [s.rank for s in self.states if s.stage == "MISSING"]
 
 
 def cancel_nodes(follow: Any, run: JobRecord, states: list[NodeState]) -> Stop:
@@ -189,13 +241,15 @@ def cancel_nodes(follow: Any, run: JobRecord, states: list[NodeState]) -> Stop:
 
 def stopped(why: str, stop: Stop) -> str:
     """The run's message once the rule stopped it: what was canceled, and what was not (yet)."""
+    never = (f"; node(s) {', '.join(map(str, stop.missing))} have no job (never posted, or not found), so none "
+             "to cancel" if stop.missing else "")
     if not stop.failed and not stop.unknown:
-        return f"{why}: the run was stopped, every node canceled"
+        return f"{why}: the run was stopped, every node {'that has a job ' if never else ''}canceled{never}"
     said = [f"node {rank} could not be canceled ({err}) and runs on: retried on each look and by the run's "
             "watcher until it is" for rank, err in stop.failed]
     if stop.unknown:
         said.append(f"node(s) {', '.join(map(str, stop.unknown))} may exist: canceled once the Hub shows them")
-    return f"{why}: the run was stopped; " + "; ".join(said)
+    return f"{why}: the run was stopped; " + "; ".join(said) + never
 
 
 def cancel_said(stop: Stop) -> str:
@@ -217,6 +271,8 @@ def enforce(follow: Any, run: JobRecord, states: list[NodeState]) -> tuple[str, 
     why = verdict(run, states)
     if why is None:
         return None
+    if not run.stopped:
+        follow.host.ledger.set_stopped(run.job_id, why)
     stop = cancel_nodes(follow, run, states)
     message = stopped(why, stop)
     follow.host.ledger.update_stage(run.job_id, stop.states[0].stage, message=message)
@@ -250,10 +306,14 @@ def ensure_watched(run: JobRecord) -> None:
 
 def watch_once(host: Any, job_id: str) -> bool:
     """One look at a run, or at a job whose POST went unanswered (job_status applies the rules: a run's nodes, a
-    submission's copies); False once every node has ended and no copy is awaited."""
+    submission's copies), or at a submission whose job is not known to exist (its journal entry); False once
+    every node has ended and no copy is awaited (the journal entry is gone)."""
     record = host.ledger.get(job_id)
     if record is None:
         return False
+    if record.job_id.startswith(SUBMITTING):  # a POST whose outcome could not be told: looked up until found
+        host.recover_submissions(now=True)  # (then recorded, and watched if it must be) or given up on
+        return host.ledger.get(job_id) is not None
     report = host.job_status(job_id, tail=0)
     ledger = host.ledger
     if any(duplicates.awaited(ledger, r) for r in (ledger.get(job_id) or record, *nodes_of(ledger, record))):

@@ -15,7 +15,7 @@ from hf_train_mcp.data.validate import validate_dataset
 from hf_train_mcp.estimating import Estimator
 from hf_train_mcp.following import Following
 from hf_train_mcp.hub import hub_token
-from hf_train_mcp.launching import Launcher, claim_id, submission_of
+from hf_train_mcp.launching import Launcher, checked_run, claim_id, submission_of
 from hf_train_mcp.ledger import PENDING, JobRecord, KeyConflict, Ledger, SubmissionInProgress
 from hf_train_mcp.prepared import Prepared, Progress
 from hf_train_mcp.request import CompareRequest, EstimateRequest, EvaluateRequest, ExportRequest, ScriptRequest
@@ -104,7 +104,8 @@ class Core:
         sweep = self.ledger.sweep(job_id) if job_id.startswith(sweeps.KEY_PREFIX) else None
         if sweep is not None:
             self.check_sweep_access(sweep)
-            return CancelResult(job_id=job_id, stage="CANCELED", message=sweeps.cancel_sweep(self, job_id))
+            stage, message = sweeps.cancel_sweep(self, job_id)
+            return CancelResult(job_id=job_id, stage=stage, message=message)
         return self.following.cancel(job_id)
 
     def list_jobs(self, stage: str | None = None, limit: int = 20) -> JobList:
@@ -211,6 +212,8 @@ class Core:
             req, backend_name, content=local_content(req, self.access)))
         if changed:
             raise KeyConflict(retries.conflict_message(req.idempotency_key, f"job {existing.job_id}", changed))
+        if node_runs.is_run(existing) and not existing.settled:  # its server may have died before its nodes
+            existing = checked_run(self, existing)
         return submission_of(existing, extra_warnings=[
             f"idempotency_key matched job {existing.job_id}: returned it instead of submitting again"],
             ledger=self.ledger)

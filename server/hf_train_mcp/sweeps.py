@@ -48,6 +48,7 @@ PRUNE_MARGIN = 0.10  # a run is pruned when its loss is this much above the othe
 PRUNE_AFTER = 0.2  # ... and only after this fraction of its steps (early losses are noise)
 PRUNE_FLOOR = 0.1  # the margin is at least 10% of this (a loss or reward near 0 makes any gap relative-huge)
 STALE_LAUNCH_S = 600  # a launch claimed this long ago by a process that has not finished it is taken over
+CANCEL_FAILED = "the sweep was canceled, but canceling this run's job failed: retried until it has ended"
 POLL_ENV = "HF_TRAIN_SWEEP_POLL_S"
 POLL_DEFAULT_S = 30.0
 # request fields that differ between runs without being what was compared
@@ -274,7 +275,8 @@ def launch(core: Host, run: SweepRunRecord) -> None:
                                         job_id=submission.job_id):
         adopted(core, request.idempotency_key, submission.job_id)  # a cancel marked it meanwhile: it keeps its job
     if core.ledger.sweep(run.sweep_id).state == "canceled":  # canceled while this run was being posted
-        core.cancel_job(submission.job_id)
+        if cancel_runs(core, run.sweep_id)[1]:  # its cancel failed: the supervisor retries it
+            ensure_supervised(core, core.ledger.sweep(run.sweep_id))
 
 
 def adopted(core: Host, key: str, job_id: str) -> bool:
@@ -325,11 +327,11 @@ def supervisor_alive(sweep_id: str) -> bool:
         return False
 
 
-def ensure_supervised(core: Host, sweep: SweepRecord) -> None:
-    """Start the sweep's supervisor unless it has ended or one holds the sweep's lock. The lock is taken here
-    and handed to the supervisor started (an inherited descriptor), so it is held from before it starts: a
-    retry while it is still importing cannot start a second one, and the pid file names the one that runs."""
-    if sweep.state != "running":
+def ensure_supervised(core: Host, sweep: SweepRecord | None) -> None:
+    """Start the sweep's supervisor unless it has ended (a canceled one: once no run's cancel is retried) or one
+    holds the sweep's lock. The lock is taken here and handed to the supervisor started (an inherited descriptor),
+    so it is held before it starts: a retry while it imports cannot start a second, the pid file names the one."""
+    if sweep is None or (sweep.state != "running" and not cancel_pending(core, sweep)):
         return
     spawn_once(_lock(sweep.sweep_id), [sys.executable, "-m", "hf_train_mcp.sweeper", sweep.sweep_id],
                lock_env=LOCK_FD_ENV)
@@ -337,14 +339,16 @@ def ensure_supervised(core: Host, sweep: SweepRecord) -> None:
 
 def resume(core: Host) -> None:
     """Supervise again every sweep still running (a supervisor dies with its machine or container)."""
-    for sweep in core.ledger.sweeps(state="running"):
-        ensure_supervised(core, sweep)
+    for sweep in [*core.ledger.sweeps(state="running"), *core.ledger.sweeps(state="canceled")]:
+        ensure_supervised(core, sweep)  # a canceled one only while a run's cancel is still retried
 
 
 def supervise_once(core: Host, sweep_id: str) -> bool:
-    """One look at a sweep: note each active run's progress, prune, start queued runs into free slots. Whether
-    the sweep still needs watching."""
+    """One look at a sweep: note each active run's progress, prune, start queued runs into free slots (a canceled
+    sweep: cancel again the runs whose cancel failed). Whether the sweep still needs watching."""
     sweep = core.ledger.sweep(sweep_id)
+    if sweep is not None and cancel_pending(core, sweep):  # canceled, but a run's job still bills
+        return bool(cancel_runs(core, sweep_id)[1])
     if sweep is None or sweep.state != "running":
         return False
     runs = core.ledger.sweep_runs(sweep_id)
@@ -401,27 +405,51 @@ def prune(core: Host, run: SweepRunRecord, metric: str, value: float, median: fl
     return True
 
 
-def cancel_sweep(core: Host, sweep_id: str) -> str:
+def cancel_sweep(core: Host, sweep_id: str) -> tuple[str, str]:
     """Stop a sweep: no queued run starts, every started run is canceled, and so is a run being launched,
     whose job is looked up by its key (on the Hub too: its launcher may have been killed mid-POST). One whose
-    job is not found yet is canceled by its launcher once posted, or by crash recovery once found."""
+    job is not found yet is canceled by its launcher once posted, or by crash recovery once found; one whose
+    cancel fails is said, and retried by the sweep's supervisor. (the stage to answer, what was done)"""
     core.ledger.set_sweep_state(sweep_id, "canceled", only_if_state="running")
-    dropped = canceled = pending = 0
+    dropped = pending = 0
     for run in core.ledger.sweep_runs(sweep_id):
-        if run.state in ("queued", "launching") and not run.job_id:
-            job_id = _run_job(core, run, recover=True)
-            if job_id is None:
-                if core.ledger.update_sweep_run(sweep_id, run.idx, only_if_state=run.state, state="canceled",
-                                                note="the sweep was canceled"):
-                    dropped += run.state == "queued"
-                    pending += run.state == "launching"
-                continue
-            run = replace(run, state="launched", job_id=job_id)
-        if run.state == "launched" and run.job_id and core.job_stage(run.job_id) not in SETTLED_STAGES:
-            core.cancel_job(run.job_id)
-            canceled += 1
-    later = f"; {pending} run(s) being submitted are canceled once their job appears" if pending else ""
-    return f"sweep canceled: {canceled} started run(s) canceled, {dropped} queued run(s) dropped{later}"
+        if run.state in ("queued", "launching") and not run.job_id and _run_job(core, run, recover=True) is None:
+            if core.ledger.update_sweep_run(sweep_id, run.idx, only_if_state=run.state, state="canceled",
+                                            note="the sweep was canceled"):
+                dropped += run.state == "queued"
+                pending += run.state == "launching"
+    canceled, failed = cancel_runs(core, sweep_id)
+    said = f"sweep canceled: {canceled} started run(s) canceled, {dropped} queued run(s) dropped" + (
+        f"; {pending} run(s) being submitted are canceled once their job appears" if pending else "")
+    if failed:
+        ensure_supervised(core, core.ledger.sweep(sweep_id))
+        said += "".join(f"; run {i} (job {job}) could not be canceled ({why}) and still bills" for i, job, _, why
+                        in failed) + f": its supervisor retries until it has ended (or call cancel_job({sweep_id}))"
+    return (failed[0][2] if failed else "CANCELED"), said
+
+
+def cancel_runs(core: Host, sweep_id: str) -> tuple[int, list[tuple[int, str, str, str]]]:
+    """Cancel the job of each launched run of a canceled sweep that still goes, one failing stopping none of the
+    others: (how many were canceled, [(run, job id, its stage, why) of each that failed])."""
+    canceled, failed = 0, []
+    for run in (r for r in core.ledger.sweep_runs(sweep_id) if r.state == "launched" and r.job_id):
+        try:
+            if core.job_stage(run.job_id) not in SETTLED_STAGES:
+                core.cancel_job(run.job_id)
+                canceled += 1
+        except TrainError as exc:
+            core.ledger.update_sweep_run(sweep_id, run.idx, note=CANCEL_FAILED)
+            stage = getattr(core.ledger.get(run.job_id), "stage", "RUNNING")
+            failed.append((run.idx, run.job_id, stage, scrub(str(exc), hub_token())[:300]))
+        else:
+            if run.note == CANCEL_FAILED:
+                core.ledger.update_sweep_run(sweep_id, run.idx, note="canceled with its sweep")
+    return canceled, failed
+
+
+def cancel_pending(core: Host, sweep: SweepRecord) -> bool:
+    """A canceled sweep with a run whose cancel failed: its supervisor must retry it."""
+    return sweep.state == "canceled" and any(r.note == CANCEL_FAILED for r in core.ledger.sweep_runs(sweep.sweep_id))
 
 
 # --- pruning -------------------------------------------------------------------------------------------------

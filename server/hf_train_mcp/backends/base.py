@@ -62,6 +62,7 @@ class JobRef:
     # under its `submission` label, this one being the oldest, each canceled (their stage says whether it took).
     copies: tuple["JobRef", ...] = ()
     doubted: bool = False  # a POST of it went unanswered: a copy may still appear (duplicates.py looks for it)
+    group: str | None = None  # the network group it joined (a node of a run across machines)
 
 
 @dataclass
@@ -160,6 +161,9 @@ class Backend(Protocol):
     def find_keyed(self, key: str, namespace: str | None) -> JobRef | None:
         """The oldest job submitted with this idempotency key: what a lost ledger forgot."""
         ...
+
+    # Optional (a backend that runs across machines): the jobs with these labels in one network group.
+    def find_group(self, group: str, labels: dict[str, str], namespace: str | None) -> list[JobRef]: ...
 
     def inspect(self, job_id: str, namespace: str | None) -> JobState: ...
 

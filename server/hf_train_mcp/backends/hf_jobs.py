@@ -47,13 +47,28 @@ METRICS_DEADLINE_S = 2.0
 
 
 def _ref(job) -> JobRef:
+    network = getattr(job, "network", None)
     return JobRef(job.id, job.url, str(job.status.stage), _iso(job.created_at), namespace=job.owner.name,
-                  labels=dict(job.labels or {}))
+                  labels=dict(job.labels or {}), group=network.group if network else None)
 
 
 def _unsent(exc: BaseException) -> bool:
-    """The connection was refused: the request never reached the Hub, so it cannot have created a job."""
-    return bool({cls.__name__ for cls in type(exc).__mro__} & {"ConnectError", "ConnectionRefusedError"})
+    """The request never reached the Hub, so it cannot have created a job: the connection was refused, or
+    huggingface_hub refused the job's arguments before posting them (in `_create_job_spec`)."""
+    if {cls.__name__ for cls in type(exc).__mro__} & {"ConnectError", "ConnectionRefusedError"}:
+        return True
+    frame = exc.__traceback__
+    while frame is not None:
+        if frame.tb_frame.f_code.co_name == "_create_job_spec":
+            return True
+        frame = frame.tb_next
+    return False
+
+
+def _refused(exc: BaseException) -> bool:
+    """The Hub answered the POST with a 4xx other than 408/429: a definite refusal, so it made no job."""
+    status = status_of(exc)
+    return status is not None and 400 <= status < 500 and not transient(exc)
 
 
 def uv_argv(run: UserRun, target: str) -> list[str]:
@@ -207,13 +222,15 @@ class HfJobsBackend:
         before trying again, and again right before posting again, so that a failure after the job was created
         never launches it twice. A job the Hub makes anyway after both looks (a POST answered later than
         POST_SETTLE_S) carries the label too: after any second POST the label is looked up once more, the oldest
-        job kept and the others canceled (JobRef.copies); `doubted` says a copy may still appear."""
+        job kept and the others canceled (JobRef.copies); `doubted` says a copy may still appear. Only a 4xx
+        refusal (or a request never sent) proves there is no job: a POST that got no readable answer and whose job
+        the label does not find raises SubmissionUnknown, never a plain failure (its caller keeps looking)."""
         api = hub_api(self._token)
         labels = {"submission": uuid.uuid4().hex[:12], **spec.labels}  # the core usually names it (crash recovery)
         submission, namespace = labels["submission"], spec.namespace
         env, secrets = self.environment(script, spec), self.secrets(spec)
         volumes = self.volumes(spec) + self.synced_folder(spec, api)
-        unanswered, failure = 0, None  # POSTs cut without an answer: each may still make its job
+        unanswered, failure = 0, None  # POSTs sent without a readable answer: each may still make its job
         for attempt in range(SUBMIT_ATTEMPTS):
             if failure is not None:  # the last POST's job may have appeared while we waited
                 found = self._posted(submission, namespace, failure, settle=False)
@@ -236,19 +253,33 @@ class HfJobsBackend:
             except TrainError:
                 raise
             except Exception as exc:
-                if not transient(exc):
-                    raise hub_error("submitting the job to Hugging Face Jobs", exc, self._token) from None
+                if _refused(exc) or (_unsent(exc) and not transient(exc)):
+                    error = hub_error("submitting the job to Hugging Face Jobs", exc, self._token)
+                    said = "" if "nothing was launched" in str(error) else "; the Hub made no job"
+                    raise type(error)(f"{error}{said}") from None
                 unanswered += status_of(exc) is None and not _unsent(exc)
                 found = self._posted(submission, namespace, exc)
                 if found:
                     return self._kept(found, namespace, doubted=unanswered > len(found))
-                if attempt == SUBMIT_ATTEMPTS - 1:
+                made = not transient(exc)  # answered 2xx with a body that is no job: posting again makes a second
+                if made or attempt == SUBMIT_ATTEMPTS - 1:
+                    if unanswered:
+                        raise self._unknown(exc, attempt + 1) from None
                     raise hub_error(f"submitting the job ({SUBMIT_ATTEMPTS} attempts)", exc, self._token) from None
                 failure = exc
                 time.sleep(RETRY_BACKOFF_S * 2**attempt)
                 continue
             return ref if failure is None else self._after_repost(ref, submission, namespace, unanswered)
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    def _unknown(self, exc: BaseException, attempts: int) -> SubmissionUnknown:
+        """A POST got no readable answer and its label finds no job yet: the Hub may still make it."""
+        why = scrub(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, self._token)
+        return SubmissionUnknown(
+            f"submitting the job ({attempts} attempt(s)) got no readable answer ({why}) and the job has not appeared "
+            f"in the job list within {POST_SETTLE_S:g} s, so whether the Hub created it cannot be told yet. Nothing "
+            "more is posted for it: this server keeps looking for it (list_jobs and job_status show it once the Hub "
+            "does), and a retry with the same idempotency_key returns it; do not submit it again without that key")
 
     def _after_repost(self, ref: JobRef, submission: str, namespace: str | None, unanswered: int) -> JobRef:
         """A POST that worked after others failed: the jobs its label names now (an earlier POST's may be among
@@ -288,8 +319,10 @@ class HfJobsBackend:
             except TrainError:
                 why = scrub(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, self._token)
                 raise SubmissionUnknown(
-                    f"submitting failed ({why}) and the job list cannot be read to tell whether it was created: "
-                    f"check list_jobs (label submission={submission}) before submitting again") from None
+                    f"submitting failed ({why}) and the job list cannot be read to tell whether it was created. "
+                    "Nothing more is posted for it: this server keeps looking for it (list_jobs and job_status show "
+                    "it once the Hub does), and a retry with the same idempotency_key returns it; do not submit it "
+                    "again without that key") from None
             if found or time.monotonic() >= deadline:
                 return found
             time.sleep(min(SETTLE_POLL_S, max(0.0, deadline - time.monotonic())))
@@ -308,6 +341,11 @@ class HfJobsBackend:
         """The oldest job submitted with this idempotency key, by its label: what a lost ledger forgot."""
         found = self.labeled({IDEMPOTENCY_LABEL: key_label(key)}, namespace)
         return min(found, key=lambda ref: ref.created_at or "") if found else None
+
+    def find_group(self, group: str, labels: dict[str, str], namespace: str | None) -> list[JobRef]:
+        """The jobs with these labels in one network group (the nodes of a run), oldest first."""
+        found = [ref for ref in self.labeled(labels, namespace) if ref.group == group]
+        return sorted(found, key=lambda ref: ref.created_at or "")
 
     def labeled(self, labels: dict[str, str], namespace: str | None) -> list[JobRef]:
         api = hub_api(self._token)
