@@ -21,7 +21,7 @@ from hf_train_mcp.estimate.cost import FlavorEstimate, Workload, estimate_on, ho
 from hf_train_mcp.estimate.hardware import Catalog
 from hf_train_mcp.measure import apply_measurement, probe_config, probe_timeout
 from hf_train_mcp.model_family import (UNKNOWN, Family, lora_reaches_experts, lora_target_refusal,
-                                       quantization_refusal, training_refusal)
+                                       quantization_refusal, tokenizer_has_eos, training_refusal)
 from hf_train_mcp.estimate.sizing import ModelSize
 from hf_train_mcp.hub import hub_endpoint
 from hf_train_mcp.budget import chosen_timeout, within_budget, worst_case_usd
@@ -397,9 +397,10 @@ def check_models(req: "RunShape", size: ModelSize, *, teacher: ModelSize | None,
     except ValueError as exc:
         raise TrainError(str(exc)) from None
     family = size.family or Family(UNKNOWN)
+    eos = tokenizer_has_eos(size.files, family) if spec.appends_eos and size.files is not None else None
     refusal = training_refusal(family, req.model, method=req.method, generative=not spec.classifier,
                                vision=data.vision, sequence_head=spec.auto_class == SEQUENCE_CLASSIFIER,
-                               decoder_head=spec.decoder_head)
+                               appends_eos=spec.appends_eos, has_eos=eos)
     if refusal:
         raise (DatasetError if data.vision else TrainError)(refusal)
     refusal = quantization_refusal(size.quantization, req.model, peft=req.peft)
@@ -491,9 +492,8 @@ def plan_run(req: TrainingRequest, *, backend: str, size: ModelSize, catalog: Ca
     return RunPlan(
         request=req, backend=backend, flavor=flavor, gpus=gpus, timeout_seconds=timeout,
         worst_case_cost_usd=None if price is None else round(worst_case_usd(timeout, price), 2),
-        effective_batch_size=effective, estimate=estimate, config=config,
-        dependencies=_dependencies(req, spec, data, size),
-        namespace=namespace, trackio_space_id=trackio_space, warnings=warnings,
+        effective_batch_size=effective, estimate=estimate, config=config, namespace=namespace,
+        dependencies=_dependencies(req, spec, data, size), trackio_space_id=trackio_space, warnings=warnings,
         reward_code=getattr(req, "reward_code", None), template=spec.template_name,
         output_bucket=req.output_bucket, usd_per_hour=price, nodes=hyper.nodes,
     )
