@@ -326,7 +326,8 @@ def test_the_encoder_eos_table_is_the_tokenizer_classes_own() -> None:
     for model_type in ENCODER_TYPES:
         name = TOKENIZER_MAPPING_NAMES.get(model_type)
         name = next((n for n in reversed(name) if n), None) if isinstance(name, tuple) else name
-        parameter = inspect.signature(getattr(transformers, name).__init__).parameters.get("eos_token") if name else None
+        signature = inspect.signature(getattr(transformers, name).__init__) if name else None
+        parameter = signature.parameters.get("eos_token") if signature else None
         if parameter is not None and parameter.default not in (None, inspect.Parameter.empty):
             with_eos.add(model_type)
     assert with_eos == ENCODER_EOS_BY_DEFAULT and {"bert", "distilbert", "modernbert"}.isdisjoint(with_eos)

@@ -121,7 +121,7 @@ def test_a_stored_4bit_checkpoint_is_read_without_transformers_and_trains_lora_a
     assert math.isfinite(trainer.train().training_loss)
 
 
-# --- 13: ['all-linear'] reaches PEFT as its shorthand ------------------------------------------------------------------
+# --- 13: ['all-linear'] reaches PEFT as its shorthand; names the model lacks are refused ------------------------------
 def test_all_linear_in_a_list_trains(tiny_model: Path, tmp_path: Path, offline, monkeypatch: pytest.MonkeyPatch
                                      ) -> None:
     import math

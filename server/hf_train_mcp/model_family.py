@@ -235,10 +235,10 @@ def _sequence_head_refusal(family: Family, model: str, *, method: str, appends_e
                 f"{family.describe()}, for which transformers has no AutoModelForSequenceClassification class (the "
                 f"job would fail loading it): pick {instead}.{images} Nothing was launched.")
     if appends_eos and has_eos is False:
-        return (f"TRL's reward trainer ends every text with the tokenizer's EOS token, and {model} ({family.describe()})"
-                " has a tokenizer without one (as BERT's): the job would fail preparing the data. For labels per text "
-                f"use method='text-classification'; for a reward model pick {instead}, or an encoder whose tokenizer "
-                "has an EOS token (RoBERTa, DeBERTa-v3, XLM-R). Nothing was launched.")
+        return (f"TRL's reward trainer ends every text with the tokenizer's EOS token, and {model} "
+                f"({family.describe()}) has a tokenizer without one (as BERT's): the job would fail preparing the "
+                f"data. For labels per text use method='text-classification'; for a reward model pick {instead}, or "
+                "an encoder whose tokenizer has an EOS token (RoBERTa, DeBERTa-v3, XLM-R). Nothing was launched.")
     return None
 
 
