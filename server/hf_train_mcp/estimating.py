@@ -9,7 +9,7 @@ from typing import Any
 
 from hf_train_mcp import defaults as D
 from hf_train_mcp import backends, engines, methods, multinode
-from hf_train_mcp.estimate.advice import flavor_warnings
+from hf_train_mcp.estimate.advice import flavor_warnings, model_warnings
 from hf_train_mcp.stages import TERMINAL_STAGES
 from hf_train_mcp.backends.local import has_cuda
 from hf_train_mcp.data.validate import image_facts, validate_dataset
@@ -23,7 +23,7 @@ from hf_train_mcp.hub import hub_token
 from hf_train_mcp.ledger import PENDING, JobRecord, SubmissionInProgress
 from hf_train_mcp.measure import PROBE_STEPS, apply_measurement, attempt_key, probe_key, usable
 from hf_train_mcp.measure import prefix as measure_prefix
-from hf_train_mcp.planning import DataFacts, Hyper, estimate_flavors
+from hf_train_mcp.planning import DataFacts, Hyper, check_models, estimate_flavors
 from hf_train_mcp.prepared import Prepared, Progress
 from hf_train_mcp.request import EstimateRequest, RunShape, TrainingRequest
 from hf_train_mcp.schemas import CostEstimate, FlavorOption, HardwareList, HardwareRow, Measurement
@@ -52,6 +52,7 @@ class Estimator:
             warnings.append(f"model size taken from its {size.source}: the Hub metadata could not be read "
                             f"({size.note})")
         data, token_source = self._data_facts(req, hyper, token, warnings, progress)
+        check_models(req, size, teacher=teacher, data=data)  # what submit_training would refuse, refused here too
         step("reading Jobs hardware and prices")
         catalog = get_catalog(token)
         if catalog.note:
@@ -224,7 +225,7 @@ def _warnings(chosen: FlavorEstimate, work: Workload, fitting: list[FlavorEstima
     if not chosen.fits:
         out.append(f"does not fit: {chosen.reasons[0]}. " + how_to_fit(work, fitting[0] if fitting else None))
     out += flavor_warnings(chosen.flavor, chosen.hours, model_type=size.model_type or model.lower(),
-                           save_steps=work.save_steps)
+                           save_steps=work.save_steps) + model_warnings(size, work.peft)
     if chosen.recommended_timeout_seconds > MAX_TIMEOUT_S:
         out.append(f"the recommended timeout {chosen.recommended_timeout} is over the 7-day limit of one job, so "
                    "submit_training refuses this run: lower max_steps or epochs, pick a faster flavor, or train in "

@@ -12,7 +12,7 @@ vision-language model, flat (Qwen2-VL) or nested (LLaVA); then config.json's `ar
 import re
 from dataclasses import dataclass
 
-from hf_train_mcp.model_files import ModelFiles
+from hf_train_mcp.model_files import ModelFiles, Quantization
 
 VISION_LANGUAGE = "vision-language"
 CAUSAL_LM = "causal-lm"
@@ -45,6 +45,42 @@ NO_ACTIVATION_CHECKPOINTING = frozenset({
     "resnet", "shieldgemma2", "squeezebert", "textnet", "timm_wrapper", "xlm", "xlnet"})
 # for a model one can pick instead, by what the caller wanted to do
 VLM_EXAMPLES = ("Qwen/Qwen2-VL-2B-Instruct", "HuggingFaceTB/SmolVLM-Instruct")
+TEXT_CLASSIFIER_EXAMPLES = ("answerdotai/ModernBERT-base", "Qwen/Qwen2.5-0.5B")
+REWARD_EXAMPLE = "Qwen/Qwen2.5-0.5B-Instruct"
+# Vision-language model types transformers also gives a sequence-classification class
+# (AutoModelForSequenceClassification loads them); every other VLM has none ("Unrecognized configuration class" at
+# load). tests/test_family_plans.py holds both tables to transformers' auto mappings.
+SEQUENCE_CLASSIFIER_VLMS = frozenset({"gemma3", "mistral4", "qwen3_5", "t5gemma2"})
+# Bidirectional encoders (and BART-style encoder-decoders): the model types transformers gives both a masked-LM and
+# a sequence-classification class. TRL's RewardTrainer appends the tokenizer's EOS to every sequence
+# (trl/trainer/reward_trainer.py add_eos: `if not example["chosen"].endswith(eos_token)`), which BERT's and
+# DistilBERT's tokenizers do not have (TypeError).
+ENCODER_TYPES = frozenset({
+    "albert", "bart", "bert", "big_bird", "camembert", "convbert", "data2vec-text", "deberta", "deberta-v2",
+    "distilbert", "electra", "ernie", "esm", "esmc", "eurobert", "flaubert", "fnet", "funnel", "gte", "ibert",
+    "jina_embeddings_v3", "layoutlm", "longformer", "luke", "mbart", "megatron-bert", "mobilebert", "modernbert",
+    "modernvbert", "mpnet", "mra", "mvp", "nomic_bert", "nystromformer", "perceiver", "reformer", "rembert", "roberta",
+    "roberta-prelayernorm", "roc_bert", "roformer", "squeezebert", "tapas", "ultrabert", "ultravbert", "xlm",
+    "xlm-roberta", "xlm-roberta-xl", "xmod", "yoso"})
+# Of those, the model types whose tokenizer class has an EOS token by default (RobertaTokenizer's "</s>",
+# DebertaV2Tokenizer's "[SEP]", ...); BertTokenizer and the others have none, unless the tokenizer_config.json names
+# one. tests/test_family_plans.py holds the table to the tokenizer classes' signatures.
+ENCODER_EOS_BY_DEFAULT = frozenset({
+    "albert", "bart", "big_bird", "camembert", "data2vec-text", "deberta", "deberta-v2", "esm", "esmc", "fnet",
+    "funnel", "gte", "ibert", "jina_embeddings_v3", "longformer", "luke", "mbart", "mpnet", "mra", "mvp", "perceiver",
+    "reformer", "rembert", "roberta", "roberta-prelayernorm", "xlm-roberta", "xmod", "yoso"})
+# Mixtures of experts whose LoRA PEFT rewrites for transformers 5's fused experts (peft/utils/
+# transformers_weight_conversion.py _convert_peft_config_moe: every model type transformers' conversion_mapping.py
+# maps to "mixtral" or "qwen2_moe", and mixtral itself): a target reaching the experts or the router (all-linear, a
+# regex, or one of their v4 names) becomes a target_parameters entry, a lora.ParamWrapper, which refuses
+# lora_dropout != 0 (peft/tuners/lora/layer.py ParamWrapper.__init__). qwen2_moe itself is not rewritten: its
+# experts, 3D parameters, are no LoRA target at all. tests/test_family_plans.py holds the table to peft.
+MIXTRAL_STYLE_EXPERTS = frozenset({"minimax", "minimax_m2", "mixtral"})
+FUSED_EXPERT_LORA = MIXTRAL_STYLE_EXPERTS | frozenset({
+    "afmoe", "beam", "cohere2_moe", "deepseek_v2", "deepseek_v3", "deepseek_v32", "dots1", "ernie4_5_moe",
+    "exaone_moe", "flex_olmo", "glm4_moe", "glm4_moe_lite", "glm4v_moe", "glm_moe_dsa", "hunyuan_v1_moe",
+    "longcat_flash", "mellum", "olmoe", "qwen3_moe", "qwen3_next", "qwen3_omni_moe", "qwen3_omni_moe_text",
+    "qwen3_omni_moe_thinker", "sarvam_mla", "solar_open"})
 
 
 @dataclass(frozen=True)
@@ -156,10 +192,18 @@ def family_of(files: ModelFiles) -> Family:
     return found
 
 
-def training_refusal(family: Family, model: str, *, method: str, generative: bool, vision: bool) -> str | None:
-    """Why a model cannot be trained this way, with what to pick instead; None when it can (or is unknown)."""
+def training_refusal(family: Family, model: str, *, method: str, generative: bool, vision: bool,
+                     sequence_head: bool = False, appends_eos: bool = False, has_eos: bool | None = None) -> str | None:
+    """Why a model cannot be trained this way, with what to pick instead; None when it can (or is unknown).
+    sequence_head: the method loads AutoModelForSequenceClassification (text-classification, reward);
+    appends_eos: it ends every text with the tokenizer's EOS (reward), and has_eos says whether the model's
+    tokenizer has one (tokenizer_has_eos; None: unknown)."""
     if not family.known:
         return None
+    if sequence_head:
+        refusal = _sequence_head_refusal(family, model, method=method, appends_eos=appends_eos, has_eos=has_eos)
+        if refusal:
+            return refusal
     instead_vlm = ", ".join(m for m in VLM_EXAMPLES if m.lower() != model.lower())
     if vision and not family.vision_language:
         extra = (" To fine-tune its image and text embeddings, use its own contrastive recipe (open_clip, or "
@@ -173,6 +217,101 @@ def training_refusal(family: Family, model: str, *, method: str, generative: boo
                 "causal language model (or an image-text-to-text model for images); for an encoder, "
                 "method='text-classification' or 'embedding' fit. Nothing was launched.")
     return None
+
+
+def _sequence_head_refusal(family: Family, model: str, *, method: str, appends_eos: bool,
+                           has_eos: bool | None) -> str | None:
+    """A text classifier's or reward model's head on a model transformers has no sequence-classification class for
+    (most VLMs, dual encoders, image models), or a reward head on a model whose tokenizer has no EOS token."""
+    instead = (f"a causal language model (e.g. {REWARD_EXAMPLE})" if appends_eos else
+               f"a text encoder or a causal language model (e.g. {' or '.join(TEXT_CLASSIFIER_EXAMPLES)})")
+    no_head = (family.kind == VISION_LANGUAGE and family.model_type not in SEQUENCE_CLASSIFIER_VLMS) or family.kind in (
+        DUAL_ENCODER, IMAGE_CLASSIFIER, IMAGE_ENCODER)
+    if no_head:
+        images = (" To teach it labels of images, train it with method='sft' on rows whose answer is the label"
+                  if family.kind == VISION_LANGUAGE else " For images, method='image-classification' fits"
+                  if family.kind in (IMAGE_CLASSIFIER, IMAGE_ENCODER) else "")
+        return (f"method={method!r} puts a sequence-classification head on the model, and {model} is "
+                f"{family.describe()}, for which transformers has no AutoModelForSequenceClassification class (the "
+                f"job would fail loading it): pick {instead}.{images} Nothing was launched.")
+    if appends_eos and has_eos is False:
+        return (f"TRL's reward trainer ends every text with the tokenizer's EOS token, and {model} "
+                f"({family.describe()}) has a tokenizer without one (as BERT's): the job would fail preparing the "
+                f"data. For labels per text use method='text-classification'; for a reward model pick {instead}, or "
+                "an encoder whose tokenizer has an EOS token (RoBERTa, DeBERTa-v3, XLM-R). Nothing was launched.")
+    return None
+
+
+def tokenizer_has_eos(files: ModelFiles, family: Family) -> bool | None:
+    """Whether an encoder's tokenizer has an EOS token: its tokenizer_config.json's (or special_tokens_map.json's)
+    eos_token where either names it (null: none), else its tokenizer class's default (ENCODER_EOS_BY_DEFAULT).
+    None for any other model (a decoder's tokenizer ends its texts with one)."""
+    if family.kind != ENCODER and family.model_type not in ENCODER_TYPES:
+        return None
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):
+        found = files.json(name)
+        if isinstance(found, dict) and "eos_token" in found:
+            eos = found["eos_token"]
+            return bool(eos.get("content") if isinstance(eos, dict) else eos)
+    return family.model_type in ENCODER_EOS_BY_DEFAULT
+
+
+def lora_reaches_experts(model_type: str | None, targets: str | list[str]) -> bool:
+    """Whether PEFT turns these LoRA targets into parameter wrappers on a mixture of experts' fused experts or
+    router (which need lora_dropout=0): 'all-linear' and a regex always may; a list where a name is one of the
+    experts' or the router's pre-transformers-5 names (peft's _MOE_TARGET_MODULE_MAPPING keys)."""
+    if model_type not in FUSED_EXPERT_LORA:
+        return False
+    if isinstance(targets, str):
+        return True
+    names = {"gate", "w1", "w2", "w3"} if model_type in MIXTRAL_STYLE_EXPERTS else {
+        "gate", "gate_proj", "up_proj", "down_proj"}
+    return any(t.rsplit(".", 1)[-1] in names for t in targets)
+
+
+def lora_target_refusal(modules: frozenset[str] | None, targets: list[str], model: str) -> str | None:
+    """Why LoRA target names would adapt nothing of the model, with the names it has; None when one matches (or
+    its modules are unknown). PEFT adapts a module whose dotted name is a target or ends with '.' + target
+    (peft/tuners/tuners_utils.py check_target_module_exists: `key.endswith(f".{target_key}")`), and stops with
+    NoMatchingPeftModuleError only when no target matches (inject_adapter: "Target modules ... not found in the
+    base model"); one unmatched name among matched ones adapts the others."""
+    if not modules or any(m == t or m.endswith("." + t) for m in modules for t in targets):
+        return None
+    leaves = sorted({m.rsplit(".", 1)[-1] for m in modules} - {""}, key=lambda n: (n.isdigit(), n))
+    named = ", ".join(repr(n) for n in leaves[:24] if not n.isdigit()) + (", ..." if len(leaves) > 24 else "")
+    return (f"lora_target_modules {targets} name no module of {model} (PEFT would stop with "
+            f"NoMatchingPeftModuleError when the job builds its trainer): its weights belong to modules named "
+            f"{named}. Send some of those (e.g. the attention projections), or leave lora_target_modules out for "
+            "every linear layer. Nothing was launched.")
+
+
+def quantization_refusal(quantization: Quantization | None, model: str, *, peft: str) -> str | None:
+    """Why a checkpoint stored quantized cannot be trained with this peft, and what to send; None when it can.
+    bitsandbytes 4/8-bit: LoRA and QLoRA train adapters on the stored weights (transformers keeps the model's own
+    quantization_config over the script's: quantizers/auto.py merge_quantization_configs). MXFP4 (gpt-oss): the job
+    has no `kernels` package, so transformers dequantizes it to bf16 (quantizers/quantizer_mxfp4.py) and LoRA trains
+    that. No other format loads in the job (GPTQ/AWQ need optimum + gptqmodel, FP8 on compute capability >= 8.9 the
+    `kernels` package), and no quantized model takes a full fine-tune (transformers/trainer_utils.py: "You cannot
+    perform fine-tuning on purely quantized models")."""
+    if quantization is None:
+        return None
+    original = ("the unquantized original it was made from (its model card's base_model), which trains in full, "
+                "LoRA or QLoRA")
+    stored = f"{model} is stored quantized ({quantization.describe()}, config.json quantization_config)"
+    if quantization.bitsandbytes or quantization.method == "mxfp4":
+        if peft == "full":
+            return (f"{stored}: transformers fine-tunes no quantized model in full (only adapters on top of it). Send "
+                    f"peft='lora' (it trains as QLoRA on the stored weights), or pick {original}. Nothing was "
+                    "launched." if quantization.bitsandbytes else
+                    f"{stored}: transformers fine-tunes no quantized model in full. Send peft='lora' (the job "
+                    f"dequantizes it to bf16 and trains adapters), or pick {original}. Nothing was launched.")
+        if peft == "qlora" and quantization.method == "mxfp4":
+            return (f"{stored}: peft='qlora' asks bitsandbytes to quantize a model already stored in MXFP4, which "
+                    "transformers refuses. Send peft='lora' (the job dequantizes it to bf16). Nothing was launched.")
+        return None
+    return (f"{stored}: the training job cannot load {quantization.method} weights (they need that format's own "
+            f"packages and kernels, which the job does not install), and no quantized model takes a full fine-tune. "
+            f"Pick {original}; peft='qlora' of it needs about the memory of this checkpoint. Nothing was launched.")
 
 
 # what a model no job of this server trained is evaluated and exported as, by its family (followup.for_family)

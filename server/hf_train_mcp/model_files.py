@@ -10,9 +10,13 @@ without importing transformers (tests/test_model_families.py checks the table ag
 
 import json
 import logging
+import math
+import re
+import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +76,94 @@ def vision_config(cfg: dict) -> dict | None:
     return filled(vision, VISION_DEFAULTS) if isinstance(vision, dict) else None
 
 
+@dataclass(frozen=True)
+class Quantization:
+    """How a checkpoint's config.json says its weights are stored (`quantization_config`), named as transformers'
+    AutoQuantizer names it (quantizers/auto.py supports_quant_method: load_in_4bit / load_in_8bit make
+    "bitsandbytes_4bit" / "bitsandbytes_8bit", anything else its quant_method: "gptq", "awq", "fp8", "mxfp4", ...)."""
+
+    method: str
+    bits: float | None = None  # bits per stored weight, where the config says them
+
+    @property
+    def bitsandbytes(self) -> bool:
+        return self.method.startswith("bitsandbytes")
+
+    def describe(self) -> str:
+        name = {"bitsandbytes_4bit": "bitsandbytes 4-bit", "bitsandbytes_8bit": "bitsandbytes 8-bit"}.get(
+            self.method, self.method)
+        return f"{name} ({self.bits:g}-bit)" if self.bits and not self.bitsandbytes else name
+
+
+def quantization_of(cfg: dict) -> Quantization | None:
+    """The stored quantization of a pre-quantized checkpoint (None: its weights are plain floats)."""
+    q = cfg.get("quantization_config")
+    if not isinstance(q, dict) or not q:
+        return None
+    if q.get("load_in_4bit") or q.get("_load_in_4bit"):
+        return Quantization("bitsandbytes_4bit", 4)
+    if q.get("load_in_8bit") or q.get("_load_in_8bit"):
+        return Quantization("bitsandbytes_8bit", 8)
+    method = str(q.get("quant_method") or "unknown").lower()
+    bits = q.get("bits") or q.get("w_bit")
+    if bits is None and method in ("fp8", "mxfp8", "fbgemm_fp8"):
+        bits = 8
+    return Quantization(method, float(bits) if isinstance(bits, int | float) else (4.0 if method == "mxfp4" else None))
+
+
+# a .safetensors file: an 8-byte little-endian header length, then that JSON header ({name: {dtype, shape,
+# data_offsets}}, and "__metadata__"), then the tensors' bytes
+_MAX_HEADER = 100 * 1024 * 1024  # the safetensors format's own limit on a header
+# saved beside the weights, no parameters: batch norm's statistics, older checkpoints' position ids
+_BUFFERS = (".running_mean", ".running_var", ".num_batches_tracked", ".position_ids")
+
+
+def counted_params(shapes: dict[str, list[int]]) -> int:
+    """Parameters of a checkpoint's tensors (its safetensors headers' shapes: no tensor is loaded and no torch is
+    needed), buffers left out."""
+    return sum(math.prod(shape) for name, shape in shapes.items() if not name.endswith(_BUFFERS))
+
+
+def safetensors_shapes(folder: Path) -> dict[str, list[int]] | None:
+    """Each tensor's name and shape in a local folder's .safetensors headers (the shards
+    model.safetensors.index.json names, else the folder's own .safetensors files); None when it holds none (or one
+    cannot be read)."""
+    index = folder / "model.safetensors.index.json"
+    try:
+        if index.is_file():
+            names = sorted(set(json.loads(index.read_text()).get("weight_map", {}).values()))
+            files = [folder / name for name in names]
+        else:
+            files = sorted(folder.glob("*.safetensors"))
+        shapes: dict[str, list[int]] = {}
+        for path in files:
+            shapes.update(_header_shapes(path))
+        return shapes or None
+    except (OSError, ValueError, KeyError, struct.error) as exc:
+        log.info("could not read the safetensors headers of %s: %s", folder, exc)
+        return None
+
+
+def _header_shapes(path: Path) -> dict[str, list[int]]:
+    with path.open("rb") as handle:
+        (length,) = struct.unpack("<Q", handle.read(8))
+        if length > _MAX_HEADER:
+            raise ValueError(f"{path.name}: a {length}-byte header is no safetensors header")
+        header = json.loads(handle.read(length))
+    return {name: t["shape"] for name, t in header.items() if name != "__metadata__"}
+
+
+# a weight's name past its module's: weight, bias, and what bitsandbytes saves beside a 4-bit weight
+# (q_proj.weight.absmax, q_proj.weight.quant_state.bitsandbytes__nf4)
+_PAST_MODULE = re.compile(r"\.(weight|bias)(\..*)?$")
+
+
+def module_of(weight: str) -> str:
+    """The dotted name of the module a checkpoint's weight belongs to."""
+    stripped = _PAST_MODULE.sub("", weight)
+    return stripped if stripped != weight else weight.rsplit(".", 1)[0]
+
+
 # set while a tool call runs: (model, offline) -> its files, so that the call reads each file once
 _CALL_FILES: ContextVar[dict | None] = ContextVar("call_model_files", default=None)
 
@@ -93,14 +185,30 @@ class ModelFiles:
     """What one model's files say. `config` is None when there is no config.json to read (offline, or none)."""
 
     def __init__(self, model: str, *, token: str | None, local: bool, config: dict | None, info: Any = None,
-                 source: str, note: str | None = None) -> None:
+                 source: str, note: str | None = None, params: int | None = None,
+                 weights: frozenset[str] | None = None) -> None:
+        """params, weights: a local folder's count and tensor names from its safetensors headers (a Hub model's
+        count is model_info's total, its names its shard index's, read when asked)."""
         self.model, self.token, self.local, self.config, self.source, self.note = (model, token, local, config,
                                                                                    source, note)
         self.pipeline_tag = getattr(info, "pipeline_tag", None)
         self.library_name = getattr(info, "library_name", None)
         safetensors = getattr(info, "safetensors", None)
-        self.params = int(safetensors.total) if safetensors is not None and safetensors.total else None
+        self.params = int(safetensors.total) if safetensors is not None and safetensors.total else params
         self._json: dict[str, Any] = {}
+        self._weights = weights
+
+    def module_names(self) -> frozenset[str] | None:
+        """The dotted names of the modules the checkpoint's weights belong to (what PEFT matches LoRA targets
+        against, as named in the files: transformers may rename a prefix on load, rarely a module's own name): a
+        local folder's safetensors headers, a Hub model's shard index (model.safetensors.index.json); None when
+        unknown (a Hub model in one file: its header is not read)."""
+        weights = self._weights
+        if weights is None and not self.local:
+            index = self.json("model.safetensors.index.json")
+            found = index.get("weight_map") if isinstance(index, dict) else None
+            weights = frozenset(found) if isinstance(found, dict) else None
+        return frozenset(module_of(w) for w in weights) if weights else None
 
     def json(self, name: str) -> Any:
         """Another JSON file of the model (None when it has none), read once; a read that fails says so in the
@@ -160,7 +268,10 @@ def _read_files(model: str, token: str | None, *, offline: bool) -> ModelFiles:
     path = Path(model).expanduser()
     if is_local(model):  # a remote caller's Hub id is never read from the server's working folder
         config = path / "config.json"
-        return ModelFiles(model, token=token, local=True, source="local config.json",
+        shapes = safetensors_shapes(path) if path.is_dir() else None
+        params = counted_params(shapes) if shapes else None
+        return ModelFiles(model, token=token, local=True, params=params, weights=frozenset(shapes or ()) or None,
+                          source="local config.json" + (" + safetensors headers" if params else ""),
                           config=json.loads(config.read_text()) if config.is_file() else None)
     if offline:
         return ModelFiles(model, token=token, local=False, config=None, source="model name")

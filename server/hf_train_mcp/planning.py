@@ -20,7 +20,8 @@ from hf_train_mcp.estimate.advice import flavor_warnings, model_warnings
 from hf_train_mcp.estimate.cost import FlavorEstimate, Workload, estimate_on, how_to_fit
 from hf_train_mcp.estimate.hardware import Catalog
 from hf_train_mcp.measure import apply_measurement, probe_config, probe_timeout
-from hf_train_mcp.model_family import UNKNOWN, Family, training_refusal
+from hf_train_mcp.model_family import (UNKNOWN, Family, lora_reaches_experts, lora_target_refusal,
+                                       quantization_refusal, tokenizer_has_eos, training_refusal)
 from hf_train_mcp.estimate.sizing import ModelSize
 from hf_train_mcp.hub import hub_endpoint
 from hf_train_mcp.budget import chosen_timeout, within_budget, worst_case_usd
@@ -40,6 +41,7 @@ BUCKET_MOUNT = "/outputs"
 # target against each module's whole name (re.fullmatch), so vision blocks' own q/k/v/o or gate/up/down_proj
 # (SigLIP, Mllama's encoder, Qwen2.5-VL's, Idefics2's perceiver) are left out.
 LANGUAGE_TOWER = r"(.*\.)?(language_model|text_model)\.(.*\.)?(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
+SEQUENCE_CLASSIFIER = "AutoModelForSequenceClassification"
 
 
 @dataclass(frozen=True)
@@ -121,11 +123,12 @@ def expects_gpu(flavor: str) -> bool:
     return not flavor.startswith("cpu-") and flavor not in backends.gpuless_flavors()
 
 
-def _dependencies(req: TrainingRequest, spec: methods.MethodSpec, data: DataFacts) -> list[str]:
+def _dependencies(req: TrainingRequest, spec: methods.MethodSpec, data: DataFacts, size: ModelSize) -> list[str]:
     # Qwen2-VL's (and most VLMs') fast processors need torchvision, built for the torch the header pins
     deps = [*BASE_DEPENDENCIES, *spec.dependencies, *spec.request_dependencies(req),
             *(["torchvision>=0.21,<0.26"] if data.vision else [])]
-    if req.peft == "qlora":
+    if req.peft == "qlora" or (size.quantization and size.quantization.bitsandbytes):  # a checkpoint stored in
+        # bitsandbytes 4/8-bit loads only with it
         deps.append("bitsandbytes>=0.45")
     if req.use_liger_kernel:
         deps.append("liger-kernel>=0.5")
@@ -195,6 +198,7 @@ class Hyper:
             eval_split=self.eval_split or 0.0, save_steps=self.save_steps or D.SAVE_STEPS,
             teacher_params=self.teacher_params, framework=self.engine,
             nodes=self.nodes, sharded=self.nodes > 1 and self.peft == "full",  # FSDP across machines
+            cut=not data.vision,  # vision rows are trained whole (no max_length cut): sized so
         )
 
 
@@ -313,8 +317,9 @@ def _run_timeout(req: TrainingRequest, where: type, estimate: FlavorEstimate | N
 
 
 def _config(req: TrainingRequest, spec: Any, hyper: "Hyper", sched: Any, *, flavor: str, gpus: int,
-            output_dir: str, run_name: str, push: bool, trackio_space: str | None, resume_repo: str | None,
-            resume_dir: str | None, probe_only: bool, steps: int | None, data: DataFacts) -> dict:
+            output_dir: str, run_name: str, dropout: float, push: bool, trackio_space: str | None,
+            resume_repo: str | None, resume_dir: str | None, probe_only: bool, steps: int | None,
+            data: DataFacts) -> dict:
     """The script's CONFIG: every value a literal, every default resolved."""
     method, generations = req.method, hyper.generations
     lr_full, lr_lora = spec.learning_rate
@@ -337,9 +342,8 @@ def _config(req: TrainingRequest, spec: Any, hyper: "Hyper", sched: Any, *, flav
         "lora": {
             "r": req.lora_r or D.LORA["r"],
             "alpha": req.lora_alpha or D.LORA["alpha"],
-            "dropout": D.LORA["dropout"] if req.lora_dropout is None else req.lora_dropout,
-            "target_modules": req.lora_target_modules or (
-                LANGUAGE_TOWER if data.vision else D.LORA["target_modules"]),
+            "dropout": dropout,
+            "target_modules": lora_targets(req, data),
         },
         "learning_rate": learning_rate,
         "epochs": hyper.resolved_epochs,
@@ -380,20 +384,57 @@ def _run_name_and_folder(req: TrainingRequest, where: type) -> tuple[str, str]:
     return run_name, where.output_dir
 
 
-def _check_models(req: TrainingRequest, spec: methods.MethodSpec, size: ModelSize, teacher: ModelSize | None,
-                  data: DataFacts) -> None:
-    """What the models' files rule out before anything is launched: the method's own checks (a distillation
-    teacher of another vocabulary size), images for a model that is no vision-language model, and a chat
-    method for a model that writes no text (model_family.py decides both, as validate_dataset does)."""
+def check_models(req: "RunShape", size: ModelSize, *, teacher: ModelSize | None, data: DataFacts) -> None:
+    """What the models' files rule out before anything is launched, for estimate_cost and submit_training alike
+    (validate_dataset asks model_family.training_refusal too): the method's own checks (a distillation teacher of
+    another vocabulary size), images for a model that is no vision-language model, a chat method for a model that
+    writes no text, a classification or reward head the model has no class for (model_family.py decides), a
+    checkpoint stored quantized that the job cannot train so, LoRA target names that name none of the model's
+    modules (where its weights' names are known), and a LoRA dropout PEFT refuses on fused experts."""
+    spec = methods.get(req.method)
     try:
         spec.check_sizes(req, size, teacher)
     except ValueError as exc:
         raise TrainError(str(exc)) from None
     family = size.family or Family(UNKNOWN)
+    eos = tokenizer_has_eos(size.files, family) if spec.appends_eos and size.files is not None else None
     refusal = training_refusal(family, req.model, method=req.method, generative=not spec.classifier,
-                               vision=data.vision)
+                               vision=data.vision, sequence_head=spec.auto_class == SEQUENCE_CLASSIFIER,
+                               appends_eos=spec.appends_eos, has_eos=eos)
     if refusal:
         raise (DatasetError if data.vision else TrainError)(refusal)
+    refusal = quantization_refusal(size.quantization, req.model, peft=req.peft)
+    targets = lora_targets(req, data)
+    if not refusal and req.peft != "full" and isinstance(targets, list) and size.files is not None:
+        refusal = lora_target_refusal(size.files.module_names(), targets, req.model)
+    if refusal:
+        raise TrainError(refusal)
+    dropout = getattr(req, "lora_dropout", None)
+    if dropout and req.peft != "full" and lora_reaches_experts(size.model_type, targets):
+        raise TrainError(
+            f"lora_dropout={dropout} cannot train {req.model} (model_type {size.model_type!r}): PEFT adapts its fused "
+            "experts and router as parameters (lora.ParamWrapper), which refuses any dropout (a ValueError when "
+            "the trainer is built). Send lora_dropout=0, or leave it out (the plan sends 0 for these models), or "
+            "lora_target_modules without the experts' and router's names (e.g. ['q_proj', 'k_proj', 'v_proj', "
+            "'o_proj']). Nothing was launched.")
+
+
+def lora_targets(req: "RunShape", data: DataFacts) -> str | list[str]:
+    """The LoRA target_modules a job gets: the caller's, else the language tower of a VLM on images, else
+    all-linear."""
+    return getattr(req, "lora_targets", None) or (LANGUAGE_TOWER if data.vision else D.LORA["target_modules"])
+
+
+def lora_dropout(req: TrainingRequest, size: ModelSize, data: DataFacts, warnings: list[str]) -> float:
+    """The caller's LoRA dropout, else the default; 0 where PEFT adapts a mixture of experts' fused experts as
+    parameters (check_models refused a caller's nonzero one), said in warnings."""
+    if req.lora_dropout is not None:
+        return req.lora_dropout
+    if req.peft != "full" and lora_reaches_experts(size.model_type, lora_targets(req, data)):
+        warnings.append(f"lora_dropout 0 (not {D.LORA['dropout']}): PEFT adapts the fused experts and router of "
+                        f"{size.model_type} models as parameters (lora.ParamWrapper), which take no dropout")
+        return 0.0
+    return D.LORA["dropout"]
 
 
 def plan_run(req: TrainingRequest, *, backend: str, size: ModelSize, catalog: Catalog, namespace: str | None,
@@ -405,7 +446,7 @@ def plan_run(req: TrainingRequest, *, backend: str, size: ModelSize, catalog: Ca
     warnings: list[str] = []
     hyper = Hyper.of(req, teacher_params=teacher.params if teacher else None)
     spec = hyper.spec
-    _check_models(req, spec, size, teacher, data)
+    check_models(req, size, teacher=teacher, data=data)
     where = backends.traits(backend)
     generations = hyper.generations
     push = where.pushes_to_hub and not probe_only
@@ -415,7 +456,7 @@ def plan_run(req: TrainingRequest, *, backend: str, size: ModelSize, catalog: Ca
 
     flavor, gpus, estimate = _placement(req, where, hyper, size, catalog, data, local_cuda=local_cuda,
                                         measured=measured, warnings=warnings)
-    warnings += model_warnings(size.model_type)
+    warnings += model_warnings(size, req.peft)
 
     sched = hyper.schedule(size.billions, gpus * hyper.nodes)
     effective = sched.effective(gpus * hyper.nodes)
@@ -438,7 +479,7 @@ def plan_run(req: TrainingRequest, *, backend: str, size: ModelSize, catalog: Ca
     steps = (estimate.steps if estimate else None) or req.max_steps
     run_name, output_dir = _run_name_and_folder(req, where)
     config = _config(req, spec, hyper, sched, flavor=flavor, gpus=gpus * hyper.nodes, output_dir=output_dir,
-                     run_name=run_name,
+                     run_name=run_name, dropout=lora_dropout(req, size, data, warnings),
                      push=push, trackio_space=trackio_space, resume_repo=resume_repo, resume_dir=resume_dir,
                      probe_only=probe_only, steps=steps, data=data)
     if probe_only or req.preflight:
@@ -451,8 +492,8 @@ def plan_run(req: TrainingRequest, *, backend: str, size: ModelSize, catalog: Ca
     return RunPlan(
         request=req, backend=backend, flavor=flavor, gpus=gpus, timeout_seconds=timeout,
         worst_case_cost_usd=None if price is None else round(worst_case_usd(timeout, price), 2),
-        effective_batch_size=effective, estimate=estimate, config=config, dependencies=_dependencies(req, spec, data),
-        namespace=namespace, trackio_space_id=trackio_space, warnings=warnings,
+        effective_batch_size=effective, estimate=estimate, config=config, namespace=namespace,
+        dependencies=_dependencies(req, spec, data, size), trackio_space_id=trackio_space, warnings=warnings,
         reward_code=getattr(req, "reward_code", None), template=spec.template_name,
         output_bucket=req.output_bucket, usd_per_hour=price, nodes=hyper.nodes,
     )

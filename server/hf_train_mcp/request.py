@@ -6,7 +6,8 @@ import re
 from itertools import product
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator,
+                      model_validator)
 
 from hf_train_mcp import engines, methods, multinode
 from hf_train_mcp.access import check_reference
@@ -147,6 +148,32 @@ class EstimateRequest(RunShape):
     measure: Annotated[bool, Field(description="time real steps as a job (needs dataset)")] = False
 
 
+ALL_LINEAR = "all-linear"  # PEFT's shorthand for every linear layer but the output head (peft/utils/constants.py)
+
+
+def lora_target_names(names: list[str]) -> list[str]:
+    """LoRA target names as PEFT's LoraConfig reads a list: each the last part(s) of a module's dotted name
+    (`key == name or key.endswith("." + name)`, peft/tuners/tuners_utils.py check_target_module_exists), so a name
+    is an attribute path (q_proj, self_attn.q_proj, layers.0.mlp.up_proj); 'all-linear' is PEFT's shorthand only as
+    the whole value, in any spelling (the request's lora_targets sends it as that string)."""
+    if not names:
+        raise ValueError("send at least one module name (e.g. ['q_proj', 'v_proj']), or leave it out for all-linear")
+    shorthand = [n for n in names if n.lower().replace("_", "-") == ALL_LINEAR]
+    if shorthand and len(set(names)) > len(shorthand):
+        raise ValueError("'all-linear' already adapts every linear layer: send ['all-linear'] alone, or list module "
+                         "names without it")
+    if shorthand:
+        return [ALL_LINEAR]
+    for name in names:
+        if "-" in name:
+            raise ValueError(f"{name!r} is no module name (they are Python attribute names, with '_' not '-'): send "
+                             f"{name.replace('-', '_')!r}, or 'all-linear' for every linear layer")
+        if name.startswith(".") or name.endswith(".") or ".." in name:
+            raise ValueError(f"{name!r} is no module name: send dotted names without an empty part, e.g. "
+                             "'self_attn.q_proj' or 'q_proj'")
+    return list(dict.fromkeys(names))
+
+
 class _TrainingRequest(RunShape):
     dataset: DatasetRef
     hub_model_id: Annotated[HubRepoId, Field(description="'owner/name' to push to")] | None = None
@@ -182,6 +209,19 @@ class _TrainingRequest(RunShape):
         ):
             raise ValueError("lora_* options need peft='lora' or 'qlora', not 'full'")
         return self
+
+    @field_validator("lora_target_modules")
+    @classmethod
+    def _target_names(cls, names: list[str] | None) -> list[str] | None:
+        return None if names is None else lora_target_names(names)
+
+    @property
+    def lora_targets(self) -> str | list[str] | None:
+        """What PEFT's LoraConfig gets as target_modules (None: the plan's default): ['all-linear'] as the string
+        PEFT expands (in a list it would name a module called 'all-linear', NoMatchingPeftModuleError)."""
+        if self.lora_target_modules == [ALL_LINEAR]:
+            return ALL_LINEAR
+        return self.lora_target_modules
 
 
 TrainingRequest = with_method_options(_TrainingRequest, sizing_only=False)

@@ -52,9 +52,9 @@ def validate_dataset(dataset: str, method: str, *, split: str = "train", config:
     issues += _row_issues(dataset, method, fmt, rows, sample.offsets, suggested, access)
     if not sample.rows:
         issues.append(DatasetIssue(severity="error", message="the dataset has no rows"))
-    if model and fmt in rules.VISION_FORMATS:
+    if model and (fmt in rules.VISION_FORMATS or methods.get(method).classifier):
         step(f"reading {model}'s config.json")
-        issues += _model_issues(model, method, token)
+        issues += _model_issues(model, method, token, vision=fmt in rules.VISION_FORMATS)
     stats, no_stats = None, None
     if model and rows and methods.get(method).inputs == "text":  # an image's tokens are its patch grid
         step(f"counting tokens with {model}'s tokenizer")
@@ -113,19 +113,24 @@ def _row_issues(dataset: str, method: str, fmt: str | None, rows: list[dict], of
     return issues
 
 
-def _model_issues(model: str, method: str, token: str | None) -> list[DatasetIssue]:
-    """Images for a model that reads none as a vision-language model (a text model, a dual encoder such as CLIP):
-    the family submit_training and estimate_cost decide from the same files (model_family.py)."""
-    from hf_train_mcp.model_family import family_of, training_refusal
+def _model_issues(model: str, method: str, token: str | None, *, vision: bool) -> list[DatasetIssue]:
+    """Images for a model that reads none as a vision-language model (a text model, a dual encoder such as CLIP),
+    a classification or reward head the model has no class for: the family submit_training and estimate_cost
+    decide from the same files (model_family.py)."""
+    from hf_train_mcp.model_family import family_of, tokenizer_has_eos, training_refusal
     from hf_train_mcp.model_files import model_files
 
     try:
-        family = family_of(model_files(model, token))
+        files = model_files(model, token)
+        family = family_of(files)
     except Exception as exc:  # unreadable here: the job's own loading decides, and sizing says why
         return [DatasetIssue(severity="warning", message=f"could not read {model}'s config.json ({exc}): whether "
                              "it reads images was not checked")]
-    refusal = training_refusal(family, model, method=method, generative=not methods.get(method).classifier,
-                               vision=True)
+    spec = methods.get(method)
+    refusal = training_refusal(family, model, method=method, generative=not spec.classifier, vision=vision,
+                               sequence_head=spec.auto_class == "AutoModelForSequenceClassification",
+                               appends_eos=spec.appends_eos,
+                               has_eos=tokenizer_has_eos(files, family) if spec.appends_eos else None)
     if not refusal:
         return []
     return [DatasetIssue(severity="error", message=refusal.removesuffix(" Nothing was launched.").rstrip("."))]

@@ -29,7 +29,7 @@ from hf_train_mcp.estimate import constants as C
 from hf_train_mcp.methods import MethodSpec
 from hf_train_mcp.estimate.constants import Calibration
 from hf_train_mcp.estimate.hardware import FlavorInfo
-from hf_train_mcp.estimate.sizing import MemoryNeed, ModelSize, memory_need
+from hf_train_mcp.estimate.sizing import MemoryNeed, ModelSize, four_bit, memory_need, quantized_params
 
 # Expected maximum of b standard normal draws (padding of a batch of b rows to its longest).
 _EXPECTED_MAX = {1: 0.0, 2: 0.564, 3: 0.846, 4: 1.029, 5: 1.163, 6: 1.267, 7: 1.352, 8: 1.424, 12: 1.629,
@@ -87,11 +87,14 @@ class Workload:
     eager_attention: bool = False  # attention without a fused kernel (calibration rows): scores go through memory
     generation_per_micro_batch: bool = False  # TRL < 0.16 generated each micro-batch's completions separately
     eval_tokens: float | None = None  # forward tokens of all evaluations, when known (else from eval_split)
+    # rows cut at max_length; vision rows are not (SFT and DPO pass max_length=None, GRPO keeps a prompt whole: a
+    # cut would drop image tokens), so they are trained at their whole length, text and image tokens
+    cut: bool = True
 
     def sequence_length(self) -> int:
         """Tokens of one sequence as the GPU sees it (padded or packed), for memory and attention."""
         if self.spec.generates:  # the prompt and its sampled completion
-            return int(min(self.tokens_per_example, self.max_length) + self.max_completion_length)
+            return int(self.mean_length + self.max_completion_length)
         if self.packing:
             return self.max_length
         return int(padded_length(self, self.per_device_batch_size * self.sequences_per_example))
@@ -107,8 +110,8 @@ class Workload:
 
     @property
     def mean_length(self) -> float:
-        """Mean tokens of one example after truncation at max_length."""
-        return min(self.tokens_per_example, self.max_length)
+        """Mean tokens of one example after truncation at max_length (uncut rows: all of them)."""
+        return min(self.tokens_per_example, self.max_length) if self.cut else self.tokens_per_example
 
 
 def padded_length(work: Workload, rows: int) -> float:
@@ -117,7 +120,8 @@ def padded_length(work: Workload, rows: int) -> float:
     if work.spec.inputs == "image":
         return float(work.tokens_per_example)
     longest = work.tokens_per_example * (1 + C.LENGTH_CV * expected_max_normal(max(1, rows)))
-    return min(float(work.max_length), max(work.mean_length, longest))
+    padded = max(work.mean_length, longest)
+    return min(float(work.max_length), padded) if work.cut else padded
 
 
 @dataclass
@@ -239,8 +243,9 @@ def step_time(size: ModelSize, work: Workload, flavor: FlavorInfo, cal: Calibrat
     if unsloth:
         compute /= cal.unsloth_speedup
     dequantise = 0.0
-    if work.peft == "qlora":  # every weight pass (forward, recompute, input gradients) unpacks the weights
-        dequantise = weight_pass * stored * cal.dequant_bytes / (gpu.bandwidth_tbps * 1e12)
+    if four_bit(size, work.peft):  # every weight pass (forward, recompute, input gradients) unpacks the 4-bit
+        # weights (a mixture of experts' fused experts stay bf16: nothing to unpack)
+        dequantise = weight_pass * quantized_params(size) * cal.dequant_bytes / (gpu.bandwidth_tbps * 1e12)
         if unsloth:
             dequantise /= cal.unsloth_speedup
     fixed = _fixed_seconds(size, work, gpu, rows * length ** 2, weight_pass, attention_pass, cal)
@@ -280,7 +285,7 @@ def _communication_seconds(size: ModelSize, work: Workload, gpu: Any, gpus: int,
         link = gpu.link_gbps * 1e9 if work.nodes == 1 else cal.internode_gbps * 1e9
         if work.sharded:  # every micro-batch gathers the weights (4-bit under QLoRA) for each weight pass and
             # reduce-scatters the fp32 gradients of the trainable ones
-            width = C.WEIGHT_BYTES["4bit"] if work.peft == "qlora" else 2.0
+            width = C.WEIGHT_BYTES["4bit"] if four_bit(size, work.peft) else 2.0
             gathers = weight_pass - (1 if work.peft == "full" else 0)
             volume = ring * micro * (stored * width * gathers + trainable * 4)
         else:  # data parallel: one all-reduce of the fp32 gradients per step (accumulation skips the others)
@@ -305,8 +310,8 @@ def _generation_seconds(size: ModelSize, work: Workload, flavor: FlavorInfo, cal
     steps = work.max_completion_length if work.completion_length is None else work.completion_length * 1.5
     steps = min(steps, work.max_completion_length)  # the longest completion of the batch sets the pace
     vllm = work.generation == "vllm"
-    if work.peft == "qlora":  # bitsandbytes unpacks the 4-bit weights at every decoding step
-        weight_bytes = size.params * cal.dequant_bytes
+    if four_bit(size, work.peft):  # bitsandbytes unpacks the 4-bit weights at every decoding step
+        weight_bytes = quantized_params(size) * cal.dequant_bytes + size.expert_params * 2.0
     else:  # bf16 (or FP8) weights, read once per decoding step
         weight_bytes = size.params * (1.0 if work.fp8_weights else 2.0)
     compute_params = size.compute_params
@@ -391,6 +396,8 @@ def tokens_counted(work: Workload, estimate: FlavorEstimate) -> dict[str, Any]:
         how = "an image's patch grid"
     else:
         how = f"a row padded to the longest of the {rows} in its micro-batch"
+        if not work.cut:
+            how += ", uncut: text and image tokens, as vision rows train (max_length does not cut them)"
     if work.sequences_per_example > 1:
         how += f", {work.sequences_per_example} per example"
     schedule = {"max_steps": work.max_steps} if work.max_steps else {"epochs": work.epochs}
@@ -423,7 +430,9 @@ def how_to_fit(work: Workload, best: FlavorEstimate | None) -> str:
         steps.append("peft='qlora'")
     if work.per_device_batch_size > 1:
         steps.append("a smaller per_device_batch_size (raise gradient_accumulation to keep the batch)")
-    if work.max_length > 1024:
+    if not work.cut:
+        steps.append("fewer or smaller images per row (vision rows train uncut: max_length does not shorten them)")
+    elif work.max_length > 1024:
         steps.append("a shorter max_length")
     if best is not None:
         steps.append(f"flavor='{best.flavor}'")

@@ -3,13 +3,14 @@
 import logging
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from hf_train_mcp import engines, methods
 from hf_train_mcp.estimate import constants as C
 from hf_train_mcp.methods.sft import MAX_IMAGE_TOKENS
 from hf_train_mcp.model_family import DUAL_ENCODER_TYPES, NO_ACTIVATION_CHECKPOINTING, Family, family_of
-from hf_train_mcp.model_files import model_files, text_config, vision_config
+from hf_train_mcp.model_files import Quantization, model_files, quantization_of, text_config, vision_config
 
 log = logging.getLogger(__name__)
 DTYPE_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
@@ -36,6 +37,10 @@ class ModelSize:
     image_tokens: int = 0  # a vision-language model: the tokens one image becomes (0: it reads no images)
     image_grid: "ImageGrid | None" = None  # a dynamic-resolution one: its processor's grid (tokens per image size)
     family: Family | None = None  # what the model's files say it is (model_family.py); None: nothing was read
+    quantization: Quantization | None = None  # a checkpoint stored quantized (config.json quantization_config)
+    expert_params: int = 0  # a mixture of experts: its routed experts' parameters (fused 3D tensors, no nn.Linear)
+    files: Any = field(default=None, repr=False, compare=False)  # the ModelFiles read (module names when asked)
+    image_activations: int = 0  # a convolutional image model: elements a training forward keeps per image
 
     def tokens_per_image(self, pixels: tuple[float, float] | None) -> int:
         """What one image of (height, width) pixels becomes: its processor's resize and patch grid where the
@@ -124,8 +129,8 @@ def _text_param_counts(cfg: dict) -> tuple[int, int | None]:
     h, layers, inter = _shape(cfg)
     vocab = cfg.get("vocab_size") or 0  # none in a vision or audio encoder (ViT): no embedding matrix to count
     heads = cfg.get("num_attention_heads") or cfg.get("n_head") or max(1, h // 64)
-    kv_dim = cfg.get("head_dim", h // heads) * cfg.get("num_key_value_heads", heads)
-    q_dim = cfg.get("head_dim", h // heads) * heads
+    head_dim = cfg.get("head_dim") or h // heads  # transformers 5 saves Mixtral's as null: derived
+    kv_dim, q_dim = head_dim * (cfg.get("num_key_value_heads") or heads), head_dim * heads
     attention = 2 * h * q_dim + 2 * h * kv_dim
     # an output head the size of the embeddings, unless tied, or none at all (an encoder, a dual encoder's text)
     headless = cfg.get("model_type") in UNGATED_MLP
@@ -142,6 +147,23 @@ def _text_param_counts(cfg: dict) -> tuple[int, int | None]:
     return total, active
 
 
+def routed_expert_params(cfg: dict) -> int:
+    """A mixture of experts' routed experts (gate, up and down projections of every expert and layer), as counted
+    in _text_param_counts; 0 for a dense model. transformers 5 holds them as fused 3D parameters (e.g.
+    qwen3_moe/modeling_qwen3_moe.py Qwen3MoeExperts: `self.gate_up_proj = nn.Parameter(torch.empty(num_experts,
+    ...))`), which bitsandbytes does not quantize: it replaces nn.Linear modules only (integrations/bitsandbytes.py
+    replace_with_bnb_linear: `if isinstance(module, Conv1D) or type(module) is nn.Linear:`)."""
+    text = text_config(cfg)
+    moe = _experts(text)
+    if moe is None:
+        return 0
+    h, layers, _ = _shape(text)
+    experts, _, width = moe
+    dense = text.get("mlp_only_layers") if isinstance(text.get("mlp_only_layers"), list) else []  # Qwen-MoE's
+    moe_layers = max(0, layers - int(text.get("first_k_dense_replace") or 0) - len(dense))  # DeepSeek's first k
+    return moe_layers * 3 * h * width * experts
+
+
 def params_from_config(cfg: dict) -> int:
     return param_counts(cfg)[0]
 
@@ -150,8 +172,14 @@ def _from_config(cfg: dict, params: int | None, source: str, family: Family | No
     text = text_config(cfg)
     h, layers, inter = _shape(text)
     total, active = param_counts(cfg)
+    experts = routed_expert_params(cfg)
+    quantization = quantization_of(cfg)
+    if quantization is not None:  # a stored 4-bit tensor counts its packed bytes (the Hub's U8 total): the
+        params, source = None, f"config.json ({quantization.describe()} checkpoint, counted unpacked)"
     if params and active:  # the Hub's exact total, with the config's share of it active per token
         active = int(params * active / total)
+    if params and experts:
+        experts = int(params * experts / total)
     moe = _experts(text)
     vocab = text.get("vocab_size") or None
     dtype = cfg.get("dtype") or cfg.get("torch_dtype") or text.get("dtype") or text.get("torch_dtype")
@@ -168,7 +196,7 @@ def _from_config(cfg: dict, params: int | None, source: str, family: Family | No
         dtype=str(dtype).removeprefix("torch.") if dtype else None,
         model_type=cfg.get("model_type"),
         image_tokens=image_tokens(cfg) if family is None or family.vision_language else 0,
-        family=family,
+        family=family, quantization=quantization, expert_params=experts,
     )
 
 
@@ -215,6 +243,30 @@ def image_grid(processor: dict | None) -> ImageGrid | None:
     return None
 
 
+# Models that pool or resample the vision tower's patch grid into a fixed number of tokens an image, and the config
+# field (with its config class's default) their modeling code and processor read: Gemma 3 average-pools its 64x64
+# SigLIP patches to mm_tokens_per_image (gemma3/modeling_gemma3.py Gemma3MultiModalProjector: `self.tokens_per_side
+# = int(config.mm_tokens_per_image**0.5)`; processing_gemma3.py image_seq_length 256), as ShieldGemma 2 does;
+# BLIP-2 and InstructBLIP read num_query_tokens learned queries (processing_blip_2.py); Idefics2's
+# perceiver resamples to perceiver_config.resampler_n_latents (processing_idefics2.py image_seq_len 64, "the
+# config.perceiver_config.resampler_n_latents value").
+_POOLED_IMAGE_TOKENS = {"gemma3": ("mm_tokens_per_image", 256), "shieldgemma2": ("mm_tokens_per_image", 256),
+                        "blip-2": ("num_query_tokens", 32),
+                        "instructblip": ("num_query_tokens", 32), "instructblipvideo": ("num_query_tokens", 32),
+                        "idefics2": ("perceiver_config.resampler_n_latents", 64)}
+
+
+def _pooled_image_tokens(cfg: dict) -> int | None:
+    found = _POOLED_IMAGE_TOKENS.get(str(cfg.get("model_type")))
+    if found is None:
+        return None
+    path, default = found
+    value: object = cfg
+    for key in path.split("."):
+        value = value.get(key) if isinstance(value, dict) else None
+    return value if isinstance(value, int) and value > 0 else default
+
+
 def image_tokens(cfg: dict) -> int:
     """Tokens per image of a vision-language model (its vision tower's patch grid; pixel-shuffled by
     scale_factor where the model does so), 0 for a model without a vision tower. Flat (Qwen2-VL: text fields beside
@@ -223,10 +275,47 @@ def image_tokens(cfg: dict) -> int:
     vision = vision_config(cfg)
     if vision is None:
         return 0
+    pooled = _pooled_image_tokens(cfg)
+    if pooled:
+        return pooled
     size, patch = vision.get("image_size"), vision.get("patch_size")
     if isinstance(size, int) and isinstance(patch, int) and patch:
         return (size // patch) ** 2 // (cfg.get("scale_factor") or 1) ** 2
     return DYNAMIC_IMAGE_TOKENS
+
+
+# A convolutional image model (ResNet, ConvNeXt, RegNet, EfficientNet, MobileNet, ...) names stages in its
+# config.json, no transformer width or depth: its parameters come from its weights, and the activations a training
+# forward keeps (no activation checkpointing: model_family.NO_ACTIVATION_CHECKPOINTING) from that count. Measured with
+# torch's saved-tensor hooks on transformers' classes at 224 px, they keep 1.7-2.8 elements per parameter an image
+# (ResNet-50 1.9, ConvNeXt-T 2.0, ConvNeXt-B 1.7, RegNet 2.4, EfficientNet 2.2, Swin 2.0); MobileNets keep 6-10 on
+# few parameters: the floor. tests/test_family_plans.py holds the rule to those classes.
+CONV_KEPT_PER_PARAM = 3.0
+CONV_KEPT_MIN = 40e6
+CONV_IMAGE_SIDE = 224  # what the activations are stated at (config.json image_size scales them)
+
+
+def conv_activations(params: int, cfg: dict) -> int:
+    """Elements a training forward of a convolutional image model keeps per image, at its config's image size."""
+    side = cfg.get("image_size") if isinstance(cfg.get("image_size"), int) else CONV_IMAGE_SIDE
+    return int(max(CONV_KEPT_PER_PARAM * params, CONV_KEPT_MIN) * (side / CONV_IMAGE_SIDE) ** 2)
+
+
+def _conv_size(cfg: dict, params: int, source: str, family: Family | None) -> ModelSize:
+    """A model whose config has no transformer shape but whose weights were counted: its stages' widths and
+    depths where the config lists them, activations by conv_activations."""
+    def ints(key: str) -> list[int]:
+        value = cfg.get(key)
+        return [v for v in value if isinstance(v, int)] if isinstance(value, list) else []
+
+    widths = ints("hidden_sizes") or ints("embed_dim") or ints("neck_hidden_sizes")
+    hidden = (widths or [None])[-1] or _first(cfg, (*_HIDDEN, "hidden_dim")) or 1024
+    layers = sum(ints("depths")) or _first(cfg, _LAYERS) or max(1, len(widths))
+    return ModelSize(params=params, layers=layers, hidden=hidden, vocab=0, intermediate=4 * hidden,
+                     source=f"{source}; convolutional: activations ~{CONV_KEPT_PER_PARAM:g} elements per parameter "
+                            f"an image at {CONV_IMAGE_SIDE} px (at least {CONV_KEPT_MIN / 1e6:.0f} M), all kept",
+                     model_type=cfg.get("model_type"), image_activations=conv_activations(params, cfg),
+                     family=family, dtype=cfg.get("dtype") or cfg.get("torch_dtype"))
 
 
 def _guess_architecture(params: int, source: str) -> ModelSize:
@@ -282,15 +371,18 @@ def model_size(model: str, token: str | None = None, *, offline: bool = False) -
         try:
             size = _from_config(files.config, files.params, files.source, family_of(files))
         except ValueError as exc:
+            if files.params:  # no transformer shape (a convolutional net): its weights were counted
+                return replace(_conv_size(files.config, files.params, files.source, family_of(files)), files=files)
             if files.local:
-                raise ValueError(f"cannot tell the size of {model!r}: {exc}") from None
+                raise ValueError(f"cannot tell the size of {model!r}: {exc}; and the folder has no .safetensors "
+                                 "weights to count (save the model with save_pretrained, which writes them)") from None
             note = str(exc)
         else:
-            return _with_grid(size, files)
+            return replace(_with_grid(size, files), files=files)
     family = family_of(files) if files is not None else None
     if files is not None and files.params:
         return replace(_guess_architecture(files.params, "hub safetensors metadata (shape guessed)"),
-                       note=note or files.note, active=active_from_name(model), family=family)
+                       note=note or files.note, active=active_from_name(model), family=family, files=files)
     from_name = params_from_name(model)
     if from_name:
         return replace(_guess_architecture(from_name, "model name (shape guessed)"), note=note,
@@ -299,6 +391,32 @@ def model_size(model: str, token: str | None = None, *, offline: bool = False) -
         f"cannot tell the size of {model!r}: no local config.json, no Hub metadata, no size in its name. "
         "Send a Hub model id with safetensors weights, a local model folder, or a name such as 'org/Model-7B'."
     )
+
+
+def four_bit(size: ModelSize, peft: str) -> bool:
+    """Whether the weights are held in bitsandbytes 4-bit: QLoRA, or LoRA on a checkpoint stored so (transformers
+    keeps the model's own quantization_config: quantizers/auto.py merge_quantization_configs), which is QLoRA in
+    effect; a checkpoint stored in 8 bits stays 8-bit under QLoRA too."""
+    stored = size.quantization.method if size.quantization else None
+    return peft != "full" and (stored == "bitsandbytes_4bit" or (peft == "qlora" and stored != "bitsandbytes_8bit"))
+
+
+def quantized_params(size: ModelSize) -> int:
+    """What bitsandbytes quantizes: every parameter but a mixture of experts' fused experts (routed_expert_params)."""
+    return size.params - size.expert_params
+
+
+def held_weight_bytes(size: ModelSize, peft: str) -> float:
+    """Bytes of the weights a data-parallel replica holds: fp32 master weights for a full fine-tune (bf16 weights
+    round small updates away), 4-bit (QLoRA) or 8-bit (a checkpoint stored so) for what bitsandbytes quantizes with
+    a mixture of experts' fused experts at bf16 beside them, else bf16 (an MXFP4 checkpoint is dequantized to bf16)."""
+    if peft == "full":
+        return size.params * C.WEIGHT_BYTES["fp32"]
+    stored = size.quantization.method if size.quantization else None
+    per = C.WEIGHT_BYTES["4bit"] if four_bit(size, peft) else 1.0 if stored == "bitsandbytes_8bit" else None
+    if per is None:
+        return size.params * C.WEIGHT_BYTES["bf16"]
+    return quantized_params(size) * per + size.expert_params * C.WEIGHT_BYTES["bf16"]
 
 
 @dataclass(frozen=True)
@@ -328,14 +446,7 @@ def memory_need(
     engine: what trains it (Unsloth keeps less of the checkpoints and logits on the GPU: engines.py)."""
     spec = methods.get(method)
     kept = engines.get(engine)
-    if peft == "qlora":
-        weight_bytes = C.WEIGHT_BYTES["4bit"]
-    elif peft == "full":
-        # fp32 master weights under bf16/fp16 autocast, as TRL's scripts: bf16 weights round small updates away
-        weight_bytes = C.WEIGHT_BYTES["fp32"]
-    else:
-        weight_bytes = C.WEIGHT_BYTES["bf16"]
-    weights = size.params * weight_bytes
+    weights = held_weight_bytes(size, peft)
     if teacher_params:  # distillation: the frozen teacher in bf16 beside the student
         weights += teacher_params * C.WEIGHT_BYTES["bf16"]
     if spec.full_reference_copy and peft == "full":
@@ -351,7 +462,9 @@ def memory_need(
     # checkpointed hidden states of every layer + the working set of the one layer being recomputed
     offloaded = kept.checkpoint_share if seq_len >= kept.offloads_from_seq_len else 1.0
     working_set = sequences * seq_len * (size.hidden * 16 + size.intermediate * 3) * act_bytes
-    if size.model_type in NO_ACTIVATION_CHECKPOINTING:  # every layer's working set stays for the backward pass
+    if size.image_activations:  # a convolutional net: what every layer keeps, per image (conv_activations)
+        acts = sequences * size.image_activations * act_bytes
+    elif size.model_type in NO_ACTIVATION_CHECKPOINTING:  # every layer's working set stays for the backward pass
         acts = working_set * size.layers
     else:
         acts = sequences * seq_len * size.hidden * act_bytes * size.layers * offloaded + working_set
