@@ -62,13 +62,6 @@ ENCODER_TYPES = frozenset({
     "modernvbert", "mpnet", "mra", "mvp", "nomic_bert", "nystromformer", "perceiver", "reformer", "rembert", "roberta",
     "roberta-prelayernorm", "roc_bert", "roformer", "squeezebert", "tapas", "ultrabert", "ultravbert", "xlm",
     "xlm-roberta", "xlm-roberta-xl", "xmod", "yoso"})
-# Of those, the model types whose tokenizer class has an EOS token by default (RobertaTokenizer's "</s>",
-# DebertaV2Tokenizer's "[SEP]", ...); BertTokenizer and the others have none, unless the tokenizer_config.json names
-# one. tests/test_family_plans.py holds the table to the tokenizer classes' signatures.
-ENCODER_EOS_BY_DEFAULT = frozenset({
-    "albert", "bart", "big_bird", "camembert", "data2vec-text", "deberta", "deberta-v2", "esm", "esmc", "fnet",
-    "funnel", "gte", "ibert", "jina_embeddings_v3", "longformer", "luke", "mbart", "mpnet", "mra", "mvp", "perceiver",
-    "reformer", "rembert", "roberta", "roberta-prelayernorm", "xlm-roberta", "xmod", "yoso"})
 # Mixtures of experts whose LoRA PEFT rewrites for transformers 5's fused experts (peft/utils/
 # transformers_weight_conversion.py _convert_peft_config_moe: every model type transformers' conversion_mapping.py
 # maps to "mixtral" or "qwen2_moe", and mixtral itself): a target reaching the experts or the router (all-linear, a
@@ -193,15 +186,14 @@ def family_of(files: ModelFiles) -> Family:
 
 
 def training_refusal(family: Family, model: str, *, method: str, generative: bool, vision: bool,
-                     sequence_head: bool = False, appends_eos: bool = False, has_eos: bool | None = None) -> str | None:
+                     sequence_head: bool = False, appends_eos: bool = False) -> str | None:
     """Why a model cannot be trained this way, with what to pick instead; None when it can (or is unknown).
     sequence_head: the method loads AutoModelForSequenceClassification (text-classification, reward);
-    appends_eos: it ends every text with the tokenizer's EOS (reward), and has_eos says whether the model's
-    tokenizer has one (tokenizer_has_eos; None: unknown)."""
+    appends_eos: it ends every text with an end token (reward: a causal LM is the example to pick)."""
     if not family.known:
         return None
     if sequence_head:
-        refusal = _sequence_head_refusal(family, model, method=method, appends_eos=appends_eos, has_eos=has_eos)
+        refusal = _sequence_head_refusal(family, model, method=method, appends_eos=appends_eos)
         if refusal:
             return refusal
     instead_vlm = ", ".join(m for m in VLM_EXAMPLES if m.lower() != model.lower())
@@ -219,10 +211,10 @@ def training_refusal(family: Family, model: str, *, method: str, generative: boo
     return None
 
 
-def _sequence_head_refusal(family: Family, model: str, *, method: str, appends_eos: bool,
-                           has_eos: bool | None) -> str | None:
+def _sequence_head_refusal(family: Family, model: str, *, method: str, appends_eos: bool) -> str | None:
     """A text classifier's or reward model's head on a model transformers has no sequence-classification class for
-    (most VLMs, dual encoders, image models), or a reward head on a model whose tokenizer has no EOS token."""
+    (most VLMs, dual encoders, image models). An encoder whose tokenizer has no EOS (BERT) is no reason: the reward
+    script ends its texts with the [SEP] token instead (templates/reward.py.j2)."""
     instead = (f"a causal language model (e.g. {REWARD_EXAMPLE})" if appends_eos else
                f"a text encoder or a causal language model (e.g. {' or '.join(TEXT_CLASSIFIER_EXAMPLES)})")
     no_head = (family.kind == VISION_LANGUAGE and family.model_type not in SEQUENCE_CLASSIFIER_VLMS) or family.kind in (
@@ -234,26 +226,7 @@ def _sequence_head_refusal(family: Family, model: str, *, method: str, appends_e
         return (f"method={method!r} puts a sequence-classification head on the model, and {model} is "
                 f"{family.describe()}, for which transformers has no AutoModelForSequenceClassification class (the "
                 f"job would fail loading it): pick {instead}.{images} Nothing was launched.")
-    if appends_eos and has_eos is False:
-        return (f"TRL's reward trainer ends every text with the tokenizer's EOS token, and {model} "
-                f"({family.describe()}) has a tokenizer without one (as BERT's): the job would fail preparing the "
-                f"data. For labels per text use method='text-classification'; for a reward model pick {instead}, or "
-                "an encoder whose tokenizer has an EOS token (RoBERTa, DeBERTa-v3, XLM-R). Nothing was launched.")
     return None
-
-
-def tokenizer_has_eos(files: ModelFiles, family: Family) -> bool | None:
-    """Whether an encoder's tokenizer has an EOS token: its tokenizer_config.json's (or special_tokens_map.json's)
-    eos_token where either names it (null: none), else its tokenizer class's default (ENCODER_EOS_BY_DEFAULT).
-    None for any other model (a decoder's tokenizer ends its texts with one)."""
-    if family.kind != ENCODER and family.model_type not in ENCODER_TYPES:
-        return None
-    for name in ("tokenizer_config.json", "special_tokens_map.json"):
-        found = files.json(name)
-        if isinstance(found, dict) and "eos_token" in found:
-            eos = found["eos_token"]
-            return bool(eos.get("content") if isinstance(eos, dict) else eos)
-    return family.model_type in ENCODER_EOS_BY_DEFAULT
 
 
 def lora_reaches_experts(model_type: str | None, targets: str | list[str]) -> bool:

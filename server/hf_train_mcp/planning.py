@@ -21,7 +21,7 @@ from hf_train_mcp.estimate.cost import FlavorEstimate, Workload, estimate_on, ho
 from hf_train_mcp.estimate.hardware import Catalog
 from hf_train_mcp.measure import apply_measurement, probe_config, probe_timeout
 from hf_train_mcp.model_family import (UNKNOWN, Family, lora_reaches_experts, lora_target_refusal,
-                                       quantization_refusal, tokenizer_has_eos, training_refusal)
+                                       quantization_refusal, training_refusal)
 from hf_train_mcp.estimate.sizing import ModelSize
 from hf_train_mcp.hub import hub_endpoint
 from hf_train_mcp.budget import chosen_timeout, within_budget, worst_case_usd
@@ -397,10 +397,9 @@ def check_models(req: "RunShape", size: ModelSize, *, teacher: ModelSize | None,
     except ValueError as exc:
         raise TrainError(str(exc)) from None
     family = size.family or Family(UNKNOWN)
-    eos = tokenizer_has_eos(size.files, family) if spec.appends_eos and size.files is not None else None
     refusal = training_refusal(family, req.model, method=req.method, generative=not spec.classifier,
                                vision=data.vision, sequence_head=spec.auto_class == SEQUENCE_CLASSIFIER,
-                               appends_eos=spec.appends_eos, has_eos=eos)
+                               appends_eos=spec.appends_eos)
     if refusal:
         raise (DatasetError if data.vision else TrainError)(refusal)
     refusal = quantization_refusal(size.quantization, req.model, peft=req.peft)

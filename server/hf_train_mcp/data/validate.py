@@ -117,7 +117,7 @@ def _model_issues(model: str, method: str, token: str | None, *, vision: bool) -
     """Images for a model that reads none as a vision-language model (a text model, a dual encoder such as CLIP),
     a classification or reward head the model has no class for: the family submit_training and estimate_cost
     decide from the same files (model_family.py)."""
-    from hf_train_mcp.model_family import family_of, tokenizer_has_eos, training_refusal
+    from hf_train_mcp.model_family import family_of, training_refusal
     from hf_train_mcp.model_files import model_files
 
     try:
@@ -129,8 +129,7 @@ def _model_issues(model: str, method: str, token: str | None, *, vision: bool) -
     spec = methods.get(method)
     refusal = training_refusal(family, model, method=method, generative=not spec.classifier, vision=vision,
                                sequence_head=spec.auto_class == "AutoModelForSequenceClassification",
-                               appends_eos=spec.appends_eos,
-                               has_eos=tokenizer_has_eos(files, family) if spec.appends_eos else None)
+                               appends_eos=spec.appends_eos)
     if not refusal:
         return []
     return [DatasetIssue(severity="error", message=refusal.removesuffix(" Nothing was launched.").rstrip("."))]

@@ -64,7 +64,7 @@ class MethodSpec:
     generates: bool = False  # completions are sampled every step (GRPO, on-policy distillation)
     grouped: bool = False  # GRPO: num_generations completions per prompt, whole groups per batch
     classifier: bool = False  # a sequence-classification head: no language-model logits
-    appends_eos: bool = False  # every text ends with the tokenizer's EOS (TRL's reward trainer): it needs one
+    appends_eos: bool = False  # every text ends with an end token (TRL's reward trainer; [SEP] where no EOS)
     prompt_length: bool = False  # max_length bounds the prompt; completions add max_completion_length
     # --- what the jobs do ---------------------------------------------------------------------------------
     library: str = "TRL"  # what trains it, as the card says ("transformers Trainer", ...)
