@@ -26,6 +26,13 @@ COUNTED_AS: dict[str, tuple[str, int, str]] = {
     "Qwen--Qwen3-0.6B": ("Qwen3ForCausalLM", 151936 * 1024,
                          "tied embeddings, yet the checkpoint stores `lm_head.weight` too (151936 x 1024): the "
                          "Hub counts it, the built model shares it with the input embeddings"),
+    "Qwen--Qwen3-1.7B": ("Qwen3ForCausalLM", 151936 * 2048, "tied, yet `lm_head.weight` stored, as Qwen3-0.6B"),
+    "Qwen--Qwen3-32B-FP8": ("Qwen3ForCausalLM", 1_904_640,
+                            "block FP8: each quantized linear of the decoder layers also stores `weight_scale_inv`, "
+                            "one per 128x128 block (sum of ceil(out/128) * ceil(in/128))"),
+    "openai--gpt-oss-20b": ("GptOssForCausalLM", 597_196_800,
+                            "MXFP4 experts: the Hub counts each packed byte of `*_blocks` as two 4-bit weights (so "
+                            "they equal the parameters) and stores one `*_scales` byte per 32 weights on top"),
     "sentence-transformers--all-mpnet-base-v2": ("AutoModel", 0,
                                                  "a sentence-transformers checkpoint: the bare encoder, though its "
                                                  "config names MPNetForMaskedLM"),
