@@ -33,6 +33,10 @@ COUNTED_AS: dict[str, tuple[str, int, str]] = {
     "openai--gpt-oss-20b": ("GptOssForCausalLM", 597_196_800,
                             "MXFP4 experts: the Hub counts each packed byte of `*_blocks` as two 4-bit weights (so "
                             "they equal the parameters) and stores one `*_scales` byte per 32 weights on top"),
+    "unsloth--Qwen2.5-0.5B-Instruct-bnb-4bit": ("Qwen2ForCausalLM", 320_806_733 - 494_032_768,
+                                                "stored in bitsandbytes 4-bit: the Hub counts each U8 byte of a "
+                                                "packed weight (two 4-bit values) and its quantization state, so "
+                                                "its total is under the parameters (see its PROVENANCE.md)"),
     "sentence-transformers--all-mpnet-base-v2": ("AutoModel", 0,
                                                  "a sentence-transformers checkpoint: the bare encoder, though its "
                                                  "config names MPNetForMaskedLM"),
