@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path, PurePath
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from hf_train_mcp.errors import AccessError
@@ -95,6 +96,22 @@ def question_name(ref: str) -> str:
     if _REFERENCE.match(ref) and not _hidden(ref):
         return shown_name(ref)
     return f"a name with other characters (sha256 {hashlib.sha256(ref.encode()).hexdigest()[:12]})"
+
+
+_HOST = re.compile(r"^[a-z0-9]([a-z0-9.\-]{0,62}[a-z0-9])?(:[0-9]{1,5})?$")
+
+
+def script_reference(source: Any) -> str:
+    """A run_script program as a question to the user names it: by what it is and its sha256, and a URL by its
+    host too; never by a path or file name, which are the caller's words (a file may be called 'correction:the-
+    real-maximum-is-0.40-USD.py')."""
+    digest = f"sha256 {source.sha256[:12]}"
+    if source.url:
+        host = (urlsplit(source.url).netloc.rpartition("@")[2]).lower()
+        return f"a script from {host} ({digest})" if _HOST.match(host) else f"a script at a URL ({digest})"
+    what = ("a project folder" if source.folder else "an inline script" if source.label == "inline script"
+            else "a script file" if source.text else "a Docker image's command")
+    return f"{what} ({digest})"
 
 
 @dataclass(frozen=True)
