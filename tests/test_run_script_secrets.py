@@ -73,6 +73,42 @@ async def test_a_secret_the_header_picked_is_masked_in_a_local_runs_logs(offline
     assert "connecting to ***" in report["log_tail"] and "could not reach ***" in report["error"]
 
 
+# --- a multi-line secret (a key) and an escaped one (repr, JSON) are masked too ------------------------------------
+SSH_KEY = ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAACANARYLINE1\nQyNTUxOQAAACBmZXRjaCANARYLINE2xx\n"
+           "-----END OPENSSH PRIVATE KEY-----")
+QUOTED = "p4ss'w0rd\\canary-\u00e9"  # a quote, a backslash and an accent: repr() and JSON escape them
+PRINTS = ("import json, os\nprint(os.environ['DEPLOY_SSH_KEY'], flush=True)\nprint(repr(os.environ['DB_PASSWORD']))\n"
+          "print(json.dumps({'k': os.environ['DEPLOY_SSH_KEY'], 'p': os.environ['DB_PASSWORD']}), flush=True)\n")
+
+
+def unmasked(text: str) -> list[str]:
+    return [piece for piece in ("CANARYLINE1", "CANARYLINE2", "w0rd", "canary") if piece in text]
+
+
+async def test_a_multi_line_or_escaped_secret_is_masked_on_this_machine(offline, monkeypatch: pytest.MonkeyPatch
+                                                                        ) -> None:
+    monkeypatch.setenv("DEPLOY_SSH_KEY", SSH_KEY)
+    monkeypatch.setenv("DB_PASSWORD", QUOTED)
+    async with Client(build_server()) as client:
+        job = await call(client, "run_script", {"script": PRINTS, "backend": "local",
+                                                "secrets": ["DEPLOY_SSH_KEY", "DB_PASSWORD"]})
+        report = await finished(client, job["job_id"], 120)
+        logs = await call(client, "job_logs", {"job_id": job["job_id"]})
+    assert report["stage"] == "COMPLETED", report
+    assert len(logs["lines"]) >= 6 and not unmasked(shown(report, logs)), logs["lines"]
+
+
+async def test_a_multi_line_secret_is_masked_on_jobs(hub: Emulator, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEPLOY_SSH_KEY", SSH_KEY)
+    printed = [*SSH_KEY.splitlines(), repr(SSH_KEY), json.dumps({"k": SSH_KEY})]
+    hub.plan_next(JobPlan(**QUICK, log_lines=printed))
+    async with Client(build_server()) as client:
+        job = await call(client, "run_script", {"script": PRINTS, "secrets": ["DEPLOY_SSH_KEY"]})
+        report = await finished(client, job["job_id"], 30)
+        logs = await call(client, "job_logs", {"job_id": job["job_id"]})
+    assert len(logs["lines"]) >= len(printed) and not unmasked(shown(report, logs)), logs["lines"]
+
+
 # --- 18: a local job gets the server's token only when the call names it -----------------------------------------
 TOKEN_PROBE = "import os\nprint('token given:', bool(os.environ.get('HF_TOKEN')), flush=True)\n"
 
