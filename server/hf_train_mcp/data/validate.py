@@ -8,7 +8,7 @@ from hf_train_mcp import methods
 from hf_train_mcp.access import STDIO, Access, is_local
 from hf_train_mcp.data import rules
 from hf_train_mcp.chat_template import SHAREGPT_ROLES
-from hf_train_mcp.data.images import OUTSIDE, image_folder_classes, part_paths, path_problem, sample_image_folder
+from hf_train_mcp.data.images import OUTSIDE, image_folder_classes, part_problem, path_problem, sample_image_folder
 from hf_train_mcp.data.local import MAX_WALK_ENTRIES, data_files, every_row, sample_local
 from hf_train_mcp.data.tokens import token_stats
 from hf_train_mcp.data.viewer import sample_hub
@@ -160,7 +160,8 @@ def outside_images(dataset: str, mapping: dict[str, str] | None, access: Access)
     base = data_folder(dataset)
     for file, index, row in every_row(files, images + turns):
         for column, value in row.items():
-            why = path_problem(value if column in images else part_paths(value), base, access.allows_path)
+            why = (path_problem(value, base, access.allows_path) if column in images
+                   else part_problem(value, base, access.allows_path))
             if why:
                 return DatasetIssue(severity="error", message=f"{file.name} row {index + 1}: {why}", column=column,
                                     row=index + 1)
