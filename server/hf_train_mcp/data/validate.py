@@ -9,7 +9,8 @@ from hf_train_mcp.access import STDIO, Access, is_local
 from hf_train_mcp.data import rules
 from hf_train_mcp.chat_template import SHAREGPT_ROLES
 from hf_train_mcp.data.images import OUTSIDE, image_folder_classes, part_problem, path_problem, sample_image_folder
-from hf_train_mcp.data.local import MAX_WALK_ENTRIES, data_files, every_row, sample_local
+from hf_train_mcp.data.local import MAX_WALK_ENTRIES, data_files, sample_local
+from hf_train_mcp.data.rows import every_row
 from hf_train_mcp.data.tokens import token_stats
 from hf_train_mcp.data.viewer import sample_hub
 from hf_train_mcp.errors import NotFoundError, TrainError
