@@ -1,9 +1,12 @@
 """What the job's reader makes of a local dataset, and not only what the checks read, stays inside the folders the
-operator allowed an HTTP caller: every row as datasets' json builder reads it (several objects on one line, an
-object file being one row, an object of columns), so that validation and the job read the same rows (trust review
-4)."""
+operator allowed an HTTP caller: a data folder's own declarations (README.md's configs, .huggingface.yaml,
+dataset_infos.json), files of any format datasets reads (.txt, .tsv, .ndjson, ...) linked in from outside at any
+depth, an image folder's nested links and metadata; and every row as datasets' json builder reads it (several
+objects on one line, an object file being one row, an object of columns), so that validation and the job read the
+same rows (trust review 3, 4)."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -46,6 +49,99 @@ async def refused(dataset: Path, shared: Path, method: str = "sft", *, unlisted:
     shown += "\n" + planned.content[0].text
     assert not unlisted or "private-zone" not in shown and CANARY not in shown, shown
     return shown
+
+
+def card(data_files: str) -> str:
+    return f"---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n    path: {data_files}\n---\n"
+
+
+DECLARATIONS = {
+    "readme-absolute": lambda private: ("README.md", card(f"{private}/secret.jsonl")),
+    "readme-relative": lambda private: ("README.md", card("../../private-zone/secret.jsonl")),
+    "huggingface-yaml": lambda private: (".huggingface.yaml", "configs:\n- config_name: default\n  data_files:\n"
+                                                              f"  - split: train\n    path: {private}/secret.jsonl\n"),
+}
+
+
+@pytest.mark.parametrize("declaration", sorted(DECLARATIONS))
+async def test_a_data_folder_that_names_its_own_data_files_is_refused(declaration: str, folders: tuple[Path, Path],
+                                                                      offline, isolated_home: Path) -> None:
+    """datasets obeys a local folder's configs wherever they point (load.py LocalDatasetModuleFactory: the card's
+    data_files become the patterns); shown here on the installed datasets, then refused over HTTP."""
+    from datasets import load_dataset
+
+    shared, private = folders
+    name, text = DECLARATIONS[declaration](private)
+    (shared / "ds" / name).write_text(text)
+    assert load_dataset(str(shared / "ds"), split="train")["text"] == [CANARY]  # the job's reader follows it
+    assert "declares what datasets reads" in await refused(shared / "ds", shared)
+    stdio = await call_once("validate_dataset", {"dataset": str(shared / "ds"), "method": "sft"})
+    assert not stdio.is_error and stdio.structured_content["valid"]  # the local user may
+    (shared / "ds" / name).write_text("---\nlicense: mit\n---\n# My data\n" if name == "README.md" else "{}\n")
+    plain = await call_once("validate_dataset", {"dataset": str(shared / "ds"), "method": "sft"}, http(shared))
+    assert plain.structured_content["valid"] == (name == "README.md"), plain.structured_content
+
+
+LINKS = {  # every format datasets picks a builder for, at any depth, linked or hard-linked from outside
+    "txt-symlinks": lambda ds, private: [(ds / f"train-more{i}.txt").symlink_to(private / "notes.txt")
+                                         for i in range(2)],
+    "txt-hard-links": lambda ds, private: [os.link(private / "notes.txt", ds / f"train-more{i}.txt") for i in range(2)],
+    "nested-ndjson": lambda ds, private: [(ds / "more").mkdir(),
+                                          (ds / "more" / "x.ndjson").symlink_to(private / "secret.jsonl")],
+    "linked-subfolder": lambda ds, private: [(ds / "more").symlink_to(private, target_is_directory=True)],
+}
+
+
+@pytest.mark.parametrize("layout", sorted(LINKS))
+async def test_a_data_folder_reading_files_from_outside_is_refused(layout: str, folders: tuple[Path, Path],
+                                                                   offline, isolated_home: Path) -> None:
+    shared, private = folders
+    LINKS[layout](shared / "ds", private)
+    shown = await refused(shared / "ds", shared)
+    assert "links outside the folders" in shown and ("more" in shown), shown
+
+
+async def test_a_data_folder_holding_a_rows_format_the_checks_do_not_read_is_refused(folders: tuple[Path, Path],
+                                                                                    offline) -> None:
+    """Its own .tsv, inside: datasets counts every file's extensions and reads the most common format (load.py
+    infer_module_for_data_files_list), so the rows the checks read may not be what the job reads."""
+    shared, _ = folders
+    (shared / "ds" / "extra.tsv").write_text("text\thello\n")
+    assert "'extra.tsv'" in await refused(shared / "ds", shared)
+
+
+def test_the_rows_extensions_are_those_datasets_reads() -> None:
+    """layout.ROWS_EXTENSIONS is datasets' table of extensions with a rows builder (every one but the media
+    folders'), and .zip."""
+    from datasets.packaged_modules import _EXTENSION_TO_MODULE
+
+    from hf_train_mcp.data.layout import ROWS_EXTENSIONS
+
+    media = {"imagefolder", "audiofolder", "videofolder", "meshfolder", "pdffolder", "niftifolder"}
+    rows = {ext.lower() for ext, (module, _) in _EXTENSION_TO_MODULE.items() if module not in media}
+    assert ROWS_EXTENSIONS == rows | {".zip"}
+
+
+@pytest.mark.parametrize("layout", ["nested-link", "metadata-names-a-link"])
+async def test_an_image_folder_reading_images_from_outside_is_refused(layout: str, folders: tuple[Path, Path],
+                                                                      offline, isolated_home: Path) -> None:
+    """Not only a class folder's own files: a subfolder of it (datasets walks the tree), a top-level link that
+    metadata.jsonl names."""
+    shared, private = folders
+    folder, secret = shared / "images", private / "keys" / "id_rsa_canary.png"
+    if layout == "nested-link":
+        (folder / "blue" / "more").mkdir()
+        (folder / "blue" / "more" / "x.png").symlink_to(secret)
+    else:
+        (folder / "extra.png").symlink_to(secret)
+        rows = [{"file_name": f"{c}/{f.name}", "label": c} for c in ("blue", "red")
+                for f in sorted((folder / c).iterdir())] + [{"file_name": "extra.png", "label": "red"}]
+        write_jsonl(folder / "metadata.jsonl", rows)
+    shown = await refused(folder, shared, CLASSIFY)
+    assert ("blue/more/x.png" if layout == "nested-link" else "'extra.png'") in shown, shown
+    if layout != "nested-link":
+        (folder / "extra.png").unlink()  # metadata itself: datasets reads its rows, which the checks do not
+        assert "image folder holds images only" in await refused(folder, shared, CLASSIFY)
 
 
 def image_rows(shared: Path, n: int, at: int, line: str) -> Path:
