@@ -211,6 +211,17 @@ class Access:
                               f"which callers over {self.over} may not do unless the operator starts the server with "
                               "--allow-scripts; use submit_training instead. Nothing was launched.")
 
+    def check_model_code(self, ref: str, modules: list[str]) -> None:
+        """A model folder whose own Python the job would import (sentence-transformers modules of its own): code of
+        the caller's choosing, as run_script's is."""
+        if not self.remote or self.scripts or not modules:
+            return
+        named = ", ".join(repr(name[:60]) for name in sorted(set(modules))[:3])
+        raise AccessError(f"model {shown_name(ref)} names module classes of its own in modules.json ({named}), "
+                          "whose Python the job would run next to this server's Hugging Face token, which callers "
+                          f"over {self.over} may not do unless the operator starts the server with --allow-scripts: "
+                          "keep sentence_transformers.* modules only, or send a Hub model. Nothing was launched.")
+
     def check_path(self, ref: str, kind: str) -> None:
         """A script file or project folder the caller names: over HTTP, an absolute path inside the folders the
         operator allowed (a relative one would resolve against the server's working directory)."""

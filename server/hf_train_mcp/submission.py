@@ -25,6 +25,7 @@ from hf_train_mcp.followup import check_job_inputs, for_family, subject_from_job
 from hf_train_mcp.host import Host
 from hf_train_mcp.hub import adapter_config, hub_endpoint, hub_token, repo_has_file, resolve_identity
 from hf_train_mcp.measure import config_key
+from hf_train_mcp.model_family import custom_modules
 from hf_train_mcp.planning import DataFacts, plan_run
 from hf_train_mcp.prepared import Prepared, Progress
 from hf_train_mcp.request import EstimateRequest, EvaluateRequest, ExportRequest, RunShape, ScriptRequest
@@ -70,6 +71,8 @@ class Planner:
 
     def model_size(self, model: str, token: str | None, offline: bool) -> ModelSize:
         self.host.access.check_ref(model, "model")
+        if is_local(model):  # the job would import the folder's own module classes (model_family.custom_modules)
+            self.host.access.check_model_code(model, custom_modules(Path(model).expanduser()))
         try:
             return model_size(model, token, offline=offline)
         except ValueError as exc:
