@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ from hf_train_mcp.estimate.hardware import fallback_catalog
 from hf_train_mcp.request import TrainingRequest
 from hf_train_mcp.tiny import example_rows, write_jsonl
 from tests.conftest import needs_training
-from tests.helpers import QWEN_05B, call, estimated_then_trained, finished, gguf_value, read_gguf, refused
+from tests.helpers import QWEN_05B, call, call_once, estimated_then_trained, finished, gguf_value, read_gguf, refused
 
 pytestmark = pytest.mark.anyio
 METHOD = "embedding"
@@ -229,3 +230,65 @@ async def test_a_bert_embedding_model_exports_to_gguf_with_its_pooling(tmp_path:
     assert gguf_value(reader, "bert.pooling_type") == gguf.PoolingType.MEAN  # from the model's modules.json
     types = {t.name: t.tensor_type for t in reader.tensors}
     assert types["blk.0.attn_q.weight"] == gguf.GGMLQuantizationType.Q8_0 and "blk.1.ffn_up.weight" in types
+
+
+def custom_module_folder(folder: Path, marker: Path, *, router: bool) -> Path:
+    """A tiny sentence-transformers folder naming a module class of its own (modeling_pool.Normalize2, whose file
+    writes `marker` when imported), in modules.json or inside a Router's router_config.json."""
+    from hf_train_mcp.tiny import build_tiny_bert
+
+    model = build_tiny_bert(folder)
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}]
+    custom = "modeling_pool.Normalize2"
+    if router:
+        modules.append({"idx": 1, "name": "1", "path": "route", "type": "sentence_transformers.models.Router"})
+        (model / "route").mkdir()
+        (model / "route" / "router_config.json").write_text(json.dumps({"types": {"query_0": custom}}))
+    else:
+        modules.append({"idx": 1, "name": "custom", "path": "custom", "type": custom})
+        (model / "custom").mkdir()
+    (model / "modules.json").write_text(json.dumps(modules))
+    (model / "modeling_pool.py").write_text(
+        f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\nimport torch\n\n\nclass Normalize2(torch.nn.Module):\n"
+        "    def forward(self, features):\n        return features\n\n"
+        "    @classmethod\n    def load(cls, *args, **kwargs):\n        return cls()\n")
+    return model
+
+
+@pytest.mark.parametrize("router", [False, True])
+async def test_a_model_folder_naming_its_own_module_classes_runs_no_code_for_an_http_caller(
+        router: bool, tmp_path: Path, offline, isolated_home: Path) -> None:
+    """sentence-transformers imports a local folder's own module classes whatever trust_remote_code says (a local
+    folder is trusted: util/misc.py import_module_class), so over HTTP such a folder is the caller's code, refused
+    unless the operator allows scripts (trust review 8)."""
+    from hf_train_mcp.access import Access
+
+    shared, marker = tmp_path / "shared", tmp_path / "RAN_FROM_MODEL_FOLDER"
+    model = custom_module_folder(shared / "encoder", marker, router=router)
+    data = write_jsonl(shared / "pairs.jsonl", example_rows(METHOD, 16))
+    train = {"model": str(model), "dataset": str(data), "method": METHOD, "backend": "local", "max_steps": 2,
+             "dry_run": True}
+    no_code = Access.http(local_dirs=[str(shared)], local_jobs=True)
+    for tool, arguments in (("submit_training", train), ("evaluate_model", {"model": str(model), "dataset": str(data),
+                                                                             "backend": "local", "dry_run": True})):
+        result = await call_once(tool, arguments, no_code)
+        assert result.is_error and "modeling_pool.Normalize2" in result.content[0].text, result.content[0].text
+        assert "--allow-scripts" in result.content[0].text and "Nothing was launched" in result.content[0].text
+    assert not marker.exists()
+    allowed = await call_once("submit_training", train, Access.http(local_dirs=[str(shared)], local_jobs=True,
+                                                                    scripts=True))
+    assert not allowed.is_error, allowed.content[0].text
+    assert "trust_remote_code=False" in allowed.structured_content["script"]
+    stdio = await call_once("submit_training", train)  # the local user's own folder
+    assert not stdio.is_error, stdio.content[0].text
+    if not router and importlib.util.find_spec("sentence_transformers"):
+        import runpy
+
+        script = tmp_path / "train.py"
+        script.write_text(allowed.structured_content["script"])
+        loaded = runpy.run_path(str(script), run_name="hftm_script_under_test")
+        with warnings.catch_warnings(record=True) as caught:  # the libraries' own deprecations too
+            warnings.simplefilter("always")
+            loaded["sentence_model"](str(model))
+        assert marker.read_text() == "ran"
+        assert any("without `trust_remote_code=True` is deprecated" in str(w.message) for w in caught)  # why the server refuses: trust_remote_code=False does not stop it

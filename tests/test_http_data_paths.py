@@ -228,3 +228,79 @@ async def test_an_image_part_of_a_conversation_naming_a_file_outside_is_refused(
     data = write_jsonl(shared / "parts.jsonl", rows)
     result = await call_once("validate_dataset", {"dataset": str(data), "method": "sft"}, http(shared))
     assert "outside the folders" in outside_said(result)
+
+
+SPELLINGS = {  # every key a processor's chat template loads a part from (transformers' processing_utils.py)
+    "image/base64": lambda p: {"type": "image", "base64": p},
+    "image_url": lambda p: {"type": "image_url", "image_url": {"url": p}},
+    "image_url/string": lambda p: {"type": "image_url", "image_url": p},
+    "image/image-dict": lambda p: {"type": "image", "image": {"path": p}},
+    "image+base64": lambda p: {"type": "image", "image": "images/blue/1.png", "base64": p},
+    "video/path": lambda p: {"type": "video", "path": p},
+    "video/video": lambda p: {"type": "video", "video": p},
+    "audio/path": lambda p: {"type": "audio", "path": p},
+    "audio/url": lambda p: {"type": "audio", "url": p},
+}
+
+
+@pytest.mark.parametrize("spelling", sorted(SPELLINGS))
+async def test_every_part_spelling_a_processor_loads_is_checked(spelling: str, folders: tuple[Path, Path], offline
+                                                                ) -> None:
+    shared, private = folders
+    rows = [dict(r) for r in example_rows("sft", 4, data_format="vision_messages")]
+    rows[2]["messages"] = [{"role": "user", "content": [SPELLINGS[spelling](str(private / "keys" / "id_rsa_canary.png")),
+                                                        {"type": "text", "text": "What?"}]},
+                           {"role": "assistant", "content": "Blue."}]
+    write_images(shared, rows[:2] + rows[3:])
+    data = write_jsonl(shared / "parts.jsonl", rows)
+    result = await call_once("validate_dataset", {"dataset": str(data), "method": "sft"}, http(shared))
+    assert "outside the folders" in outside_said(result)
+    skipped = await call_once("submit_training", {"model": "org/Model-1B", "dataset": str(data), "backend": "local",
+                                                   "skip_validation": True, "dry_run": True}, http(shared))
+    assert skipped.is_error and "outside the folders" in skipped.content[0].text
+
+
+async def test_a_relative_part_name_may_not_climb_out_of_the_jobs_folder(folders: tuple[Path, Path], offline
+                                                                         ) -> None:
+    """A processor opens a part's relative name from the job's working folder, not the data's: '..' there leads
+    into other jobs' folders, however harmless it is from the data's (here, an image beside the data)."""
+    shared, _ = folders
+    rows = [dict(r) for r in example_rows("sft", 4, data_format="vision_messages")]
+    rows[1]["messages"] = [{"role": "user", "content": [{"type": "image", "path": "../images/blue/1.png"},
+                                                        {"type": "text", "text": "What?"}]},
+                           {"role": "assistant", "content": "Blue."}]
+    write_images(shared / "sub", rows[:1] + rows[2:])
+    data = write_jsonl(shared / "sub" / "climbs.jsonl", rows)
+    result = await call_once("validate_dataset", {"dataset": str(data), "method": "sft"}, http(shared))
+    assert "outside the folders" in outside_said(result)
+
+
+@pytest.mark.parametrize("spelling", ["image/path", "image/url", "image/image", "image/base64", "image_url",
+                                      "image+base64"])
+def test_the_checked_keys_are_those_a_processor_opens(spelling: str, tmp_path: Path, tiny_model: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tiny Idefics3 processor's apply_chat_template(tokenize=True), as TRL's vision collator ends up calling it:
+    the file each spelling makes transformers open is one part_paths names."""
+    import PIL.Image
+    from transformers import AutoProcessor
+
+    from hf_train_mcp.data.images import part_paths
+    from tests.tiny_vlms import save_idefics3
+
+    write_images(tmp_path, [{"image": "ok.png"}, {"image": "private/secret.png"}])
+    secret, ok = str(tmp_path / "private" / "secret.png"), str(tmp_path / "ok.png")
+    part = {"image/path": {"type": "image", "path": secret}, "image/url": {"type": "image", "url": secret},
+            "image/image": {"type": "image", "image": secret}, "image/base64": {"type": "image", "base64": secret},
+            "image_url": {"type": "image_url", "image_url": {"url": secret}},
+            "image+base64": {"type": "image", "image": ok, "base64": secret}}[spelling]
+    messages = [{"role": "user", "content": [part, {"type": "text", "text": "What?"}]},
+                {"role": "assistant", "content": [{"type": "text", "text": "Blue."}]}]
+    processor = AutoProcessor.from_pretrained(save_idefics3(tmp_path / "vlm", tiny_model))
+    opened, real = [], PIL.Image.open
+    monkeypatch.setattr(PIL.Image, "open", lambda fp, *a, **k: (opened.append(str(fp)), real(fp, *a, **k))[1])
+    try:
+        processor.apply_chat_template([messages], tokenize=True, return_dict=True, return_tensors="pt")
+    except ValueError:  # two images in one part, one <image> token: opened before the count is checked
+        pass
+    assert secret in opened, opened  # the library does open it
+    assert secret in part_paths(messages)

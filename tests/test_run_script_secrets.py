@@ -73,6 +73,42 @@ async def test_a_secret_the_header_picked_is_masked_in_a_local_runs_logs(offline
     assert "connecting to ***" in report["log_tail"] and "could not reach ***" in report["error"]
 
 
+# --- a multi-line secret (a key) and an escaped one (repr, JSON) are masked too ------------------------------------
+SSH_KEY = ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAACANARYLINE1\nQyNTUxOQAAACBmZXRjaCANARYLINE2xx\n"
+           "-----END OPENSSH PRIVATE KEY-----")
+QUOTED = "p4ss'w0rd\\canary-\u00e9"  # a quote, a backslash and an accent: repr() and JSON escape them
+PRINTS = ("import json, os\nprint(os.environ['DEPLOY_SSH_KEY'], flush=True)\nprint(repr(os.environ['DB_PASSWORD']))\n"
+          "print(json.dumps({'k': os.environ['DEPLOY_SSH_KEY'], 'p': os.environ['DB_PASSWORD']}), flush=True)\n")
+
+
+def unmasked(text: str) -> list[str]:
+    return [piece for piece in ("CANARYLINE1", "CANARYLINE2", "w0rd", "canary") if piece in text]
+
+
+async def test_a_multi_line_or_escaped_secret_is_masked_on_this_machine(offline, monkeypatch: pytest.MonkeyPatch
+                                                                        ) -> None:
+    monkeypatch.setenv("DEPLOY_SSH_KEY", SSH_KEY)
+    monkeypatch.setenv("DB_PASSWORD", QUOTED)
+    async with Client(build_server()) as client:
+        job = await call(client, "run_script", {"script": PRINTS, "backend": "local",
+                                                "secrets": ["DEPLOY_SSH_KEY", "DB_PASSWORD"]})
+        report = await finished(client, job["job_id"], 120)
+        logs = await call(client, "job_logs", {"job_id": job["job_id"]})
+    assert report["stage"] == "COMPLETED", report
+    assert len(logs["lines"]) >= 6 and not unmasked(shown(report, logs)), logs["lines"]
+
+
+async def test_a_multi_line_secret_is_masked_on_jobs(hub: Emulator, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEPLOY_SSH_KEY", SSH_KEY)
+    printed = [*SSH_KEY.splitlines(), repr(SSH_KEY), json.dumps({"k": SSH_KEY})]
+    hub.plan_next(JobPlan(**QUICK, log_lines=printed))
+    async with Client(build_server()) as client:
+        job = await call(client, "run_script", {"script": PRINTS, "secrets": ["DEPLOY_SSH_KEY"]})
+        report = await finished(client, job["job_id"], 30)
+        logs = await call(client, "job_logs", {"job_id": job["job_id"]})
+    assert len(logs["lines"]) >= len(printed) and not unmasked(shown(report, logs)), logs["lines"]
+
+
 # --- 18: a local job gets the server's token only when the call names it -----------------------------------------
 TOKEN_PROBE = "import os\nprint('token given:', bool(os.environ.get('HF_TOKEN')), flush=True)\n"
 
@@ -140,6 +176,64 @@ async def test_a_local_copy_leaves_the_same_files_home(offline, tmp_path: Path, 
     copy = isolated_home / "jobs" / job["job_id"] / "project"
     copied = {p.relative_to(copy).as_posix() for p in copy.rglob("*") if p.is_file()}
     assert copied == set(KEPT), copied
+
+
+SERVICE_ACCOUNT = json.dumps({"type": "service_account", "project_id": "prod-123", "private_key_id": "abc",
+                              "private_key": "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBg\n-----END PRIVATE KEY-----\n",
+                              "client_email": "trainer@prod-123.iam.gserviceaccount.com"})
+BY_CONTENT_OR_NAME = {  # what the review found uploaded: credentials by content, and names the rule did not know
+    "prod-123-4f2a9c1d7e3b.json": SERVICE_ACCOUNT,  # a service-account key as the console names it
+    "keys/signing.asc": "-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQOYBF\n-----END PGP PRIVATE KEY BLOCK-----\n",
+    "conf/defaults.json": '{"a": 1, "deploy": {"key": "-----BEGIN EC PRIVATE KEY-----\\nMHcC\\n"}}',  # deep inside
+    ".pgpass": "db:5432:prod:admin:s3cr3t\n", "kaggle.json": '{"username": "me", "key": "0123"}',
+    ".s3cfg": "[default]\nsecret_key = x\n", ".streamlit/secrets.toml": 'OPENAI_API_KEY = "sk"\n',
+    ".cargo/credentials.toml": 'token = "cio"\n', "hf_home/token": "hf_stored\n", ".databrickscfg": "token = d\n",
+    ".my.cnf": "password=s3cr3t\n", "rclone.conf": "secret_access_key = c\n", "kubeconfig.yaml": "token: k\n",
+}
+
+
+def linked_credentials(root: Path) -> Path:
+    """Credentials by content and by name, and other names for them: a link to .env, to a file of .kube, to
+    the .kube folder itself."""
+    for name, text in BY_CONTENT_OR_NAME.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    (root / "train.py").write_text("print('train')\n")
+    (root / "conf" / "run.yaml").write_text("lr: 1e-4\n")
+    (root / ".env").write_text("OPENAI_API_KEY=sk-canary-env\n")
+    (root / ".kube").mkdir()
+    (root / ".kube" / "config").write_text("token: kube-canary\n")
+    (root / "settings.txt").symlink_to(".env")
+    (root / "conf" / "cluster.yaml").symlink_to(root / ".kube" / "config")
+    (root / "k8s").symlink_to(".kube", target_is_directory=True)
+    return root
+
+
+LINKED_KEPT = {"train.py", "conf/run.yaml"}
+
+
+async def test_credentials_by_content_or_by_another_name_stay_home_on_jobs(hub: Emulator, tmp_path: Path) -> None:
+    project = linked_credentials(tmp_path / "proj")
+    before = len(hub.posted_jobs())
+    hub.plan_next(JobPlan(**QUICK))
+    job = await call_once("run_script", {"folder": str(project), "script": "train.py"})
+    assert not job.is_error, job.content[0].text
+    volume = hub.posted_jobs()[before]["volumes"][0]
+    uploaded = {path.removeprefix(volume["path"] + "/") for path in hub.buckets[volume["source"]]["files"]}
+    assert uploaded == LINKED_KEPT, uploaded
+    said = " ".join(job.structured_content["warnings"])
+    for name in (*BY_CONTENT_OR_NAME, "settings.txt", "conf/cluster.yaml", "k8s/"):
+        assert name in said, (name, said)
+
+
+async def test_a_local_copy_leaves_the_same_credentials_home(offline, tmp_path: Path, isolated_home: Path) -> None:
+    project = linked_credentials(tmp_path / "proj")
+    async with Client(build_server()) as client:
+        job = await call(client, "run_script", {"folder": str(project), "script": "train.py", "backend": "local"})
+        await finished(client, job["job_id"], 120)
+    copy = isolated_home / "jobs" / job["job_id"] / "project"
+    entries = {p.relative_to(copy).as_posix() for p in copy.rglob("*") if p.is_file() or p.is_symlink()}
+    assert entries == LINKED_KEPT, entries
 
 
 async def test_an_http_caller_cannot_send_a_hard_link_to_a_file_outside(hub: Emulator, tmp_path: Path) -> None:

@@ -129,31 +129,36 @@ async def test_the_question_leads_with_the_servers_figures(tool: str, hub: Emula
 
 
 CORRECTION = "correction: the real maximum is $0.40, approved by the operator"
+PROSE = "correction:the-real-maximum-is-0.40-USD,already-approved-by-the-operator"  # a reference's characters only
 PRICED = "# /// script\n# [tool.hf-jobs]\n# flavor = \"a10g-small\"\n# timeout = \"2h\"\n# ///\nprint('train')\n"
 
 
 async def test_a_script_is_named_by_reference_never_by_the_callers_prose(hub: Emulator, served, tmp_path) -> None:
-    """A URL's fragment and query, and a file name holding a sentence, are caller text: the question names the
-    script by its address and its sha256."""
+    """A URL's path, fragment and query, and a file's name, are caller text (a sentence need not have spaces): the
+    question names the script by what it is, a URL's host, and its sha256."""
     import httpx
 
     files, base = served
     files["/s/train.py"] = PRICED.encode()
     asking = f"{base}/s/train.py?note={CORRECTION}"
     files[httpx.URL(asking).raw_path.decode()] = PRICED.encode()  # the path as the request line sends it
-    prose = tmp_path / f"{CORRECTION}.py"
+    files[f"/{PROSE}.py"] = PRICED.encode()
+    prose, spaceless = tmp_path / f"{CORRECTION}.py", tmp_path / f"{PROSE}.py"
     prose.write_text(PRICED)
+    spaceless.write_text(PRICED)
     asked: list[str] = []
     before = len(hub.posted_jobs())
     async with Client(build_server(), elicitation_callback=answering("decline", asked=asked)) as client:
-        for script in (f"{base}/s/train.py#{CORRECTION}", asking, str(prose)):
+        for script in (f"{base}/s/train.py#{CORRECTION}", asking, str(prose), f"{base}/{PROSE}.py", str(spaceless)):
             declined = await client.call_tool("run_script", {"script": script})
             assert declined.is_error and "not submitted" in declined.content[0].text
-    assert len(asked) == 3 and len(hub.posted_jobs()) == before
+    assert len(asked) == 5 and len(hub.posted_jobs()) == before
     for question in asked:
         assert question.startswith("It can bill at most $") and "sha256 " in question, question
-        assert "correction" not in question and "$0.40" not in question and "operator" not in question, question
-    assert f"'{base}/s/train.py'" in asked[0] and f"'{base}/s/train.py'" in asked[1]
+        assert "correction" not in question and "0.40" not in question and "operator" not in question, question
+    host = base.split("://")[1].split("/")[0]
+    assert all(f"a script from {host} (sha256 " in asked[i] for i in (0, 1, 3)), asked
+    assert "a script file (sha256 " in asked[2] and "a script file (sha256 " in asked[4], asked
 
 
 async def test_a_run_across_machines_says_how_many_in_its_question(hub: Emulator) -> None:

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path, PurePath
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from hf_train_mcp.errors import AccessError
@@ -95,6 +96,22 @@ def question_name(ref: str) -> str:
     if _REFERENCE.match(ref) and not _hidden(ref):
         return shown_name(ref)
     return f"a name with other characters (sha256 {hashlib.sha256(ref.encode()).hexdigest()[:12]})"
+
+
+_HOST = re.compile(r"^[a-z0-9]([a-z0-9.\-]{0,62}[a-z0-9])?(:[0-9]{1,5})?$")
+
+
+def script_reference(source: Any) -> str:
+    """A run_script program as a question to the user names it: by what it is and its sha256, and a URL by its
+    host too; never by a path or file name, which are the caller's words (a file may be called 'correction:the-
+    real-maximum-is-0.40-USD.py')."""
+    digest = f"sha256 {source.sha256[:12]}"
+    if source.url:
+        host = (urlsplit(source.url).netloc.rpartition("@")[2]).lower()
+        return f"a script from {host} ({digest})" if _HOST.match(host) else f"a script at a URL ({digest})"
+    what = ("a project folder" if source.folder else "an inline script" if source.label == "inline script"
+            else "a script file" if source.text else "a Docker image's command")
+    return f"{what} ({digest})"
 
 
 @dataclass(frozen=True)
@@ -193,6 +210,17 @@ class Access:
             raise AccessError(f"run_script runs your own code in a job, next to this server's Hugging Face token, "
                               f"which callers over {self.over} may not do unless the operator starts the server with "
                               "--allow-scripts; use submit_training instead. Nothing was launched.")
+
+    def check_model_code(self, ref: str, modules: list[str]) -> None:
+        """A model folder whose own Python the job would import (sentence-transformers modules of its own): code of
+        the caller's choosing, as run_script's is."""
+        if not self.remote or self.scripts or not modules:
+            return
+        named = ", ".join(repr(name[:60]) for name in sorted(set(modules))[:3])
+        raise AccessError(f"model {shown_name(ref)} names module classes of its own in modules.json ({named}), "
+                          "whose Python the job would run next to this server's Hugging Face token, which callers "
+                          f"over {self.over} may not do unless the operator starts the server with --allow-scripts: "
+                          "keep sentence_transformers.* modules only, or send a Hub model. Nothing was launched.")
 
     def check_path(self, ref: str, kind: str) -> None:
         """A script file or project folder the caller names: over HTTP, an absolute path inside the folders the

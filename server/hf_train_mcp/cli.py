@@ -62,14 +62,31 @@ def serve(args: argparse.Namespace) -> None:
     from hf_train_mcp.access import Access
 
     token = args.auth_token or os.environ.get("HF_TRAIN_AUTH_TOKEN")
-    if not token and args.host not in ("127.0.0.1", "localhost", "::1"):
-        logging.warning("serving on %s without --auth-token: anyone who reaches this port can launch paid jobs "
-                        "with this server's Hugging Face token", args.host)
+    for warning in http_warnings(args, authenticated=bool(token)):
+        logging.warning("%s", warning)
     access = Access.http(local_dirs=args.allow_local_files, local_jobs=args.allow_local_jobs,
                          reward_code=args.allow_reward_code, scripts=args.allow_scripts)
     extra_hosts = [h.strip() for value in args.allowed_hosts for h in value.split(",") if h.strip()]
     uvicorn.run(_http_app(args.host, token, access, extra_hosts), host=args.host, port=args.port,
                 log_level="warning", lifespan="on")
+
+
+def http_warnings(args: argparse.Namespace, *, authenticated: bool) -> list[str]:
+    """What the operator is told at start-up about what HTTP callers get beyond Hub jobs."""
+    out = []
+    if not authenticated and args.host not in ("127.0.0.1", "localhost", "::1"):
+        out.append(f"serving on {args.host} without --auth-token: anyone who reaches this port can launch paid jobs "
+                   "with this server's Hugging Face token")
+    code = [flag for flag, on in (("--allow-scripts", args.allow_scripts),
+                                  ("--allow-reward-code", args.allow_reward_code)) if on]
+    if code and args.allow_local_jobs:
+        import getpass
+
+        out.append(f"{' and '.join(code)} with --allow-local-jobs: HTTP callers run their own code on this machine "
+                   f"as {getpass.getuser()}, which amounts to a shell: it can read whatever that user can (this "
+                   "server's environment through /proc, the stored Hugging Face token, every file of the user). "
+                   "Serve it only to callers you would give a shell, or run it as a user that has nothing else")
+    return out
 
 
 STDIO_NOTE = """hf-train-mcp is an MCP server: it speaks the MCP protocol on stdin/stdout, so an MCP client starts it
@@ -326,10 +343,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="HTTP: let callers run jobs on this machine (backend='local'; off by default)")
     p.add_argument("--allow-reward-code", action="store_true",
                    help="HTTP: let callers send GRPO reward_code (it runs in the job, beside the server's token; "
-                        "off by default)")
+                        "with --allow-local-jobs on this machine as this user: a shell; off by default)")
     p.add_argument("--allow-scripts", action="store_true",
                    help="HTTP: let callers use run_script (their code runs in the job, beside the server's token; "
-                        "local script files and folders follow --allow-local-files; off by default)")
+                        "local script files and folders follow --allow-local-files; with --allow-local-jobs it runs "
+                        "on this machine as this user: a shell; off by default)")
     p = sub.add_parser("connect", help="print the line (or link) that adds this server to an MCP client")
     p.add_argument("client", choices=["claude", "cursor", "vscode", "inspector"], help="the MCP client")
     p = sub.add_parser("demo", help="train a tiny model locally end to end (needs the 'train' extra)")

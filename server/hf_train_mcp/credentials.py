@@ -5,6 +5,7 @@ A name is a credential when it ends in TOKEN, SECRET, PASSWORD, ... or in KEY (s
 WANDB_API_KEY are, and TOKENIZERS_PARALLELISM, a tokenizers setting, is not).
 """
 
+import json
 import os
 import re
 from collections.abc import Callable
@@ -21,12 +22,22 @@ def looks_like_credential(name: str) -> bool:
     return name.upper() in TOKEN_NAMES or _CREDENTIAL.search(name.upper()) is not None
 
 
+def _spellings(value: str) -> set[str]:
+    """The forms a printed value takes in a log line: itself, each line of a multi-line one (a key, a
+    certificate; logs are read line by line), and escaped as repr() and JSON write it (quotes, backslashes and
+    newlines escaped), in full and line by line."""
+    parts = {value, *value.splitlines()}
+    escaped = {form for part in parts for form in (repr(part)[1:-1], json.dumps(part)[1:-1],
+                                                    json.dumps(part, ensure_ascii=False)[1:-1])}
+    return {form.strip() for form in parts | escaped if len(form.strip()) >= _MIN_MASKED}
+
+
 def masker(secrets: tuple[str, ...] = ()) -> Callable[[str], str]:
     """What masks, in a text, the value of every credential-like variable of this server's environment and of
-    each secret a job was handed by name: a job that prints its environment must not leak them through its logs."""
-    values = sorted({value for name, value in os.environ.items()
-                     if (name in secrets or looks_like_credential(name)) and len(value) >= _MIN_MASKED},
-                    key=len, reverse=True)
+    each secret a job was handed by name: a job that prints its environment must not leak them through its logs,
+    nor print one in pieces (a multi-line key) or escaped (repr, JSON)."""
+    values = sorted({form for name, value in os.environ.items() if name in secrets or looks_like_credential(name)
+                     for form in _spellings(value)}, key=len, reverse=True)
 
     def mask(text: str) -> str:
         for value in values:

@@ -258,6 +258,7 @@ class Identity:
     """Who the token belongs to (a read-only token is refused before this is built)."""
 
     name: str
+    orgs: tuple[str, ...] = ()  # the organizations it belongs to (whoami), whose namespaces it may write to
 
 
 def resolve_identity(token: str | None) -> Identity:
@@ -273,7 +274,8 @@ def resolve_identity(token: str | None) -> Identity:
             "the Hugging Face token is read-only, so the trained model could not be pushed and would be lost: "
             "create a token with write access at https://huggingface.co/settings/tokens and set HF_TOKEN"
         )
-    return Identity(info["name"])
+    orgs = tuple(org["name"] for org in info.get("orgs") or [] if isinstance(org, dict) and org.get("name"))
+    return Identity(info["name"], orgs)
 
 
 def needs_token(token: str | None, repos: list[tuple[str, str]]) -> bool | None:

@@ -390,6 +390,10 @@ class Ledger:
     def get(self, job_id: str) -> JobRecord | None:
         return self._one(f"{_SELECT} WHERE job_id = ?", (job_id,))
 
+    def pushed_to(self, repo: str) -> bool:
+        """Whether a job of this server pushed (or was sent to push) to this repo."""
+        return self._connect().execute("SELECT 1 FROM jobs WHERE hub_model_id = ? LIMIT 1", (repo,)).fetchone() is not None
+
     def by_idempotency_key(self, key: str) -> JobRecord | None:
         return self._one(f"{_SELECT} WHERE idempotency_key = ?", (key,))
 

@@ -9,8 +9,11 @@ vision-language model, flat (Qwen2-VL) or nested (LLaVA); then config.json's `ar
 (*ForCausalLM, *ForSequenceClassification, *ForImageClassification, *ForMaskedLM, *Model); then the pipeline tag.
 """
 
+import json
 import re
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from hf_train_mcp.model_files import ModelFiles, Quantization
 
@@ -183,6 +186,37 @@ def family_of(files: ModelFiles) -> Family:
     if isinstance(modules, list) and modules or (files.local and files.json("sentence_bert_config.json")):
         return decide(files.config, pipeline_tag=files.pipeline_tag, sentence_transformers=True)
     return found
+
+
+MAX_ROUTER_DEPTH = 4  # routers inside routers, read this deep (deeper ones are reported as custom)
+
+
+def custom_modules(folder: Path, depth: int = 0) -> list[str]:
+    """The module classes a local sentence-transformers folder names outside `sentence_transformers.*`: its
+    modules.json's types and its routers' (router_config.json, else config.json, "types"). sentence-transformers
+    imports each from the folder's own Python files whatever trust_remote_code says, a local folder being trusted
+    (util/misc.py import_module_class: `trusted = trust_remote_code or is_local_dir`)."""
+    modules = _json_file(folder / "modules.json") if depth == 0 else None
+    if depth:
+        config = _json_file(folder / "router_config.json") or _json_file(folder / "config.json")
+        types = config.get("types") if isinstance(config, dict) else None
+        modules = [{"type": t, "path": name} for name, t in types.items()] if isinstance(types, dict) else []
+    found = []
+    for module in modules if isinstance(modules, list) else []:
+        kind = module.get("type") if isinstance(module, dict) else module
+        if not isinstance(kind, str) or not kind.startswith("sentence_transformers."):
+            found.append(str(kind))
+        elif kind.rsplit(".", 1)[-1] == "Router":
+            inner = folder / str(module.get("path") or "")
+            found += custom_modules(inner, depth + 1) if depth < MAX_ROUTER_DEPTH else [kind]
+    return found
+
+
+def _json_file(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 def training_refusal(family: Family, model: str, *, method: str, generative: bool, vision: bool,

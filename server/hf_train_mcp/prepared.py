@@ -4,7 +4,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hf_train_mcp.access import question_name
+from hf_train_mcp.access import question_name, script_reference
 
 Progress = Callable[[str], None]  # a phase of a long call, for MCP progress notifications
 
@@ -42,10 +42,7 @@ class Prepared:
     def summary(self) -> str:
         """What the job does, for a confirmation question: names as references (question_name), never free text."""
         if self.kind == "script":
-            source = self.plan.source
-            named = "an inline script" if source.label == "inline script" and not source.url else \
-                question_name(source.url or source.label)
-            return f"a script job of {named} (sha256 {source.sha256[:12]})"
+            return f"a script job of {script_reference(self.plan.source)}"
         what = {"evaluate": "an evaluation", "export": f"a {self.plan.config.get('format')} export",
                 "probe": f"a {self.plan.method.upper()} measurement job"}.get(
             self.kind, f"a {self.plan.method.upper()} job")

@@ -22,7 +22,8 @@ from hf_train_mcp.render import Script
 from hf_train_mcp.request import ScriptRequest
 from hf_train_mcp.schemas import FLAVORS
 from hf_train_mcp.script_urls import fetch_script
-from hf_train_mcp.scripts import Header, check_syntax, credential, folder_left_out, left_out, read_header
+from hf_train_mcp.scripts import Header, check_syntax, credential, folder_left_out, holds_secret, left_out
+from hf_train_mcp.scripts import read_header
 from hf_train_mcp.scripts import source_kind
 
 DEFAULT_FLAVOR = "cpu-basic"  # what Jobs runs without --flavor
@@ -86,18 +87,41 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _kept(path: Path, relative: PurePosixPath, access: Access) -> bool:
-    """Whether a file travels with the folder's copy (scripts.left_out, a private key read by its first bytes).
-    Over HTTP a link out of the folder or a file with other names (a hard link) is refused: either may be a file
-    outside the folders the operator allowed."""
+def _names(path: Path, relative: PurePosixPath, folder: Path) -> tuple[PurePosixPath, ...]:
+    """The paths an entry of the folder is judged by: its own, and a link's target's (its path inside the folder,
+    or its absolute path outside): a link is another name for its target, which stays home under any name."""
+    if not path.is_symlink():
+        return (relative,)
+    target = path.resolve()
+    inside = target.is_relative_to(folder)
+    return relative, PurePosixPath(target.relative_to(folder).as_posix() if inside else target.as_posix())
+
+
+def _fate(path: Path, relative: PurePosixPath, folder: Path, access: Access) -> str | None:
+    """Why a file stays out of the folder's copy ('clutter', 'credentials'), or None when it travels. Over HTTP a
+    link out of the folders the operator allowed or a file with other names (a hard link) is refused: either may
+    be a file outside them."""
+    names = _names(path, relative, folder)
+    if any(credential(name) for name in names):
+        return "credentials"
     if left_out(relative):
-        return False
+        return "clutter"
     if not access.allows_path(path):
         raise AccessError(f"the folder holds {relative.as_posix()!r}, a link out of the folders you may use or a "
                           f"file with other names (a hard link), which callers over {access.over} may not send: copy "
                           "the file in instead. Nothing was launched.")
-    with open(path, "rb") as f:
-        return not credential(relative, f.read(256))
+    return "credentials" if holds_secret(path) else None
+
+
+def _folder_fate(path: Path, relative: PurePosixPath, folder: Path, access: Access) -> str | None:
+    """Why a folder of the project stays home whole ('clutter', 'credentials'; a link judged by its target too),
+    or None."""
+    why = next((fate for name in _names(path, relative, folder) if (fate := folder_left_out(name))), None)
+    if why is None and not access.allows_path(path):
+        raise AccessError(f"the folder holds {relative.as_posix()!r}, a link out of the folders you may use, which "
+                          f"callers over {access.over} may not send: copy what it holds in instead. Nothing was "
+                          "launched.")
+    return why
 
 
 def _folder_files(folder: Path, access: Access) -> tuple[list[Path], list[str]]:
@@ -107,11 +131,7 @@ def _folder_files(folder: Path, access: Access) -> tuple[list[Path], list[str]]:
     for top, folders, names in os.walk(folder):  # does not follow linked folders (nor does the sync)
         here = PurePosixPath(Path(top).relative_to(folder).as_posix())
         for name in sorted(folders):
-            why = folder_left_out(here / name)
-            if why is None and not access.allows_path(Path(top, name)):
-                raise AccessError(f"the folder holds {(here / name).as_posix()!r}, a link out of the folders you "
-                                  f"may use, which callers over {access.over} may not send: copy what it holds in "
-                                  "instead. Nothing was launched.")
+            why = _folder_fate(Path(top, name), here / name, folder, access)
             if why:
                 folders.remove(name)
                 withheld += [f"{(here / name).as_posix()}/"] if why == "credentials" else []
@@ -119,8 +139,9 @@ def _folder_files(folder: Path, access: Access) -> tuple[list[Path], list[str]]:
             path, relative = Path(top, name), here / name
             if not path.is_file():
                 continue
-            if not _kept(path, relative, access):
-                withheld += [relative.as_posix()] if credential(relative) or not left_out(relative) else []
+            why = _fate(path, relative, folder, access)
+            if why:
+                withheld += [relative.as_posix()] if why == "credentials" else []
                 continue
             files.append(path)
             size += path.stat().st_size

@@ -127,14 +127,23 @@ LEFT_OUT_FILES = ("*.pyc",)
 CREDENTIAL_DIRS = (".aws", ".ssh", ".gnupg", ".docker", ".kube", ".huggingface", ".azure", ".terraform",
                    ".config/gcloud", ".config/gh", ".config/huggingface")
 CREDENTIAL_FILES = (
-    ".env", ".env.*", "*.env", ".envrc", ".netrc", "_netrc", ".pypirc", ".npmrc", ".git-credentials", ".dockercfg",
-    "*.pem", "*.key", "*.p12", "*.pfx", "*.ppk", "*.jks", "*.keystore", "credentials", "credentials.json",
-    "application_default_credentials.json", "*.tfstate", "*.tfstate.*", "*.tfvars",
+    ".env", ".env.*", "*.env", ".envrc", ".netrc", "_netrc", ".pypirc", ".npmrc", ".git-credentials", ".gitcookies",
+    ".dockercfg", "*.pem", "*.key", "*.p12", "*.pfx", "*.ppk", "*.jks", "*.keystore", "credentials", "credentials.json",
+    "credentials.toml", "credentials.yaml", "credentials.yml", "credentials.ini", "credentials.csv",
+    "application_default_credentials.json", "client_secret*.json", "*.tfstate", "*.tfstate.*", "*.tfvars",
     "id_rsa", "id_dsa", "id_ecdsa", "id_ed25519", "id_ecdsa_sk", "id_ed25519_sk", "id_xmss",
     "*_rsa", "*_dsa", "*_ecdsa", "*_ed25519",  # ssh-keygen -f deploy_rsa: a private key by any name
+    ".pgpass", ".my.cnf", ".mylogin.cnf", ".s3cfg", ".boto", ".databrickscfg", "rclone.conf", "kaggle.json",
+    "secrets.toml", "secrets.json", "secrets.yaml", "secrets.yml", ".htpasswd", "htpasswd",
+    "token", "stored_tokens",  # huggingface_hub's token files ($HF_HOME/token), wherever HF_HOME pointed
+    "kubeconfig", "kubeconfig.*", "*.kubeconfig",
 )
-# A private key whatever its name: PEM/OpenSSH ("-----BEGIN OPENSSH PRIVATE KEY-----") and PuTTY key files
-_KEY_HEAD = re.compile(rb"\A\s*(-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----|PuTTY-User-Key-File-)")
+# A secret whatever the file's name, by what it holds: a PEM/OpenSSH/PGP private key anywhere in it (a key inside
+# a JSON string too), a PuTTY key file, a Google service-account or user credential JSON
+_SECRET_CONTENT = re.compile(
+    rb"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\A\s*PuTTY-User-Key-File-"
+    rb"|\"type\"\s*:\s*\"(?:service_account|authorized_user|external_account)\"|\"private_key\"\s*:\s*\"")
+_SCAN_CHUNK = 1 << 20
 
 
 def _within(folder: PurePosixPath, names: tuple[str, ...]) -> bool:
@@ -147,17 +156,26 @@ def _named(relative: PurePosixPath, patterns: tuple[str, ...]) -> bool:
     return any(fnmatch.fnmatchcase(relative.name, pattern) for pattern in patterns)
 
 
-def credential(relative: PurePosixPath, head: bytes = b"") -> bool:
-    """Whether a file of a project folder holds credentials: by its name or folder, or (its first bytes) a
-    private key's header."""
-    return (_within(relative.parent, CREDENTIAL_DIRS) or _named(relative, CREDENTIAL_FILES)
-            or _KEY_HEAD.match(head[:256]) is not None)
+def credential(relative: PurePosixPath) -> bool:
+    """Whether a file of a project folder holds credentials by its name or folder."""
+    return _within(relative.parent, CREDENTIAL_DIRS) or _named(relative, CREDENTIAL_FILES)
 
 
-def left_out(relative: PurePosixPath, head: bytes = b"") -> bool:
-    """Whether a file of a project folder (its path inside the folder) stays out of the job's copy."""
-    return (_within(relative.parent, LEFT_OUT_DIRS) or _named(relative, LEFT_OUT_FILES)
-            or credential(relative, head))
+def holds_secret(path: Path) -> bool:
+    """Whether a file holds credentials by its content (read whole, a chunk at a time): a private key or a cloud
+    credential under a name no pattern knows ('prod-123-4f2a9c1d7e3b.json', 'notes/backup')."""
+    with open(path, "rb") as f:
+        tail = b""
+        while chunk := f.read(_SCAN_CHUNK):
+            if _SECRET_CONTENT.search(tail + chunk):
+                return True
+            tail = chunk[-128:]  # a marker cut by the chunk's end
+    return False
+
+
+def left_out(relative: PurePosixPath) -> bool:
+    """Whether a file of a project folder (its path inside the folder) stays out of the job's copy by its name."""
+    return _within(relative.parent, LEFT_OUT_DIRS) or _named(relative, LEFT_OUT_FILES) or credential(relative)
 
 
 def folder_left_out(relative: PurePosixPath) -> str | None:
@@ -177,7 +195,7 @@ def sync_excludes(withheld: tuple[str, ...] = ()) -> list[str]:
     (its `*` crosses '/'), and the files withheld by what they hold (a key by another name), each by its path."""
     dirs = [pattern for name in (*LEFT_OUT_DIRS, *CREDENTIAL_DIRS) for pattern in (f"{name}/*", f"*/{name}/*")]
     files = [pattern for name in (*LEFT_OUT_FILES, *CREDENTIAL_FILES) for pattern in (name, f"*/{name}")]
-    return [*dirs, *files, *(_escaped(path) for path in withheld)]
+    return [*dirs, *files, *(_escaped(path) + ("*" if path.endswith("/") else "") for path in withheld)]
 
 
 def copy_ignore(root: str, withheld: tuple[str, ...] = ()) -> Callable[[str, list[str]], set[str]]:
@@ -189,7 +207,7 @@ def copy_ignore(root: str, withheld: tuple[str, ...] = ()) -> Callable[[str, lis
         out = set()
         for name in names:
             relative = here / name
-            whole = Path(folder, name).is_dir() and folder_left_out(relative)
+            whole = Path(folder, name).is_dir() and (folder_left_out(relative) or f"{relative.as_posix()}/" in skipped)
             if whole or left_out(relative) or relative.as_posix() in skipped:
                 out.add(name)
         return out

@@ -17,14 +17,15 @@ from hf_train_mcp.chat_template import has_chat_template
 from hf_train_mcp.data import rules
 from hf_train_mcp.data.validate import image_facts, outside_images, validate_dataset
 from hf_train_mcp.durations import format_duration
-from hf_train_mcp.errors import TrainError, DatasetError, HubError
+from hf_train_mcp.errors import TrainError, DatasetError
 from hf_train_mcp.estimate.hardware import get_catalog
 from hf_train_mcp.estimate.sizing import ModelSize, model_size
 from hf_train_mcp.followup import EvalData, Subject, job_data, method_for_format, plan_evaluation, plan_export
 from hf_train_mcp.followup import check_job_inputs, for_family, subject_from_job, subject_from_ref
 from hf_train_mcp.host import Host
-from hf_train_mcp.hub import adapter_config, existing_repo, hub_endpoint, hub_token, repo_has_file, resolve_identity
+from hf_train_mcp.hub import adapter_config, hub_endpoint, hub_token, repo_has_file, resolve_identity
 from hf_train_mcp.measure import config_key
+from hf_train_mcp.model_family import custom_modules
 from hf_train_mcp.planning import DataFacts, plan_run
 from hf_train_mcp.prepared import Prepared, Progress
 from hf_train_mcp.request import EstimateRequest, EvaluateRequest, ExportRequest, RunShape, ScriptRequest
@@ -32,6 +33,7 @@ from hf_train_mcp.request import SweepRequest, TrainingRequest
 from hf_train_mcp.schemas import DatasetReport
 from hf_train_mcp.script_jobs import plan_script, read_source
 from hf_train_mcp.scripts import source_kind
+from hf_train_mcp.targets import check_push_target, check_trackio_space
 
 PREVIEW_TTL_S = 300.0
 PREVIEWS_KEPT = 16
@@ -69,6 +71,8 @@ class Planner:
 
     def model_size(self, model: str, token: str | None, offline: bool) -> ModelSize:
         self.host.access.check_ref(model, "model")
+        if is_local(model):  # the job would import the folder's own module classes (model_family.custom_modules)
+            self.host.access.check_model_code(model, custom_modules(Path(model).expanduser()))
         try:
             return model_size(model, token, offline=offline)
         except ValueError as exc:
@@ -272,6 +276,9 @@ class Planner:
                 plan = plan_run(req.model_copy(update={"flavor": plan.flavor}), **plan_args, measured=measured)
         plan.warnings[:0] = warnings
         pushes = where.pushes_to_hub and kind == "train"
+        if pushes and req.hub_model_id:
+            check_push_target(req.hub_model_id, token=token, access=self.host.access, warnings=plan.warnings,
+                              pushed_before=self.host.ledger.pushed_to(req.hub_model_id), dry_run=req.dry_run)
         reads = [("model", req.model), ("dataset", req.dataset), ("model", req.teacher_model),
                  *([("model", resume_repo)] if resume_repo else [])]
         return self._package(req, backend_name, kind, namespace, plan, hub_model_id=req.hub_model_id if pushes else None,
@@ -282,6 +289,9 @@ class Planner:
                  parent_job_id: str | None = None, model_url: str | None = None,
                  trackio_url: str | None = None) -> Prepared:
         """The rendered script, the job spec and what the Submission will say, for any kind of job."""
+        if plan.trackio_space_id:  # trackio hands the Space the token
+            check_trackio_space(plan.trackio_space_id, namespace=namespace, token=hub_token(),
+                                access=self.host.access, warnings=plan.warnings)
         script = plan.render()
         spec = plan.job_spec(kind)
         endpoint = hub_endpoint()
@@ -371,6 +381,11 @@ class Planner:
         progress("planning and rendering the script")
         plan = plan_evaluation(req, subject, data, facts, backend=backend_name, size=size, catalog=catalog,
                                namespace=namespace, warnings=warnings)
+        card = plan.config.get("card_repo")
+        if card and self.host.access.remote and not self.host.ledger.pushed_to(card):  # targets.py: HTTP's pushes
+            plan.config["card_repo"] = None
+            plan.warnings.append(f"the results are not written to {card}'s card: over {self.host.access.over} only a "
+                                 "repo a job of this server pushed to is written to; they are in the job's output")
         job = subject.job
         return self._package(
             req, backend_name, kind, namespace, plan, hub_model_id=None, model=subject.ref,
@@ -389,30 +404,12 @@ class Planner:
                            warnings=warnings)
         if not backends.traits(backend_name).pushes_to_hub and req.hub_model_id:
             warnings.append(f"backend={backend_name!r} keeps the export in the job folder; hub_model_id is not pushed")
-        if plan.config["hub_model_id"]:
-            self._check_export_target(plan.config["hub_model_id"], token or hub_token(), plan.warnings,
-                                      dry_run=req.dry_run)
+        target = plan.config["hub_model_id"]
+        if target:
+            check_push_target(target, token=token or hub_token(), access=self.host.access, warnings=plan.warnings,
+                              pushed_before=self.host.ledger.pushed_to(target), dry_run=req.dry_run,
+                              what="the export", export=True)
         return self._package(
             req, backend_name, kind, namespace, plan, hub_model_id=plan.config["hub_model_id"], model=subject.ref,
             dataset=None, reads=[("model", subject.ref), ("model", subject.base_model)],
             parent_job_id=subject.job.job_id if subject.job else None)
-
-    @staticmethod
-    def _check_export_target(repo: str, token: str | None, warnings: list[str], *, dry_run: bool) -> None:
-        """An export into an adapter's repo would leave both in one repo (loaders then read the adapter); into any
-        other existing repo it is committed on top of what is there, which the caller should know first. A target
-        that could not be checked is not pushed to (a dry run only says so)."""
-        try:
-            held = existing_repo(repo, token)
-        except TrainError as exc:
-            if not dry_run:
-                raise HubError(f"could not check whether {repo} exists before pushing the export there ({exc}); "
-                                 "nothing was launched: call again in a minute") from None
-            warnings.append(f"could not check whether {repo} exists yet ({exc}); a real export checks it first")
-            return
-        if held == "adapter":
-            raise TrainError(f"{repo} already holds a LoRA adapter: an export there would mix the two (loaders "
-                             "would read the adapter); send another hub_model_id. Nothing was launched.")
-        if held == "model":
-            warnings.append(f"{repo} already exists: the export is committed on top of its files (its history keeps "
-                            "the old ones)")

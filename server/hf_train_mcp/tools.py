@@ -111,8 +111,8 @@ TOOLS: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         "run_script", "run", "Run your own script",
-        "Your code as a job: script (uv: source, https URL; over stdio a .py, or the entry of folder) or "
-        "image+command; its [tool.hf-jobs] header fills gaps.",
+        "Your code as a job (local: as the server's user): script (uv source, https URL, stdio .py/folder entry) "
+        "or image+command; [tool.hf-jobs] fills gaps.",
         ScriptRequest, Submission,
         lambda core, req, hooks: core.run_script(req, progress=hooks.progress, confirm=hooks.confirm),
         read_only=False, idempotent=False, progress=True, launches="script",

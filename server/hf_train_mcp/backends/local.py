@@ -38,12 +38,23 @@ _NEVER = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|API_KEY|PRIVATE|^HF_TRA
 _URL_CREDENTIALS = re.compile(r"://[^/@\s]+@")  # an index or proxy URL with user:password in it
 
 
-def job_environment(*, read_token: bool) -> dict[str, str]:
-    """The environment of a local job: an allow-list of the server's, plus HF_TOKEN only when the job reads
-    gated or private Hub data (local jobs never push)."""
-    env = {k: v for k, v in os.environ.items()
-           if (k in _INHERITED or k.startswith(_INHERITED_PREFIXES)) and not _NEVER.search(k)
-           and not _URL_CREDENTIALS.search(v)}
+# What a caller's own script (run_script) inherits: how to find programs, the Hub's address, locale, GPUs, proxies,
+# certificates and thread settings; no cache or config location of the server's user (HF_HOME and its token file,
+# XDG_CONFIG_HOME, uv's user config): its HOME is a folder of its own.
+_SCRIPT_INHERITED = frozenset({
+    "PATH", "LANG", "TZ", "PYTHONPATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "SSL_CERT_FILE", "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy",
+    "no_proxy", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "HF_ENDPOINT", "HF_HUB_OFFLINE", "HF_HUB_DISABLE_TELEMETRY",
+})  # fmt: skip
+_SCRIPT_PREFIXES = ("LC_", "NCCL_", "NVIDIA_", "OMP_", "MKL_", "OPENBLAS_", "PYTORCH_", "UV_", "PIP_")
+
+
+def _allowed(names: frozenset[str], prefixes: tuple[str, ...]) -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if (k in names or k.startswith(prefixes)) and not _NEVER.search(k)
+            and not _URL_CREDENTIALS.search(v)}
+
+
+def _with_token(env: dict[str, str], read_token: bool) -> dict[str, str]:
     token = None
     if read_token:
         from hf_train_mcp.hub import hub_token
@@ -54,6 +65,26 @@ def job_environment(*, read_token: bool) -> dict[str, str]:
     else:  # nor may huggingface_hub in the job fall back on the token the user stored with `hf auth login`
         env["HF_TOKEN_PATH"] = os.devnull
     return env
+
+
+def job_environment(*, read_token: bool) -> dict[str, str]:
+    """The environment of a local training job (this server's own script): an allow-list of the server's, plus
+    HF_TOKEN only when the job reads gated or private Hub data (local jobs never push)."""
+    return _with_token(_allowed(_INHERITED, _INHERITED_PREFIXES), read_token)
+
+
+def script_environment(home: Path, *, read_token: bool) -> dict[str, str]:
+    """The environment of a caller's own script run here: the minimum to run, HOME a folder of its own (uv's
+    cache and Pythons still the server's, so nothing is downloaded again), HF_TOKEN only when named. It runs as
+    this server's user, so it could still read that user's files: this keeps mistakes out, not a determined
+    script (README: --allow-scripts with --allow-local-jobs)."""
+    home.mkdir(parents=True, exist_ok=True)
+    env = {**_allowed(_SCRIPT_INHERITED, _SCRIPT_PREFIXES), "HOME": str(home)}
+    user = Path.home()  # where uv keeps them for this user (its defaults on Linux and macOS)
+    env.setdefault("UV_CACHE_DIR", str(Path(os.environ.get("XDG_CACHE_HOME") or user / ".cache") / "uv"))
+    env.setdefault("UV_PYTHON_INSTALL_DIR", str(Path(os.environ.get("XDG_DATA_HOME") or user / ".local" / "share")
+                                               / "uv" / "python"))
+    return _with_token(env, read_token)
 
 
 
@@ -204,7 +235,8 @@ class LocalBackend:
         env = job_environment(read_token=spec.read_token)
         if spec.run is not None:
             command, cwd = self._place_run(spec.run, script, folder), spec.run.folder and "project" or "."
-            env = {**job_environment(read_token="HF_TOKEN" in spec.run.secrets), **handed, **dict(spec.run.env)}
+            env = {**script_environment(folder / "home", read_token="HF_TOKEN" in spec.run.secrets), **handed,
+                   **dict(spec.run.env)}
         else:
             command, cwd = self.training_command(), "."
             (folder / "train.py").write_text(script.text)

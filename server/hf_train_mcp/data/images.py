@@ -4,7 +4,7 @@ local images by their files (missing or unreadable ones are warned about), and i
 
 import os
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif"})
@@ -74,17 +74,42 @@ def cell_paths(value: Any) -> list[Any]:
     return [value] if isinstance(value, str) and not value.startswith(("http://", "https://")) else []
 
 
-def part_paths(value: Any) -> list[Any]:
-    """The files the image parts of a conversation name ({"type": "image", "image" | "path" | "url": ...} in a
-    turn's content): a processor's chat template loads them (transformers' load_image reads a local path)."""
+# The keys of a conversation's content part that transformers opens a file from (processing_utils.py: an image
+# part's "image", "url", "path", "base64"; a video's "video", "url", "path"; an audio's "audio", "url", "path"; an
+# OpenAI {"type": "image_url", "image_url": {"url"}} becomes an image part first), read whatever the part's type
+_PART_KEYS = ("image", "url", "path", "base64", "video", "audio", "image_url")
+
+
+def _part_files(value: Any) -> list[str]:
+    """The file names a part's value holds: a string that is no URL, or those inside a {"path"/"url"/...} dict or a
+    list (what a loader would be handed once a dataset or a template unpacked it)."""
+    if isinstance(value, str):
+        return [] if value.startswith(("http://", "https://", "data:")) else [value]
+    if isinstance(value, list):
+        return [name for item in value for name in _part_files(item)]
+    if isinstance(value, dict):
+        return [name for key in _PART_KEYS if key in value for name in _part_files(value[key])]
+    return []
+
+
+def part_paths(value: Any) -> list[str]:
+    """The files the parts of a conversation name, in any turn's content however deep: every key a processor's
+    chat template loads from (transformers' load_image, load_video and load_audio open a local path)."""
     if isinstance(value, list):
         return [path for item in value for path in part_paths(item)]
     if not isinstance(value, dict):
         return []
-    if value.get("type") == "image":
-        named = [value.get(key) for key in ("image", "path", "url") if isinstance(value.get(key), str)]
-        return [name for name in named if not name.startswith(("http://", "https://", "data:"))]
-    return part_paths(value.get("content"))
+    return [*_part_files({key: value[key] for key in _PART_KEYS if key in value}), *part_paths(value.get("content"))]
+
+
+def part_problem(value: Any, base: Path | None, allowed: Allowed) -> str | None:
+    """Why a conversation names a file this caller may not have read: a processor opens a part's relative name
+    from the job's working folder (load_image's os.path.isfile), validation from the data's folder, so a
+    relative name must not climb out of either ('..'), and every name must lie in the allowed folders."""
+    names = part_paths(value)
+    if any(not os.path.isabs(name) and ".." in PurePath(name).parts for name in names):
+        return OUTSIDE
+    return path_problem(names, base, allowed)
 
 
 def image_file(name: str, base: Path | None) -> Path:

@@ -4,10 +4,9 @@ import csv
 import json
 import os
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from hf_train_mcp.data.images import image_folder_classes, sample_image_folder
 from hf_train_mcp.errors import DatasetError, EnvironmentMissing, NotFoundError
@@ -18,6 +17,7 @@ SPREAD_ROWS = 100
 FULL_SCAN_ROWS = 20_000  # smaller files are checked row by row; larger ones by head + spread sample
 CHUNK = 1 << 22
 MAX_WALK_ENTRIES = 10_000
+ONE_OBJECT_BYTES = 64 << 20  # a .json file not an array tried as one object up to this size (else JSON Lines)
 
 
 @dataclass
@@ -64,54 +64,6 @@ def _check_allowed(path: Path, top: Path, allowed: Callable[[Path], bool]) -> No
                            "data in instead")
 
 
-def every_row(files: list[Path], columns: tuple[str, ...]) -> Iterator[tuple[Path, int, dict]]:
-    """Every row of the data files (file, 0-based row, its `columns`), streamed: what the job will read, where a
-    sample is not enough. Rows the job could not parse either are passed over (the sample reports them)."""
-    for path in files:
-        reader = {".parquet": _parquet_rows, ".jsonl": _jsonl_rows, ".json": lambda p, _: iter(
-            _json_rows(json.loads(p.read_text()))), ".csv": _csv_rows}[path.suffix.lower()]
-        for index, row in enumerate(reader(path, columns)):
-            if isinstance(row, dict):
-                yield path, index, {c: row[c] for c in columns if c in row}
-
-
-def _jsonl_rows(path: Path, columns: tuple[str, ...]) -> Iterator[Any]:
-    with open(path, "rb") as f:
-        for line in f:
-            yield _parsed(line) if line.strip() else None  # a blank line keeps its number
-
-
-def _csv_rows(path: Path, columns: tuple[str, ...]) -> Iterator[dict]:
-    with open(path, newline="", encoding="utf-8", errors="replace") as f:
-        yield from csv.DictReader(f)
-
-
-def _parsed(line: bytes) -> Any:
-    try:
-        return json.loads(line)
-    except json.JSONDecodeError:
-        return None
-
-
-def _json_rows(data: Any) -> list:
-    """A JSON file's rows: its array, or the first list of a {"data": [...]} / {"train": [...]} object."""
-    if isinstance(data, dict):
-        data = next((v for v in data.values() if isinstance(v, list)), [data])
-    return data if isinstance(data, list) else []
-
-
-def _parquet_rows(path: Path, columns: tuple[str, ...]) -> Iterator[dict]:
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise EnvironmentMissing("reading .parquet needs pyarrow: pip install 'hf-train-mcp[train]'") from None
-    pf = pq.ParquetFile(path)
-    present = [c for c in columns if c in pf.schema_arrow.names]
-    if present:
-        for batch in pf.iter_batches(batch_size=256, columns=present):
-            yield from batch.to_pylist()
-
-
 def _line_index(path: Path) -> tuple[int, list[int]]:
     """Number of lines and the cumulative line count at each CHUNK boundary (for locating sampled rows)."""
     counts, total = [0], 0
@@ -149,7 +101,9 @@ def _jsonl(path: Path, seed: int) -> Sample:
         try:
             value = json.loads(raw)
         except json.JSONDecodeError as exc:
-            raise DatasetError(f"{path.name} line {index + 1} is not valid JSON ({exc.msg})") from None
+            several = " (the job's reader takes each value as a row): put one object on each line" if \
+                exc.msg == "Extra data" else ""
+            raise DatasetError(f"{path.name} line {index + 1} is not valid JSON ({exc.msg}){several}") from None
         if not isinstance(value, dict):
             raise DatasetError(f"{path.name} line {index + 1} is not a JSON object")
         rows.append(value)
@@ -175,9 +129,22 @@ def _jsonl(path: Path, seed: int) -> Sample:
     return Sample(columns, rows, offsets, total)
 
 
-def _json(path: Path) -> Sample:
-    raw = json.loads(path.read_text())
-    data = _json_rows(raw) if isinstance(raw, dict) else raw  # {"data": [...]} / {"train": [...]}: the first list
+def _json(path: Path, seed: int) -> Sample:
+    """As the job's reader (datasets' json builder) takes a .json file: an array's items are the rows; anything
+    else is JSON Lines, a file holding one object being one row (never the list inside it: no `field` is given)."""
+    with open(path, "rb") as f:
+        array = f.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"[")
+    if not array and path.stat().st_size <= ONE_OBJECT_BYTES:
+        try:
+            raw = json.loads(path.read_bytes())
+        except json.JSONDecodeError:  # JSON Lines (or not JSON: its lines say where)
+            return _jsonl(path, seed)
+        if not isinstance(raw, dict):
+            raise DatasetError(f"{path.name}: expected a JSON array of objects (or JSON Lines)")
+        return Sample(list(raw), [raw], [0], 1)
+    if not array:
+        return _jsonl(path, seed)
+    data = json.loads(path.read_bytes())
     if not isinstance(data, list) or not all(isinstance(r, dict) for r in data[:HEAD_ROWS]):
         raise DatasetError(f"{path.name}: expected a JSON array of objects (or JSON Lines)")
     rows = data[:HEAD_ROWS]
@@ -215,7 +182,7 @@ def sample_local(source: str, seed: int = 0, allowed: Callable[[Path], bool] = l
     except ValueError as exc:
         raise DatasetError(str(exc)) from None
     files = data_files(source, allowed)
-    readers = {".jsonl": lambda p: _jsonl(p, seed), ".json": _json, ".csv": _csv, ".parquet": _parquet}
+    readers = {".jsonl": lambda p: _jsonl(p, seed), ".json": lambda p: _json(p, seed), ".csv": _csv, ".parquet": _parquet}
     first = readers[files[0].suffix.lower()](files[0])
     total = first.num_rows or 0
     for other in files[1:]:

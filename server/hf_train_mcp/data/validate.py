@@ -8,8 +8,10 @@ from hf_train_mcp import methods
 from hf_train_mcp.access import STDIO, Access, is_local
 from hf_train_mcp.data import rules
 from hf_train_mcp.chat_template import SHAREGPT_ROLES
-from hf_train_mcp.data.images import OUTSIDE, image_folder_classes, part_paths, path_problem, sample_image_folder
-from hf_train_mcp.data.local import MAX_WALK_ENTRIES, data_files, every_row, sample_local
+from hf_train_mcp.data.images import OUTSIDE, image_folder_classes, part_problem, path_problem, sample_image_folder
+from hf_train_mcp.data.layout import layout_problem
+from hf_train_mcp.data.local import MAX_WALK_ENTRIES, data_files, sample_local
+from hf_train_mcp.data.rows import every_row
 from hf_train_mcp.data.tokens import token_stats
 from hf_train_mcp.data.viewer import sample_hub
 from hf_train_mcp.errors import NotFoundError, TrainError
@@ -143,9 +145,11 @@ def data_folder(dataset: str) -> Path:
 
 
 def outside_images(dataset: str, mapping: dict[str, str] | None, access: Access) -> DatasetIssue | None:
-    """Over HTTP, every image file that any row of a local dataset names (however spelled: a path, a {"path"}
-    cell, a list of them) must be one the caller may read: the job opens each, so a sample is not enough. The one
-    check validation and planning share (skip_validation does not skip it); an image folder is listed whole."""
+    """Over HTTP, every file the job may open of a local dataset must be one the caller may read: every entry of a
+    data folder (layout.py: nor may the folder tell datasets to read elsewhere), and every image file that any row
+    names (however spelled: a path, a {"path"} cell, a list of them, a conversation's part), in every row as the
+    job's reader may see it (rows.py): a sample is not enough. The one check validation and planning share
+    (skip_validation does not skip it); an image folder is listed whole."""
     if not access.remote or not is_local(dataset):
         return None
     path = Path(dataset).expanduser()
@@ -153,18 +157,26 @@ def outside_images(dataset: str, mapping: dict[str, str] | None, access: Access)
         classes = image_folder_classes(path, access.allows_path)
         if classes:
             sample_image_folder(path, classes, MAX_WALK_ENTRIES, access.allows_path)
-            return None
-        files = data_files(dataset, access.allows_path)
+        files = [] if classes else data_files(dataset, access.allows_path)
+        problem = layout_problem(path, access.allows_path, images=bool(classes)) if path.is_dir() else None
+        if problem:
+            return DatasetIssue(severity="error", message=problem)
+        return _named_outside(files, mapping, data_folder(dataset), access)
     except NotFoundError:  # nothing there to open (validation says so)
         return None
-    except (ValueError, TrainError) as exc:  # a link out; or too much to check whole
+    except (ValueError, TrainError) as exc:  # a link out; too much to check whole; rows read otherwise by the job
         return DatasetIssue(severity="error", message=str(exc))
+
+
+def _named_outside(files: list[Path], mapping: dict[str, str] | None, base: Path, access: Access
+                   ) -> DatasetIssue | None:
+    """The first row that names a file outside what the caller may read, as an issue."""
     images = tuple(dict.fromkeys((mapping or {}).get(name, name) for name in ("image", "images")))
     turns = tuple(dict.fromkeys((mapping or {}).get(name, name) for name in CONVERSATIONS))
-    base = data_folder(dataset)
     for file, index, row in every_row(files, images + turns):
         for column, value in row.items():
-            why = path_problem(value if column in images else part_paths(value), base, access.allows_path)
+            why = (path_problem(value, base, access.allows_path) if column in images
+                   else part_problem(value, base, access.allows_path))
             if why:
                 return DatasetIssue(severity="error", message=f"{file.name} row {index + 1}: {why}", column=column,
                                     row=index + 1)
