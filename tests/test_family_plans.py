@@ -6,7 +6,6 @@ convolutional image models; Gemma 3's pooled image tokens. Real Hub files from t
 server keeps of transformers' or PEFT's behaviour is held to the installed library here."""
 
 import json
-from pathlib import Path
 
 import pytest
 from mcp import Client
@@ -18,28 +17,16 @@ from hf_train_mcp.model_family import (ENCODER_TYPES, FUSED_EXPERT_LORA, MIXTRAL
                                        SEQUENCE_CLASSIFIER_VLMS)
 from hf_train_mcp.model_files import quantization_of
 from hf_train_mcp.request import TrainingRequest
+from tests.hub_configs import CONFIGS, config_of, folder, hub_total
 from tests.emulator import Emulator, ViewerDataset
 from tests.helpers import call, refused, script_config
 
 pytestmark = pytest.mark.anyio
-CONFIGS = Path(__file__).parent / "data" / "configs"
 QWEN2_VL, LLAVA, GEMMA3 = "Qwen/Qwen2-VL-2B-Instruct", "llava-hf/llava-1.5-7b-hf", "google/gemma-3-4b-it"
 QWEN3_MOE, MIXTRAL, QWEN15_MOE = "Qwen/Qwen3-30B-A3B", "mistralai/Mixtral-8x7B-v0.1", "Qwen/Qwen1.5-MoE-A2.7B"
 BNB4, CONVNEXT = "unsloth/Qwen2.5-0.5B-Instruct-bnb-4bit", "facebook/convnext-base-224"
 DISTILBERT, BERT = "distilbert/distilbert-base-uncased", "google-bert/bert-base-uncased"
 NEW = (GEMMA3, QWEN3_MOE, MIXTRAL, QWEN15_MOE, BNB4, CONVNEXT)
-
-
-def folder(repo: str) -> Path:
-    return CONFIGS / repo.replace("/", "--")
-
-
-def config_of(repo: str) -> dict:
-    return json.loads((folder(repo) / "config.json").read_text())
-
-
-def hub_total(repo: str) -> int:
-    return json.loads((folder(repo) / "model_info.json").read_text())["safetensors"]["total"]
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ pick instead; a Hub embedding model is exported as one, and an encoder without a
 
 import hashlib
 import json
-from pathlib import Path
 
 import pytest
 from mcp import Client
@@ -15,28 +14,16 @@ from hf_train_mcp.methods.sft import MAX_IMAGE_TOKENS
 from hf_train_mcp.estimate.sizing import ImageGrid, param_counts
 from hf_train_mcp.model_family import CAUSAL_LM, NO_ACTIVATION_CHECKPOINTING, Family, decide, training_refusal
 from hf_train_mcp.model_files import TEXT_DEFAULTS, VISION_DEFAULTS, model_files, one_read_each, text_config
+from tests.hub_configs import CONFIGS, config_of, folder, hub_total
 from tests.emulator import Emulator, ViewerDataset
 from tests.helpers import call, call_once, refused, script_config
 
 pytestmark = pytest.mark.anyio
-CONFIGS = Path(__file__).parent / "data" / "configs"
 QWEN2_VL, QWEN25_VL, LLAVA = "Qwen/Qwen2-VL-2B-Instruct", "Qwen/Qwen2.5-VL-3B-Instruct", "llava-hf/llava-1.5-7b-hf"
 SMOLVLM, CLIP, SIGLIP = "HuggingFaceTB/SmolVLM-Instruct", "openai/clip-vit-base-patch32", "google/siglip-base-patch16-224"
 MINILM, DISTILBERT, BERT = ("sentence-transformers/all-MiniLM-L6-v2", "distilbert/distilbert-base-uncased",
                             "google-bert/bert-base-uncased")
 ALL = (QWEN2_VL, QWEN25_VL, LLAVA, SMOLVLM, CLIP, SIGLIP, MINILM, DISTILBERT, BERT)
-
-
-def folder(repo: str) -> Path:
-    return CONFIGS / repo.replace("/", "--")
-
-
-def config_of(repo: str) -> dict:
-    return json.loads((folder(repo) / "config.json").read_text())
-
-
-def hub_total(repo: str) -> int:
-    return json.loads((folder(repo) / "model_info.json").read_text())["safetensors"]["total"]
 
 
 @pytest.fixture

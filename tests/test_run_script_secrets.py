@@ -153,16 +153,29 @@ def credential_project(root: Path) -> Path:
     return root
 
 
-async def test_a_folders_credentials_are_not_uploaded_and_are_named(hub: Emulator, tmp_path: Path) -> None:
-    project = credential_project(tmp_path / "proj")
+async def synced(hub: Emulator, project: Path) -> tuple[set[str], str]:
+    """The files of the project folder a Jobs run_script uploaded to its bucket, and the answer's warnings."""
     before = len(hub.posted_jobs())
     hub.plan_next(JobPlan(**QUICK))
     job = await call_once("run_script", {"folder": str(project), "script": "train.py"})
     assert not job.is_error, job.content[0].text
     volume = hub.posted_jobs()[before]["volumes"][0]
     uploaded = {path.removeprefix(volume["path"] + "/") for path in hub.buckets[volume["source"]]["files"]}
+    return uploaded, " ".join(job.structured_content["warnings"])
+
+
+async def local_copy(project: Path, isolated_home: Path) -> Path:
+    """The copy of the project folder a local run_script job ran in, once the job has ended."""
+    async with Client(build_server()) as client:
+        job = await call(client, "run_script", {"folder": str(project), "script": "train.py", "backend": "local"})
+        await finished(client, job["job_id"], 120)
+    return isolated_home / "jobs" / job["job_id"] / "project"
+
+
+async def test_a_folders_credentials_are_not_uploaded_and_are_named(hub: Emulator, tmp_path: Path) -> None:
+    project = credential_project(tmp_path / "proj")
+    uploaded, said = await synced(hub, project)
     assert uploaded == set(KEPT), uploaded
-    said = " ".join(job.structured_content["warnings"])
     assert "left out of the folder's copy as credentials" in said and "SECRET-CANARY" not in said
     for name in ("keys/id_rsa", ".git-credentials", ".kube/", ".config/gcloud/", "notes/backup-of-my-key", "prod.env"):
         assert name in said, (name, said)
@@ -170,10 +183,7 @@ async def test_a_folders_credentials_are_not_uploaded_and_are_named(hub: Emulato
 
 async def test_a_local_copy_leaves_the_same_files_home(offline, tmp_path: Path, isolated_home: Path) -> None:
     project = credential_project(tmp_path / "proj")
-    async with Client(build_server()) as client:
-        job = await call(client, "run_script", {"folder": str(project), "script": "train.py", "backend": "local"})
-        await finished(client, job["job_id"], 120)
-    copy = isolated_home / "jobs" / job["job_id"] / "project"
+    copy = await local_copy(project, isolated_home)
     copied = {p.relative_to(copy).as_posix() for p in copy.rglob("*") if p.is_file()}
     assert copied == set(KEPT), copied
 
@@ -214,24 +224,15 @@ LINKED_KEPT = {"train.py", "conf/run.yaml"}
 
 async def test_credentials_by_content_or_by_another_name_stay_home_on_jobs(hub: Emulator, tmp_path: Path) -> None:
     project = linked_credentials(tmp_path / "proj")
-    before = len(hub.posted_jobs())
-    hub.plan_next(JobPlan(**QUICK))
-    job = await call_once("run_script", {"folder": str(project), "script": "train.py"})
-    assert not job.is_error, job.content[0].text
-    volume = hub.posted_jobs()[before]["volumes"][0]
-    uploaded = {path.removeprefix(volume["path"] + "/") for path in hub.buckets[volume["source"]]["files"]}
+    uploaded, said = await synced(hub, project)
     assert uploaded == LINKED_KEPT, uploaded
-    said = " ".join(job.structured_content["warnings"])
     for name in (*BY_CONTENT_OR_NAME, "settings.txt", "conf/cluster.yaml", "k8s/"):
         assert name in said, (name, said)
 
 
 async def test_a_local_copy_leaves_the_same_credentials_home(offline, tmp_path: Path, isolated_home: Path) -> None:
     project = linked_credentials(tmp_path / "proj")
-    async with Client(build_server()) as client:
-        job = await call(client, "run_script", {"folder": str(project), "script": "train.py", "backend": "local"})
-        await finished(client, job["job_id"], 120)
-    copy = isolated_home / "jobs" / job["job_id"] / "project"
+    copy = await local_copy(project, isolated_home)
     entries = {p.relative_to(copy).as_posix() for p in copy.rglob("*") if p.is_file() or p.is_symlink()}
     assert entries == LINKED_KEPT, entries
 
