@@ -109,6 +109,29 @@ def test_listing_tools_imports_no_training_library() -> None:
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
+def test_listing_tools_leaves_what_waits_for_a_call_unbuilt() -> None:
+    """Cold start: the Hub client, Jinja, the ledger's sqlite3 and the requests' and scripts' validators wait for
+    the first call that needs them (benchmarks/startup.py times it; this holds that nothing pulls them forward)."""
+    code = (
+        "import sys, anyio\n"
+        "from mcp import Client\n"
+        "from hf_train_mcp.app import build_server\n"
+        "async def main():\n"
+        "    async with Client(build_server()) as c:\n"
+        "        await c.list_tools()\n"
+        "anyio.run(main)\n"
+        "from hf_train_mcp.request import TrainingRequest, SweepRequest\n"
+        "from hf_train_mcp.script_config import TrainingConfig, EvaluateConfig\n"
+        "print(sorted(m for m in ('huggingface_hub', 'httpx', 'jinja2', 'sqlite3', 'hf_train_mcp.ledger', "
+        "'hf_train_mcp.service') if m in sys.modules))\n"
+        "print(sorted(m.__name__ for m in (TrainingRequest, SweepRequest, TrainingConfig, EvaluateConfig) "
+        "if m.__pydantic_complete__))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=server_env(), timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-2:] == ["[]", "[]"]
+
+
 async def test_the_tool_list_stays_small_enough_for_every_agent_turn() -> None:
     from hf_train_mcp.app import build_server
 

@@ -382,7 +382,8 @@ def _confirmation_resolver(spec: ToolSpec, get_core: Callable[[], Any], asked: _
     """Resolves a launching tool's hidden `confirmation`: plans the submission (kept for the body, which does not
     plan again) and, when its worst case is over the threshold and the client can ask, asks the user; what the
     question showed goes to the body, which launches only a plan on those terms."""
-    names = [parameter.name for parameter in _parameters(spec)]
+    # the names of _parameters(spec), without building their annotations again
+    names = [*spec.request.model_fields, *(["options"] if nested_options(spec.request) else [])]
 
     async def resolver(ctx: Context, **arguments: Any) -> Elicit[Confirm] | None:
         try:

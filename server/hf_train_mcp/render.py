@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
-
-import jinja2
+from typing import TYPE_CHECKING, Any
 
 from hf_train_mcp import pysource
 from hf_train_mcp.script_config import ScriptConfig, check_template_keys, validate_config
+
+if TYPE_CHECKING:
+    import jinja2
 
 _PLAIN_SCALARS = (str, int, float, bool, type(None))
 
@@ -71,7 +72,9 @@ def templates_dir() -> Path:
 
 
 @cache
-def _environment() -> jinja2.Environment:
+def _environment() -> "jinja2.Environment":
+    import jinja2  # on first render: the backends that hold a Script are imported before tools/list
+
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(templates_dir()),
         undefined=jinja2.StrictUndefined,

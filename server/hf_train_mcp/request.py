@@ -3,11 +3,12 @@ fields are the MCP tool's parameters and the CLI command's options (declared her
 
 import json
 import re
+from functools import cache
 from itertools import product
 from typing import Annotated, Any, Literal
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator,
-                      model_validator)
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model,
+                      field_validator, model_validator)
 
 from hf_train_mcp import engines, methods, multinode
 from hf_train_mcp.access import check_reference
@@ -42,7 +43,8 @@ TaskName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\-]{1,96}$")]
 class Request(BaseModel):
     """What one tool takes: its fields are the tool's parameters (MCP schema) and the CLI command's options."""
 
-    model_config = ConfigDict(extra="forbid")
+    # validators are built on a tool's first call: tools/list reads only the fields (app.py builds the schema)
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 def with_method_options(base: type[Request], *, sizing_only: bool) -> Any:
@@ -64,16 +66,15 @@ def nested_options(request: type[Request]) -> list[str]:
 
 def options_description(names: list[str]) -> str:
     """What the `options` parameter says: each nested option with its own words (and choices), from methods/."""
-    from pydantic import TypeAdapter
+    return "method settings: " + "; ".join(f"{name} ({_option_words(name)})" for name in names)
 
-    said = []
-    for name in names:
-        option = methods.options()[name]
-        schema = TypeAdapter(option.annotation).json_schema()
-        choices = schema.get("enum") or schema.get("items", {}).get("enum")
-        words = schema.get("description", "") + (f": {'|'.join(choices)}" if choices else "")
-        said.append(f"{name} ({words})")
-    return "method settings: " + "; ".join(said)
+
+@cache
+def _option_words(name: str) -> str:
+    """One option's description and choices, from its JSON schema (several tools share an option: built once)."""
+    schema = TypeAdapter(methods.options()[name].annotation).json_schema()
+    choices = schema.get("enum") or schema.get("items", {}).get("enum")
+    return schema.get("description", "") + (f": {'|'.join(choices)}" if choices else "")
 
 
 def lift_options(data: Any, accepted: list[str]) -> Any:

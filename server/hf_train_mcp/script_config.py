@@ -19,7 +19,7 @@ Peft = Literal["lora", "qlora", "full"]
 class ProbeConfig(BaseModel):
     """The preflight's settings (measure.probe_config)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
 
     steps: int
     only: bool
@@ -32,7 +32,8 @@ class ProbeConfig(BaseModel):
 class ScriptConfig(BaseModel):
     """What every script reads: the model, how it was trained, where it writes."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+    # built on the first render (each method module declares its own): tools/list needs none of them
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, defer_build=True)
 
     method: str
     model: str
@@ -47,7 +48,7 @@ class ScriptConfig(BaseModel):
 
 
 class LoraConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, defer_build=True)
 
     r: int
     alpha: int
@@ -57,6 +58,8 @@ class LoraConfig(BaseModel):
 
 class DataConfig(BaseModel):
     """Where the rows come from (a training run, or the evaluation of one)."""
+
+    model_config = ConfigDict(defer_build=True)
 
     dataset: str | None
     dataset_config: str | None

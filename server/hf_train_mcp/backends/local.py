@@ -18,7 +18,6 @@ from hf_train_mcp import scripts
 from hf_train_mcp.credentials import TOKEN_NAMES, secret_value
 from hf_train_mcp.detach import spawn
 from hf_train_mcp.errors import TrainError, EnvironmentMissing, NotFoundError
-from hf_train_mcp.ledger import now_iso
 from hf_train_mcp.local_runner import CANCEL_FILE, EXIT_FILE, LOG_FILE, STARTED_FILE, TIMEOUT_EXIT
 from hf_train_mcp.paths import jobs_dir
 from hf_train_mcp.render import Script
@@ -258,6 +257,8 @@ class LocalBackend:
         pid = spawn([sys.executable, "-m", "hf_train_mcp.local_runner", str(folder)], cwd=folder,
                     log=folder / "runner.err", env=env)  # passed down by the runner, never on disk
         (folder / "pid").write_text(str(pid))
+        from hf_train_mcp.ledger import now_iso  # sqlite3 and the ledger wait for the first job
+
         return JobRef(job_id, folder.as_uri(), "RUNNING", now_iso(), job_dir=str(folder))
 
     def _place_run(self, run: UserRun, script: Script, folder: Path) -> list[str]:
@@ -314,6 +315,8 @@ class LocalBackend:
         return LogRead(lines[-tail:] if tail else lines[:upto])
 
     def cancel(self, job_id: str, namespace: str | None = None) -> None:
+        from hf_train_mcp.ledger import now_iso
+
         folder = self.job_dir(job_id)
         (folder / CANCEL_FILE).write_text(now_iso())
         pid = int((folder / "pid").read_text())
