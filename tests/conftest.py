@@ -10,7 +10,7 @@ import pytest
 
 from tests.emulator import TOKENS, Emulator, ViewerDataset
 
-pytest_plugins = ["tests.marks"]  # the slow marks, checked against what each test starts
+pytest_plugins = ["tests.marks", "pytester"]  # the slow marks, checked against what each test starts
 
 # Never read a developer's real token or cache, never phone home.
 os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
