@@ -10,12 +10,16 @@ import pytest
 
 from tests.emulator import TOKENS, Emulator, ViewerDataset
 
+pytest_plugins = ["tests.marks", "pytester"]  # the slow marks, checked against what each test starts
+
 # Never read a developer's real token or cache, never phone home.
 os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
 os.environ.pop("HF_TOKEN", None)
 os.environ.pop("HUGGING_FACE_HUB_TOKEN", None)
 os.environ.pop("HF_TRAIN_BACKEND", None)
 os.environ["HF_TRAIN_RESUME_SWEEPS"] = "0"  # a server start in one test must not revive another test's sweep
+if os.environ.get("PYTEST_XDIST_WORKER"):  # two workers on two cores: one torch thread each, not two that fight
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 WRITE_TOKEN = next(t for t, role in TOKENS.items() if role == "write")
 READ_TOKEN = next(t for t, role in TOKENS.items() if role == "read")
@@ -169,17 +173,25 @@ LLAMA_CPP_SDIST = "llama-cpp-python==0.3.36"
 @pytest.fixture(scope="session")
 def llama_cpp() -> Path:
     """A llama.cpp source tree: HFTM_LLAMA_CPP, else the one inside llama-cpp-python's sdist (PyPI), cached."""
-    import os
-    import subprocess
-    import sys
-    import tarfile
+    import fcntl
 
     given = os.environ.get("HFTM_LLAMA_CPP")
     if given:
         return Path(given)
     cache = Path(__file__).resolve().parents[1] / ".cache" / "llama.cpp"
-    if (cache / "convert_hf_to_gguf.py").exists():
-        return cache
+    cache.parent.mkdir(exist_ok=True)
+    with open(cache.parent / "llama.cpp.lock", "a") as lock:  # two workers (pytest -n) fetch it once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (cache / "convert_hf_to_gguf.py").exists():
+            _fetch_llama_cpp(cache)
+    return cache
+
+
+def _fetch_llama_cpp(cache: Path) -> None:
+    import subprocess
+    import sys
+    import tarfile
+
     download = cache.parent / "sdist"
     try:
         subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-q", "-d",
@@ -193,7 +205,6 @@ def llama_cpp() -> Path:
         for member in members:
             member.name = member.name[len(prefix):]
         sdist.extractall(cache, members=members, filter="data")
-    return cache
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

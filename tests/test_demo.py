@@ -5,9 +5,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import needs_training
 
 
+@pytest.mark.detached
+@pytest.mark.training
 @needs_training
 def test_the_demo_completes_and_says_where_the_adapter_is(isolated_home: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_TOKEN")}

@@ -119,6 +119,7 @@ def test_a_pair_is_two_sequences_without_a_language_model_head() -> None:
     assert embedding.memory.activations_gb < sft.memory.activations_gb  # twice the texts, no vocabulary logits
 
 
+@pytest.mark.detached
 @needs_training
 @needs_sentence_transformers
 @pytest.mark.training
@@ -160,6 +161,7 @@ async def test_triplets_train_evaluate_and_merge_through_the_tools(tiny_model: P
     assert merged.encode(["a short note on the sea"]).shape == (1, 32)
 
 
+@pytest.mark.detached
 @needs_training
 @needs_sentence_transformers
 @pytest.mark.training
@@ -202,6 +204,7 @@ def llama_cpp_knowing(llama_cpp: Path, tokenizer_folder: Path, copy: Path) -> Pa
     return copy
 
 
+@pytest.mark.detached
 @needs_training
 @needs_sentence_transformers
 @pytest.mark.training

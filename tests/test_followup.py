@@ -22,6 +22,7 @@ pytestmark = pytest.mark.anyio
 
 
 # --- on this machine: train, evaluate, export, every step through the tools ------------------------------------
+@pytest.mark.detached
 @needs_training
 @pytest.mark.training
 async def test_train_then_evaluate_then_merge_on_this_machine(tiny_model: Path, tmp_path: Path, offline) -> None:
@@ -82,6 +83,7 @@ async def test_train_then_evaluate_then_merge_on_this_machine(tiny_model: Path, 
     assert generated.shape[1] == ids["input_ids"].shape[1] + 5
 
 
+@pytest.mark.detached
 @needs_training
 @pytest.mark.training
 @pytest.mark.parametrize("method, metric", [("dpo", "preference_accuracy"), ("grpo", "mean_reward")])
@@ -146,6 +148,7 @@ def trained_on_hub(hub: Emulator) -> Emulator:
     return hub
 
 
+@pytest.mark.detached
 async def test_evaluating_a_hub_job_posts_an_evaluation_of_its_adapter_on_its_held_out_split(
         trained_on_hub: Emulator) -> None:
     hub = trained_on_hub
@@ -303,6 +306,7 @@ def sentencepiece_tiny_model(tiny_model: Path, folder: Path) -> Path:
     return folder
 
 
+@pytest.mark.detached
 @needs_training
 @pytest.mark.training
 async def test_a_gguf_export_converts_with_llama_cpp_and_quantizes_to_q8_0(tiny_model: Path, tmp_path: Path,

@@ -49,6 +49,7 @@ def metrics_requests(hub: Emulator, job_id: str) -> int:
     return hub.count("GET", METRICS.format(job_id=job_id))
 
 
+@pytest.mark.detached
 async def test_a_running_job_shows_each_gpu_and_a_finished_one_none(hub: Emulator) -> None:
     async with Client(build_server()) as client:
         job_id = await running(client, hub, "a10g-largex2", gpus=[(83, 14.2), (79, 13.9)])
@@ -82,6 +83,7 @@ def test_the_emulated_stream_answers_as_the_jobs_api_does(hub: Emulator) -> None
     assert list(api.fetch_job_metrics(job_id=gpu_job.id)) == []
 
 
+@pytest.mark.detached
 async def test_scheduling_and_cpu_jobs_show_no_gpu(hub: Emulator) -> None:
     async with Client(build_server()) as client:
         waiting = await running(client, hub, "a10g-large", scheduling_s=600.0)
@@ -102,6 +104,7 @@ async def test_scheduling_and_cpu_jobs_show_no_gpu(hub: Emulator) -> None:
             await call(client, "cancel_job", {"job_id": job_id})
 
 
+@pytest.mark.detached
 @pytest.mark.parametrize("hang", ["silent stream", "no answer"])
 async def test_a_hung_metrics_stream_does_not_hold_up_job_status(hub: Emulator, hang: str) -> None:
     """The client waits 10 s on a silent stream; job_status answers well before that, with no figures."""
@@ -119,6 +122,7 @@ async def test_a_hung_metrics_stream_does_not_hold_up_job_status(hub: Emulator, 
         await call(client, "cancel_job", {"job_id": job_id})
 
 
+@pytest.mark.detached
 async def test_a_stream_of_keep_alives_holds_one_reader_per_job_and_it_ends_at_its_deadline(
         hub: Emulator, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each keep-alive resets the client's read timeout, so a reading of a stream that sends nothing else never
@@ -147,6 +151,7 @@ async def test_a_stream_of_keep_alives_holds_one_reader_per_job_and_it_ends_at_i
         await call(client, "cancel_job", {"job_id": job_id})
 
 
+@pytest.mark.detached
 async def test_a_log_stream_of_keep_alives_leaves_no_reader_behind(hub: Emulator,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """The log stream of a running job sends keep-alives (the Hub's every 30 s), each resetting the client's
@@ -165,6 +170,7 @@ async def test_a_log_stream_of_keep_alives_leaves_no_reader_behind(hub: Emulator
         await call(client, "cancel_job", {"job_id": job_id})
 
 
+@pytest.mark.detached
 async def test_readings_are_cached_per_job(hub: Emulator, monkeypatch: pytest.MonkeyPatch) -> None:
     async with Client(build_server()) as client:
         job_id = await running(client, hub, "a10g-large", gpus=[(60, 10.0)])
@@ -181,6 +187,7 @@ async def test_readings_are_cached_per_job(hub: Emulator, monkeypatch: pytest.Mo
 STEPPING = ['HFTM_LOG {"step": 3, "total_steps": 50, "epoch": 0.1, "loss": 1.9}'] + ["training"] * 99
 
 
+@pytest.mark.detached
 async def test_memory_at_its_limit_is_read_as_pytorchs_cache_and_the_advice_fits_the_job(hub: Emulator) -> None:
     """NVML's memory.used holds PyTorch's cached blocks: a healthy job sits near 100 %, so the hint says what to do
     if it fails, not that it is failing; and what to do fits the job (no QLoRA for a QLoRA job)."""
@@ -217,6 +224,7 @@ def test_out_of_memory_advice_offers_only_what_the_job_can_take() -> None:
     assert "per_device_batch_size" not in script and "qlora" not in script and "batch size" in script
 
 
+@pytest.mark.detached
 async def test_low_utilisation_says_idle_only_past_start_up_and_while_it_stays_low(
         hub: Emulator, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(telemetry, "CACHE_S", 0.0)  # every status takes a fresh reading
@@ -234,6 +242,7 @@ async def test_low_utilisation_says_idle_only_past_start_up_and_while_it_stays_l
         await call(client, "cancel_job", {"job_id": job_id})
 
 
+@pytest.mark.detached
 async def test_a_multi_gpu_install_is_not_called_idle_until_it_outlasts_the_longer_grace(
         hub: Emulator, monkeypatch: pytest.MonkeyPatch) -> None:
     """A multi-GPU job installs its venv before accelerate launch, then loads: minutes of idle GPUs with no step
@@ -250,6 +259,7 @@ async def test_a_multi_gpu_install_is_not_called_idle_until_it_outlasts_the_long
         await call(client, "cancel_job", {"job_id": job_id})
 
 
+@pytest.mark.detached
 async def test_idle_gpus_beside_a_busy_one_are_named(hub: Emulator, monkeypatch: pytest.MonkeyPatch) -> None:
     """l4x4 with only GPU 0 working: the mean (24 %) is over the idle line, yet three GPUs do nothing."""
     monkeypatch.setattr(telemetry, "CACHE_S", 0.0)
@@ -263,6 +273,7 @@ async def test_idle_gpus_beside_a_busy_one_are_named(hub: Emulator, monkeypatch:
         await call(client, "cancel_job", {"job_id": job_id})
 
 
+@pytest.mark.detached
 async def test_impossible_gpu_figures_are_null_and_a_huge_list_is_cut(hub: Emulator) -> None:
     """-500 % utilisation, negative memory, more used than the card holds, NaN: null, not passed on; 3,000 GPUs
     (no node has more than 16): the first 16 and a note, so job_status stays small."""
@@ -281,6 +292,7 @@ async def test_impossible_gpu_figures_are_null_and_a_huge_list_is_cut(hub: Emula
         await call(client, "cancel_job", {"job_id": job_id})
 
 
+@pytest.mark.detached
 @pytest.mark.parametrize("status", [500, 404, 429])
 async def test_metrics_errors_leave_the_status_whole_and_the_token_unsaid(
         hub: Emulator, status: int, caplog: pytest.LogCaptureFixture) -> None:
@@ -326,6 +338,7 @@ def test_a_local_reading_runs_nvidia_smi_with_a_time_bound(tmp_path: Path, monke
     assert this_machines_gpus() is None and time.monotonic() - started < 10
 
 
+@pytest.mark.detached
 def test_a_local_job_reports_this_machines_gpus_or_none_on_cpu() -> None:
     """For real: a local-cpu job shows none; the backend's own reading is null on a machine without nvidia-smi
     (CI) and the machine's GPUs where there are some."""
@@ -342,6 +355,7 @@ def test_a_local_job_reports_this_machines_gpus_or_none_on_cpu() -> None:
         core.cancel_job(job_id)
 
 
+@pytest.mark.detached
 def test_a_3000_row_nvidia_smi_is_cut_to_16_gpus_with_impossible_figures_null(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The local backend's reading (this machine's nvidia-smi, here a wedged one printing 3,000 rows, the first

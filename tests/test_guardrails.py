@@ -133,6 +133,7 @@ def test_a_local_job_gets_absolute_paths_whatever_the_servers_working_folder(all
     assert script_config(out.script)["dataset"] == str(allowed_dir / "chat.jsonl")
 
 
+@pytest.mark.detached
 async def test_http_callers_do_not_see_or_touch_local_jobs(offline) -> None:
     core = Core()
     job_id = submit_script(core, "print('HFTM_DONE {}')\n")
@@ -169,6 +170,7 @@ def job_env(core: Core, job_id: str) -> dict[str, str]:
     return json.loads(line[4:])
 
 
+@pytest.mark.detached
 @pytest.mark.parametrize("read_token", [False, True])
 def test_a_local_job_gets_a_minimal_environment_and_the_token_only_when_it_reads_private_data(
         read_token: bool, monkeypatch, isolated_home: Path) -> None:
@@ -427,6 +429,7 @@ async def test_a_partial_mapping_is_completed_and_the_job_gets_what_validation_a
     assert script_config(decoded_script(hub.posted_jobs()[-1]))["column_mapping"] == approved
 
 
+@pytest.mark.detached
 @needs_training
 @pytest.mark.training
 def test_a_partial_mapping_trains_on_cpu_through_the_core(tiny_model: Path, tmp_path: Path, offline) -> None:
@@ -451,6 +454,7 @@ async def test_a_hub_error_that_echoes_the_token_is_scrubbed(chat) -> None:
     assert WRITE_TOKEN not in text(result) and "hf_***" in text(result)
 
 
+@pytest.mark.detached
 async def test_a_job_that_prints_the_token_has_it_masked_in_status_and_logs(chat) -> None:
     chat.plan_next(JobPlan(scheduling_s=0, running_s=0.2, log_lines=[f"debug HF_TOKEN={WRITE_TOKEN}", "HFTM_DONE {}"]))
     job_id = (await call("submit_training", {**BASE, "max_steps": 5})).structured_content["job_id"]

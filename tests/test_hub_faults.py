@@ -48,6 +48,7 @@ async def test_job_status_rides_out_transient_hub_errors(status: int, times: int
         assert took >= 1.0  # it waited as the Hub asked
 
 
+@pytest.mark.detached
 async def test_a_hanging_hub_gets_the_last_known_state_within_ten_seconds(hub: Emulator) -> None:
     job_id = await submitted(hub, JobPlan(scheduling_s=0, running_s=60))
     hub.fail_next("GET", INSPECT, None, hang=12, count=3)
@@ -208,6 +209,7 @@ async def test_a_server_killed_between_post_and_ledger_write_finds_its_job_on_th
     assert [j["job_id"] for j in listed] == [posted.id]
 
 
+@pytest.mark.detached
 async def test_a_submission_of_unknown_outcome_keeps_its_key_so_a_retry_cannot_launch_twice(hub: Emulator) -> None:
     before = len(hub.posted_jobs())
     hub.fail_next("POST", r"/api/jobs/emu-user", 500, count=3, after=True)  # created, but the answer is lost
@@ -291,6 +293,7 @@ def made(hub: Emulator, count: int, **labels: str) -> list:
     return hub.labeled(**labels)
 
 
+@pytest.mark.detached
 @pytest.mark.parametrize("then", ["job_status", "cancel_job", "watcher"])
 async def test_a_post_answered_after_the_second_post_leaves_one_job_billing(hub: Emulator, late_posts: list[str],
                                                                           then: str, monkeypatch) -> None:
@@ -327,6 +330,7 @@ async def test_a_post_answered_after_the_second_post_leaves_one_job_billing(hub:
     assert [j["job_id"] for j in (await call("list_jobs", {})).structured_content["jobs"]] == [job_id]
 
 
+@pytest.mark.detached
 async def test_a_nodes_post_answered_late_leaves_one_job_per_node(hub: Emulator, late_posts: list[str]) -> None:
     """Rank 1's first POST makes its job after the second POST made another: two rank-1 jobs under alias node1.
     A look at the run cancels the copy; cancel_job then stops every job of the run."""
@@ -351,6 +355,7 @@ async def test_a_nodes_post_answered_late_leaves_one_job_per_node(hub: Emulator,
     assert hub.billing(jobs) == [] and canceled["stage"] == "CANCELED"
 
 
+@pytest.mark.detached
 async def test_the_last_post_unanswered_keeps_its_journal_and_key_until_its_job_is_found(
         hub: Emulator, late_posts: list[str], monkeypatch) -> None:
     """Two POSTs answered 503 (no job), then a third that hangs past the client's timeout and makes its job 4 s
@@ -380,6 +385,7 @@ async def test_the_last_post_unanswered_keeps_its_journal_and_key_until_its_job_
     assert [j["job_id"] for j in (await call("list_jobs", {})).structured_content["jobs"]] == [job.id]
 
 
+@pytest.mark.detached
 @pytest.mark.parametrize("job_list", ["readable", "unreadable"])
 async def test_a_post_answered_2xx_with_a_body_that_is_no_job_is_looked_up_not_forgotten(
         hub: Emulator, late_posts: list[str], job_list: str) -> None:

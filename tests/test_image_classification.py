@@ -70,6 +70,7 @@ def test_viewer_image_cells_are_judged_without_a_download(hub: Emulator) -> None
     assert not any("/assets/" in r["path"] for r in hub.requests[before:])
 
 
+@pytest.mark.detached
 @needs_training
 @pytest.mark.training
 async def test_an_image_classifier_trains_evaluates_and_merges_through_the_tools(tmp_path: Path, offline) -> None:

@@ -77,6 +77,7 @@ def test_the_ledger_and_its_folder_are_private(isolated_home: Path) -> None:
         os.umask(umask)
 
 
+@pytest.mark.detached
 async def test_a_lost_ledger_does_not_launch_a_keyed_sweep_again(hub: Emulator, isolated_home: Path) -> None:
     sweep = {"base": BASE, "grid": {"learning_rate": [1e-4, 2e-4]}, "idempotency_key": "nightly-sweep-7"}
     before = len(hub.posted_jobs())

@@ -22,6 +22,8 @@ CRASHING = "import sys\nprint('HFTM_START {}', flush=True)\nraise ValueError('da
 SLEEPING = "import time\nprint('HFTM_START {}', flush=True)\ntime.sleep(120)\n"
 
 
+@pytest.mark.detached
+@pytest.mark.training
 @needs_training
 async def test_a_local_sft_job_runs_to_completion_through_the_mcp_tools(tiny_model: Path, tmp_path: Path,
                                                                        offline, isolated_home: Path) -> None:
@@ -53,6 +55,7 @@ async def test_a_local_sft_job_runs_to_completion_through_the_mcp_tools(tiny_mod
         assert [j["job_id"] for j in listed["jobs"]] == [sub["job_id"]]
 
 
+@pytest.mark.detached
 def test_a_crashing_script_is_an_error_with_its_exception_line() -> None:
     core = Core()
     job_id = submit_script(core, CRASHING)
@@ -62,6 +65,7 @@ def test_a_crashing_script_is_an_error_with_its_exception_line() -> None:
     assert core.ledger.get(job_id).stage == "ERROR"
 
 
+@pytest.mark.detached
 def test_cancel_kills_the_whole_process_group_and_marks_it_canceled() -> None:
     core = Core()
     job_id = submit_script(core, SLEEPING)
@@ -87,6 +91,7 @@ def test_cancel_kills_the_whole_process_group_and_marks_it_canceled() -> None:
     assert core.cancel_job(job_id).message.startswith("already CANCELED")
 
 
+@pytest.mark.detached
 def test_a_process_that_died_without_an_exit_code_is_an_error_with_its_log() -> None:
     core = Core()
     job_id = submit_script(core, SLEEPING)
@@ -99,6 +104,7 @@ def test_a_process_that_died_without_an_exit_code_is_an_error_with_its_log() -> 
     assert "died without an exit code" in report.message and report.log_tail == ["HFTM_START {}"]
 
 
+@pytest.mark.detached
 def test_a_restarted_server_still_lists_and_reports_jobs() -> None:
     first = Core()
     job_id = submit_script(first, CRASHING)
@@ -108,6 +114,7 @@ def test_a_restarted_server_still_lists_and_reports_jobs() -> None:
     assert restarted.job_status(job_id).stage == "ERROR"
 
 
+@pytest.mark.detached
 def test_a_local_job_started_before_a_restart_is_still_followed_after_it() -> None:
     first = Core()
     job_id = submit_script(first, "import time\ntime.sleep(2)\nprint('HFTM_DONE {}')\n")
@@ -199,6 +206,7 @@ def test_only_one_of_two_processes_can_claim_an_idempotency_key(isolated_home: P
     assert Ledger().list() == []  # a reservation is not a job
 
 
+@pytest.mark.detached
 def test_a_runner_that_writes_its_exit_code_and_exits_between_two_looks_is_not_taken_for_dead(monkeypatch) -> None:
     from hf_train_mcp.backends import local
     from hf_train_mcp.local_runner import EXIT_FILE

@@ -43,6 +43,7 @@ def servers_secrets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
 
 
+@pytest.mark.detached
 async def test_a_local_scripts_environment_points_at_none_of_the_servers_secrets(
         offline, tmp_path: Path, isolated_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     servers_secrets(tmp_path, monkeypatch)

@@ -34,6 +34,7 @@ def sft_data(tmp_path: Path) -> Path:
     return write_jsonl(tmp_path / "sft.jsonl", example_rows("sft", 48))
 
 
+@pytest.mark.detached
 @needs_training
 @pytest.mark.training
 async def test_a_measurement_job_replaces_the_model_with_measured_seconds_per_step(tiny_model: Path, sft_data: Path,
@@ -60,6 +61,7 @@ async def test_a_measurement_job_replaces_the_model_with_measured_seconds_per_st
     assert measured["cost_usd"] == 0
 
 
+@pytest.mark.detached
 @needs_training
 @pytest.mark.training
 async def test_a_preflight_stops_a_run_that_cannot_finish_inside_its_timeout(tiny_model: Path, sft_data: Path,
@@ -75,6 +77,7 @@ async def test_a_preflight_stops_a_run_that_cannot_finish_inside_its_timeout(tin
     assert not (Path(sub["model_url"].removeprefix("file://")) / "adapter_config.json").exists()
 
 
+@pytest.mark.detached
 @needs_training
 @pytest.mark.training
 async def test_a_preflight_that_passes_lets_the_run_train_and_reports_what_it_measured(tiny_model: Path,
@@ -89,6 +92,7 @@ async def test_a_preflight_that_passes_lets_the_run_train_and_reports_what_it_me
     assert (Path(sub["model_url"].removeprefix("file://")) / "adapter_config.json").exists()
 
 
+@pytest.mark.detached
 @needs_training
 @pytest.mark.training
 async def test_bad_data_fails_the_preflight_before_the_run(tiny_model: Path, tmp_path: Path, offline) -> None:
@@ -108,6 +112,7 @@ async def test_measure_without_a_dataset_is_refused(offline) -> None:
     assert result.is_error and "pass dataset" in result.content[0].text
 
 
+@pytest.mark.detached
 @pytest.mark.usefixtures("chat")
 async def test_a_measurement_on_jobs_is_a_short_job_that_pushes_nothing(hub: Emulator) -> None:
     probe = {"steps": 3, "seconds_per_step": 2.0, "tokens_per_second": 900.0, "peak_memory_gb": 3.1,
@@ -152,6 +157,7 @@ async def test_a_callers_idempotency_key_cannot_pose_as_a_measurement(hub: Emula
     assert result.is_error and "may not start with 'probe-'" in result.content[0].text
 
 
+@pytest.mark.detached
 @pytest.mark.usefixtures("chat")
 async def test_a_measurement_that_ended_without_measuring_is_a_failure_measure_tries_again(hub: Emulator) -> None:
     hub.plan_next(JobPlan(scheduling_s=0, running_s=0.1, log_lines=["HFTM_START {}", "HFTM_DONE {}"]))
@@ -184,6 +190,7 @@ async def test_estimate_cost_is_not_announced_as_read_only_since_it_can_launch_a
     assert hints.read_only_hint is False and hints.destructive_hint is False and hints.idempotent_hint is True
 
 
+@pytest.mark.detached
 async def test_a_measurement_of_another_split_is_not_reused(hub: Emulator) -> None:
     import json
 

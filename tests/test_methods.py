@@ -154,6 +154,7 @@ def test_a_pair_that_shares_no_prompt_and_has_no_prompt_column_is_refused_for_dp
 
 
 # --- KTO and distillation through the tools -----------------------------------------------------------------
+@pytest.mark.detached
 @needs_training
 @pytest.mark.training
 @pytest.mark.anyio

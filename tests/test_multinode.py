@@ -79,6 +79,7 @@ async def test_cancelling_the_run_cancels_every_node(cluster: Emulator) -> None:
     assert report["stage"] == "CANCELED"
 
 
+@pytest.mark.detached
 async def test_a_failed_node_stops_the_others_and_the_status_says_why(cluster: Emulator) -> None:
     cluster.plan_next(JobPlan(scheduling_s=0.0, running_s=60))
     cluster.plan_next(JobPlan(scheduling_s=0.0, running_s=0.1, final_stage="ERROR", message="NCCL timeout"))
@@ -91,6 +92,7 @@ async def test_a_failed_node_stops_the_others_and_the_status_says_why(cluster: E
     assert cluster.jobs[run["job_id"]].canceled_at is not None  # rank 0 bills no more
 
 
+@pytest.mark.detached
 async def test_nodes_that_do_not_all_start_in_time_are_all_cancelled(cluster: Emulator, monkeypatch) -> None:
     monkeypatch.setattr(node_runs, "START_BOUND_MIN", 0.0)
     cluster.plan_next(JobPlan(scheduling_s=0.0, running_s=60))
@@ -117,6 +119,7 @@ async def test_a_node_that_cannot_be_posted_cancels_the_posted_ones(cluster: Emu
     assert listed["jobs"][0]["stage"] == "CANCELED"
 
 
+@pytest.mark.detached
 async def test_a_node_whose_post_ends_unknown_stops_the_run_and_is_canceled_once_found(cluster: Emulator,
                                                                                      monkeypatch) -> None:
     """Rank 1's POST made its job but got a 500, and the job list could not be read to tell: the run is stopped
@@ -187,6 +190,7 @@ async def test_a_retry_with_the_same_key_launches_no_second_run(cluster: Emulato
     assert len(posted_after(cluster, before)) == 2
 
 
+@pytest.mark.detached
 async def test_a_run_whose_server_stopped_between_the_node_posts_is_stopped(cluster: Emulator, monkeypatch) -> None:
     monkeypatch.setattr(node_runs, "post_nodes", lambda *args: [])  # the server died right after rank 0
     monkeypatch.setattr(node_runs, "MISSING_AFTER_MIN", 0.0)
@@ -279,6 +283,7 @@ async def test_estimate_cost_prices_every_node(cluster: Emulator) -> None:
     assert json.dumps(two).count("a100x8") >= 1
 
 
+@pytest.mark.detached
 async def test_the_detached_watcher_stops_the_run_when_no_one_looks(chat: Emulator, monkeypatch) -> None:
     """The watcher is its own process (it outlives the server): a node that fails stops rank 0 without any
     job_status call, and the watcher exits once every node has ended."""
@@ -317,6 +322,7 @@ def watched(cluster: Emulator, monkeypatch) -> list[str]:
     return started
 
 
+@pytest.mark.detached
 async def test_a_nodes_last_post_unanswered_stops_the_run_and_its_late_job_is_canceled(
         cluster: Emulator, watched: list[str], monkeypatch) -> None:
     """Node 1's POSTs: two 503s, then one that hangs past the client's timeout and makes its job after every look
@@ -358,6 +364,7 @@ async def test_a_nodes_last_post_unanswered_stops_the_run_and_its_late_job_is_ca
     assert cluster.billing(made) == [] and run_id in watched
 
 
+@pytest.mark.detached
 async def test_a_rank0_whose_post_ended_unknown_is_stopped_once_found(cluster: Emulator, watched: list[str]) -> None:
     """Rank 0's POST made its job but was answered 500, and the job list could not be read: the answer names no
     internal label, a watcher looks the submission up, and once the Hub answers the job is recorded as a run
@@ -401,6 +408,7 @@ Core().submit_training(TrainingRequest(model="Qwen/Qwen2-0.5B-Instruct", dataset
 """
 
 
+@pytest.mark.detached
 async def test_a_run_whose_server_was_killed_before_its_nodes_is_stopped_on_the_keyed_retry(
         cluster: Emulator, watched: list[str]) -> None:
     """The server was killed after recording rank 0 and before posting node 1. Its claim on the run names a dead
@@ -423,6 +431,7 @@ async def test_a_run_whose_server_was_killed_before_its_nodes_is_stopped_on_the_
     assert any("the run was stopped" in w and "never submitted" in w for w in again["warnings"]), again["warnings"]
 
 
+@pytest.mark.detached
 @pytest.mark.parametrize("hub_holds", ["every node", "rank 0 only"])
 async def test_a_run_adopted_after_its_ledger_was_lost_adopts_its_nodes(cluster: Emulator, watched: list[str],
                                                                        tmp_path, monkeypatch, hub_holds) -> None:
@@ -454,6 +463,7 @@ async def test_a_run_adopted_after_its_ledger_was_lost_adopts_its_nodes(cluster:
     assert "node(s) 1 have no job" in report["message"] and "every node canceled" not in report["message"]
 
 
+@pytest.mark.detached
 async def test_a_run_stopped_by_the_server_keeps_its_reason_on_later_looks(cluster: Emulator,
                                                                          watched: list[str]) -> None:
     """Node 2 of 3 is refused (400) and rank 0's first cancel fails: the next look cancels rank 0 and still says

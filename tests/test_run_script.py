@@ -339,6 +339,7 @@ print("{'loss': 0.75, 'learning_rate': 1e-05, 'epoch': 1.0}")
 '''
 
 
+@pytest.mark.detached
 async def test_a_local_run_of_an_inline_script_completes_with_parsed_progress(offline: None) -> None:
     async with Client(build_server()) as client:
         job = await call(client, "run_script", {"script": LOCAL_SCRIPT, "script_args": ["--x", "a b"],

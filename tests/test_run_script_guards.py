@@ -65,6 +65,7 @@ async def test_a_urls_header_does_not_pick_the_servers_secrets(hub: Emulator, se
     assert "from the script's [tool.hf-jobs] header" in said and "a10g-small" in said
 
 
+@pytest.mark.detached
 async def test_a_url_that_trickles_is_given_up_within_the_deadline(hub: Emulator, served,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(script_urls, "FETCH_TIMEOUT_S", 1.0)

@@ -61,6 +61,7 @@ async def test_a_secret_the_header_picked_is_masked_in_every_log_path_on_jobs(hu
     assert report["stage"] == "ERROR" and "could not reach ***" in report["error"]
 
 
+@pytest.mark.detached
 async def test_a_secret_the_header_picked_is_masked_in_a_local_runs_logs(offline, monkeypatch: pytest.MonkeyPatch
                                                                          ) -> None:
     monkeypatch.setenv("DATABASE_URL", DSN)
@@ -85,6 +86,7 @@ def unmasked(text: str) -> list[str]:
     return [piece for piece in ("CANARYLINE1", "CANARYLINE2", "w0rd", "canary") if piece in text]
 
 
+@pytest.mark.detached
 async def test_a_multi_line_or_escaped_secret_is_masked_on_this_machine(offline, monkeypatch: pytest.MonkeyPatch
                                                                         ) -> None:
     monkeypatch.setenv("DEPLOY_SSH_KEY", SSH_KEY)
@@ -113,6 +115,7 @@ async def test_a_multi_line_secret_is_masked_on_jobs(hub: Emulator, monkeypatch:
 TOKEN_PROBE = "import os\nprint('token given:', bool(os.environ.get('HF_TOKEN')), flush=True)\n"
 
 
+@pytest.mark.detached
 async def test_a_local_script_gets_the_servers_token_only_when_named(offline, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_TOKEN", "hf_server_token_canary_0123")
     async with Client(build_server()) as client:
@@ -181,6 +184,7 @@ async def test_a_folders_credentials_are_not_uploaded_and_are_named(hub: Emulato
         assert name in said, (name, said)
 
 
+@pytest.mark.detached
 async def test_a_local_copy_leaves_the_same_files_home(offline, tmp_path: Path, isolated_home: Path) -> None:
     project = credential_project(tmp_path / "proj")
     copy = await local_copy(project, isolated_home)
@@ -230,6 +234,7 @@ async def test_credentials_by_content_or_by_another_name_stay_home_on_jobs(hub: 
         assert name in said, (name, said)
 
 
+@pytest.mark.detached
 async def test_a_local_copy_leaves_the_same_credentials_home(offline, tmp_path: Path, isolated_home: Path) -> None:
     project = linked_credentials(tmp_path / "proj")
     copy = await local_copy(project, isolated_home)

@@ -326,6 +326,7 @@ def test_grpo_and_distillation_prompts_are_truncated_to_max_length(method: str, 
 
 
 # --- 26: a reward model's new head trains in fp32 under bf16 ---------------------------------------------------
+@pytest.mark.training
 @needs_training
 @pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
 def test_reward_lora_under_bf16_trains_its_score_head_in_fp32(tiny_model: Path, tmp_path: Path, offline,

@@ -44,6 +44,7 @@ async def test_a_confirmation_that_could_not_be_prepared_refuses_instead_of_laun
     assert len(hub.posted_jobs()) == before and asked == []
 
 
+@pytest.mark.detached
 async def test_a_measurement_job_is_confirmed_like_any_paid_job(hub: Emulator) -> None:
     arguments = {"model": BASE["model"], "dataset": "org/chat", "measure": True, "flavor": "a10g-small"}
     asked: list[str] = []

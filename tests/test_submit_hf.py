@@ -120,6 +120,7 @@ async def test_a_short_timeout_gets_a_warning(hub: Emulator) -> None:
     assert hub.posted_jobs()[-1]["timeoutSeconds"] == 60
 
 
+@pytest.mark.detached
 async def test_job_status_parses_progress_and_loss_while_running(hub: Emulator) -> None:
     lines = ["HFTM_START {}"] + [
         f'HFTM_LOG {{"step": {s}, "total_steps": 100, "epoch": {s / 50}, "loss": {2.0 - s / 100}, '
@@ -167,6 +168,7 @@ async def test_job_status_on_a_failed_job_extracts_the_error_and_says_what_to_do
     assert "qlora" in report["next_step"] and "per_device_batch_size" in report["next_step"]
 
 
+@pytest.mark.detached
 async def test_job_status_returns_promptly_while_a_running_job_prints_nothing(hub: Emulator) -> None:
     hub.plan_next(JobPlan(scheduling_s=0.0, running_s=60.0, log_lines=["late line"]))
     job = (await call("submit_training", {**BASE, "max_steps": 5})).structured_content

@@ -119,6 +119,7 @@ async def test_a_sweep_with_a_bad_run_is_refused_whole(capybara: Emulator, argum
     assert expected in text and len(capybara.posted_jobs()) == before
 
 
+@pytest.mark.detached
 async def test_a_retried_sweep_returns_the_same_jobs_and_launches_nothing_new(capybara: Emulator) -> None:
     arguments = {"base": HF_BASE, "grid": {"learning_rate": [1e-4, 2e-4]}, "idempotency_key": "my-sweep-1"}
     before = len(capybara.posted_jobs())
@@ -144,6 +145,7 @@ async def test_a_retried_sweep_returns_the_same_jobs_and_launches_nothing_new(ca
     assert all(c["trackio_space_id"] == "emu-user/trackio" for c in configs)
 
 
+@pytest.mark.detached
 def test_two_servers_racing_with_one_key_launch_one_sweep(capybara: Emulator) -> None:
     from hf_train_mcp.request import SweepRequest
 
@@ -158,6 +160,7 @@ def test_two_servers_racing_with_one_key_launch_one_sweep(capybara: Emulator) ->
     assert len(capybara.posted_jobs()) == before + 2
 
 
+@pytest.mark.detached
 async def test_a_sweep_is_confirmed_once_for_its_whole_worst_case(capybara: Emulator, monkeypatch) -> None:
     monkeypatch.setenv("HF_TRAIN_CONFIRM_ABOVE_USD", "2")  # one run ($1.50) would not be asked; two ($3.00) are
     asked: list[str] = []
@@ -179,6 +182,7 @@ async def test_a_user_key_cannot_pose_as_a_sweep_run(capybara: Emulator) -> None
     assert "may not start with 'sweep-'" in text
 
 
+@pytest.mark.detached
 async def test_queued_runs_start_only_as_slots_free(capybara: Emulator, monkeypatch) -> None:
     # this test is the supervisor (two of them, racing), so each look is seen; the detached one is tested on CPU below
     started: list[str] = []
@@ -213,6 +217,7 @@ async def test_queued_runs_start_only_as_slots_free(capybara: Emulator, monkeypa
     assert {row["stage"] for row in table["runs"]} == {"CANCELED"}
 
 
+@pytest.mark.detached
 async def test_prune_cancels_the_run_that_trails_the_others_and_reports_the_saving(capybara: Emulator) -> None:
     for losses in ([2.0, 1.6, 1.2, 1.0], [2.0, 2.4, 2.8, 3.0], [2.0, 1.7, 1.3, 1.1]):
         capybara.plan_next(JobPlan(scheduling_s=0.1, running_s=120, log_lines=loss_lines(losses)))
@@ -239,6 +244,7 @@ async def test_prune_cancels_the_run_that_trails_the_others_and_reports_the_savi
     assert any(runs[1].job_id in r["path"] for r in canceled)
 
 
+@pytest.mark.detached
 async def test_a_worst_case_in_fractions_of_a_cent_is_approved_whole(capybara: Emulator, monkeypatch) -> None:
     # 17 min x $1.50/h = $0.425: each run's cap is $0.43, never the $0.42 its plan rounds to
     monkeypatch.setattr(sweeps, "ensure_supervised", lambda core, sweep: None)  # its supervisor died, say
@@ -252,6 +258,7 @@ async def test_a_worst_case_in_fractions_of_a_cent_is_approved_whole(capybara: E
     assert table["sweep_state"] == "finished"  # seen by compare_runs, without a supervisor
 
 
+@pytest.mark.detached
 async def test_a_canceled_sweep_launches_nothing_more(capybara: Emulator, monkeypatch) -> None:
     monkeypatch.setattr(sweeps, "ensure_supervised", lambda core, sweep: None)
     for _ in range(3):
@@ -268,6 +275,7 @@ async def test_a_canceled_sweep_launches_nothing_more(capybara: Emulator, monkey
     assert [r.state for r in Ledger().sweep_runs(sweep["sweep_id"])] == ["launched", "canceled", "canceled"]
 
 
+@pytest.mark.detached
 async def test_a_sweep_whose_supervisor_died_goes_on_when_a_server_starts(capybara: Emulator, monkeypatch) -> None:
     with monkeypatch.context() as patched:
         patched.setattr(sweeps, "ensure_supervised", lambda core, sweep: None)  # the supervisor never came up
@@ -339,6 +347,7 @@ def test_a_run_is_pruned_only_when_it_trails_the_median_at_the_same_step() -> No
     assert sweeps.trailing(near_zero, {0, 1, 2}) == []
 
 
+@pytest.mark.detached
 async def test_compare_runs_of_job_ids_shows_what_differs(capybara: Emulator) -> None:
     async with Client(build_server()) as client:
         first = await call(client, "submit_training", {**HF_BASE, "learning_rate": 1e-4})
@@ -353,6 +362,7 @@ async def test_compare_runs_of_job_ids_shows_what_differs(capybara: Emulator) ->
 
 
 # --- on this machine: the whole loop, the second run started by the detached supervisor ------------------------
+@pytest.mark.detached
 @needs_training
 @pytest.mark.training
 async def test_a_two_run_local_sweep_completes_one_at_a_time_and_is_ranked(tiny_model: Path, tmp_path: Path,
@@ -387,6 +397,7 @@ async def test_a_two_run_local_sweep_completes_one_at_a_time_and_is_ranked(tiny_
     assert {c["project"] for c in configs} == {sweep["sweep_id"]}
 
 
+@pytest.mark.detached
 async def test_a_hub_hiccup_at_launch_leaves_the_run_queued_for_the_next_look(capybara: Emulator, monkeypatch) -> None:
     sweep = await unsupervised_sweep(capybara, monkeypatch)
     sweep_id = sweep["sweep_id"]
@@ -402,6 +413,7 @@ async def test_a_hub_hiccup_at_launch_leaves_the_run_queued_for_the_next_look(ca
 
 
 # --- launches whose outcome is unknown, keys, concurrency, supervisors ------------------------------------------
+@pytest.mark.detached
 async def test_a_run_whose_post_may_have_made_its_job_waits_for_the_hubs_word(capybara: Emulator,
                                                                                monkeypatch) -> None:
     from hf_train_mcp import ledger as ledger_module
@@ -447,6 +459,7 @@ sweeps.launch(Core(), Ledger().sweep_runs(sys.argv[1])[1])
 """
 
 
+@pytest.mark.detached
 async def test_canceling_a_sweep_cancels_the_job_of_a_launch_killed_mid_post(capybara: Emulator, monkeypatch) -> None:
     import subprocess
     import sys
@@ -499,6 +512,7 @@ async def test_a_run_whose_key_names_another_kind_of_job_fails_instead_of_waitin
     assert len(capybara.posted_jobs()) == before
 
 
+@pytest.mark.detached
 async def test_silent_running_jobs_are_read_at_once_by_compare_runs_and_the_supervisor(capybara: Emulator,
                                                                                       monkeypatch) -> None:
     import threading
@@ -547,6 +561,7 @@ def _supervisors_of(sweep_id: str) -> list[int]:
     return pids
 
 
+@pytest.mark.detached
 def test_a_retried_sweep_start_keeps_one_supervisor_and_its_pid_file_names_it(monkeypatch) -> None:
     from hf_train_mcp.ledger import now_iso
 
@@ -572,6 +587,7 @@ def test_a_retried_sweep_start_keeps_one_supervisor_and_its_pid_file_names_it(mo
     assert running == [pid] and process_alive(pid)
 
 
+@pytest.mark.detached
 def test_a_supervisor_whose_ledger_is_deleted_ends_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
     """A real detached supervisor (polling every 0.3 s), its Hub gone (a closed port) and a run being launched
     that would keep it watching: the ledger folder is deleted under it. Its open connection still reads the
@@ -607,6 +623,7 @@ def test_a_supervisor_whose_ledger_is_deleted_ends_and_says_why(monkeypatch: pyt
     assert not home.exists()  # it did not recreate the folder it was told was gone
 
 
+@pytest.mark.detached
 async def test_a_sweep_cancel_that_fails_on_one_run_cancels_the_others_and_keeps_retrying(capybara: Emulator,
                                                                                          monkeypatch) -> None:
     """Run 0's cancel gets a 500: runs 1 and 2 are canceled all the same, the answer names run 0 as still billing

@@ -48,6 +48,7 @@ def test_a_hub_class_label_feature_names_the_classes_without_downloading(hub: Em
     assert report.valid and report.labels == ["bad", "ok", "great"]
 
 
+@pytest.mark.detached
 @needs_training
 @pytest.mark.training
 async def test_a_text_classifier_trains_evaluates_and_merges_through_the_tools(tiny_model: Path, tmp_path: Path,

@@ -103,6 +103,7 @@ async def test_images_for_a_text_only_model_are_refused_before_anything_runs(tin
     assert result.meta["hf-train-mcp/error-code"] == "dataset"
 
 
+@pytest.mark.detached
 @needs_training
 @pytest.mark.training
 async def test_a_vision_language_model_trains_evaluates_and_merges_through_the_tools(tiny_model: Path,
@@ -158,6 +159,7 @@ def test_preference_pairs_with_images_are_read_as_vision_preference(tmp_path: Pa
     assert text.detected_format == "preference"  # no images: the text path, unchanged
 
 
+@pytest.mark.detached
 @needs_training
 @pytest.mark.training
 async def test_a_vision_language_model_trains_with_dpo_and_is_evaluated_through_the_tools(
@@ -182,6 +184,7 @@ async def test_a_vision_language_model_trains_with_dpo_and_is_evaluated_through_
     assert estimate["assumptions"]["image_tokens_per_example"] == 16  # the tiny tower's 4x4 patch grid, one image
 
 
+@pytest.mark.detached
 @needs_training
 @pytest.mark.training
 async def test_a_vision_language_model_trains_with_grpo_on_prompts_with_images(tiny_model: Path, tmp_path: Path,
