@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
 from hf_train_mcp import methods  # noqa: E402
 from hf_train_mcp.estimate.hardware import fallback_catalog  # noqa: E402
 from hf_train_mcp.estimate.sizing import model_size  # noqa: E402
-from hf_train_mcp.planning import DataFacts, plan_run  # noqa: E402
-from hf_train_mcp.request import TrainingRequest  # noqa: E402
-from hf_train_mcp.tiny import build_tiny_model, example_rows, write_jsonl  # noqa: E402
+from hf_train_mcp.planning.training import DataFacts, plan_run  # noqa: E402
+from hf_train_mcp.contract.requests import TrainingRequest  # noqa: E402
+from hf_train_mcp_demo.tiny import build_tiny_model, example_rows, write_jsonl  # noqa: E402
 
 # Runs a script or module unchanged and prints its peak memory on the way out.
 MEASURE = """

@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
 
-from hf_train_mcp.ledger import JobRecord, Ledger, now_iso  # noqa: E402
+from hf_train_mcp.jobs.ledger import JobRecord, Ledger, now_iso  # noqa: E402
 
 JOBS = 20
 TOOLS = ("list_jobs", "job_status")

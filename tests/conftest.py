@@ -117,7 +117,7 @@ def offline(monkeypatch: pytest.MonkeyPatch, emulator: Emulator) -> None:
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not HAS_TRAINING_STACK:
         pytest.skip("the 'train' extra is absent")
-    from hf_train_mcp.tiny import build_tiny_model
+    from hf_train_mcp_demo.tiny import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-qwen2")
 
@@ -222,7 +222,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         except OSError:
             continue
         home = next((v[len(b"HF_TRAIN_HOME="):].decode() for v in environ if v.startswith(b"HF_TRAIN_HOME=")), "")
-        detached = b"hf_train_mcp.sweeper" in command or b"hf_train_mcp.node_watcher" in command
+        detached = b"hf_train_mcp.shell.sweep_supervisor" in command or b"hf_train_mcp.shell.node_supervisor" in command
         if detached and home.startswith(base):
             try:
                 os.kill(int(entry.name), signal.SIGTERM)

@@ -16,14 +16,14 @@ from mcp import Client
 from mcp.client import ClientRequestContext
 from mcp.types import ElicitRequestParams, ElicitResult
 
-from hf_train_mcp import pysource
+from hf_train_mcp.rendering import pysource
 from hf_train_mcp.access import Access
-from hf_train_mcp.app import build_server
+from hf_train_mcp.shell.app import build_server
 from hf_train_mcp.estimate.hardware import fallback_catalog
 from hf_train_mcp.estimate.sizing import ModelSize
-from hf_train_mcp.ledger import JobRecord, now_iso
-from hf_train_mcp.planning import DataFacts, plan_run
-from hf_train_mcp.request import TrainingRequest
+from hf_train_mcp.jobs.ledger import JobRecord, now_iso
+from hf_train_mcp.planning.training import DataFacts, plan_run
+from hf_train_mcp.contract.requests import TrainingRequest
 from hf_train_mcp.service import Core
 from tests.emulator import Emulator, JobPlan
 
@@ -133,7 +133,7 @@ def job_record(job_id: str, key: str | None = None, backend: str = "hf") -> JobR
 def submit_script(core: Core, text: str) -> str:
     """Start an arbitrary script through the local backend (for crash and cancel behaviour)."""
     from hf_train_mcp.backends.base import JobSpec
-    from hf_train_mcp.render import Script
+    from hf_train_mcp.rendering.script import Script
 
     ref = core.backend("local").submit(Script(text, "0" * 64), JobSpec("sft", "local-cpu", 1, 600, {}, []))
     core.ledger.record(JobRecord(

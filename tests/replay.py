@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from hf_train_mcp.estimate.hardware import fallback_catalog
-from hf_train_mcp.planning import DataFacts, plan_run
-from hf_train_mcp.request import TrainingRequest
+from hf_train_mcp.planning.training import DataFacts, plan_run
+from hf_train_mcp.contract.requests import TrainingRequest
 from tests.helpers import RENDER_SIZE
 
 

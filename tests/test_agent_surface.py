@@ -12,7 +12,7 @@ from mcp.client.subscriptions import ResourceUpdated
 from mcp.types import EmptyResult, ResourceUpdatedNotification, SubscribeRequest, SubscribeRequestParams
 
 from hf_train_mcp import methods
-from hf_train_mcp.app import build_server
+from hf_train_mcp.shell.app import build_server
 from tests.emulator import Emulator, JobPlan
 from tests.helpers import CHAT_BASE as BASE
 from tests.helpers import answering
@@ -180,7 +180,7 @@ async def test_argument_errors_say_what_to_send_without_pydantic_text(arguments:
 async def test_a_listener_hears_of_a_job_older_than_the_newest_hundred(hub: Emulator) -> None:
     from dataclasses import replace
 
-    from hf_train_mcp.ledger import Ledger
+    from hf_train_mcp.jobs.ledger import Ledger
 
     mcp = build_server(watch_interval_s=3600)
     hub.plan_next(JobPlan(scheduling_s=0.5, running_s=30))

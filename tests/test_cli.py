@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from hf_train_mcp.app import build_server
-from hf_train_mcp.cli import build_parser
-from hf_train_mcp.tiny import example_rows, write_jsonl
-from hf_train_mcp.tools import TOOLS
+from hf_train_mcp.shell.app import build_server
+from hf_train_mcp.shell.cli import build_parser
+from hf_train_mcp_demo.tiny import example_rows, write_jsonl
+from hf_train_mcp.shell.tools import TOOLS
 
 pytestmark = pytest.mark.anyio
 

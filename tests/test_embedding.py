@@ -16,12 +16,12 @@ from mcp import Client
 from pydantic import ValidationError
 
 from hf_train_mcp import methods
-from hf_train_mcp.app import build_server
+from hf_train_mcp.shell.app import build_server
 from hf_train_mcp.data.validate import validate_dataset
 from hf_train_mcp.estimate.cost import Workload, estimate_on
 from hf_train_mcp.estimate.hardware import fallback_catalog
-from hf_train_mcp.request import TrainingRequest
-from hf_train_mcp.tiny import example_rows, write_jsonl
+from hf_train_mcp.contract.requests import TrainingRequest
+from hf_train_mcp_demo.tiny import example_rows, write_jsonl
 from tests.conftest import needs_training
 from tests.helpers import QWEN_05B, call, call_once, estimated_then_trained, finished, gguf_value, read_gguf, refused
 
@@ -210,7 +210,7 @@ def llama_cpp_knowing(llama_cpp: Path, tokenizer_folder: Path, copy: Path) -> Pa
 @pytest.mark.training
 async def test_a_bert_embedding_model_exports_to_gguf_with_its_pooling(tmp_path: Path, llama_cpp: Path, offline,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from hf_train_mcp.tiny import build_tiny_bert
+    from hf_train_mcp_demo.tiny import build_tiny_bert
 
     encoder = build_tiny_bert(tmp_path / "tiny-bert")
     monkeypatch.setenv("HFTM_LLAMA_CPP", str(llama_cpp_knowing(llama_cpp, encoder, tmp_path / "llama.cpp")))
@@ -238,7 +238,7 @@ async def test_a_bert_embedding_model_exports_to_gguf_with_its_pooling(tmp_path:
 def custom_module_folder(folder: Path, marker: Path, *, router: bool) -> Path:
     """A tiny sentence-transformers folder naming a module class of its own (modeling_pool.Normalize2, whose file
     writes `marker` when imported), in modules.json or inside a Router's router_config.json."""
-    from hf_train_mcp.tiny import build_tiny_bert
+    from hf_train_mcp_demo.tiny import build_tiny_bert
 
     model = build_tiny_bert(folder)
     modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}]

@@ -12,9 +12,9 @@ import pytest
 from mcp import Client
 
 from hf_train_mcp.access import Access
-from hf_train_mcp.app import build_server
+from hf_train_mcp.shell.app import build_server
 from hf_train_mcp.errors import ERROR_CODE_META
-from hf_train_mcp.tiny import example_rows, write_jsonl
+from hf_train_mcp_demo.tiny import example_rows, write_jsonl
 from tests.emulator import Emulator, ViewerDataset
 from tests.helpers import CHAT_BASE, CHAT_ROWS
 

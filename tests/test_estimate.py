@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from hf_train_mcp.app import build_server
+from hf_train_mcp.shell.app import build_server
 from hf_train_mcp.estimate import constants as C
 from hf_train_mcp.estimate.cost import Workload, estimate_on, optimizer_steps
 from hf_train_mcp.estimate.hardware import fallback_catalog, get_catalog
@@ -144,8 +144,8 @@ def test_a_7b_full_fine_tune_does_not_fit_24_gb_but_lora_and_qlora_shrink_it() -
 
 
 def test_lora_on_half_a_billion_fits_a_t4_but_warns_about_bf16() -> None:
-    from hf_train_mcp.planning import DataFacts, plan_run
-    from hf_train_mcp.request import TrainingRequest
+    from hf_train_mcp.planning.training import DataFacts, plan_run
+    from hf_train_mcp.contract.requests import TrainingRequest
 
     estimate = estimate_on(QWEN_05B, Workload(**dict(CAPYBARA, peft="lora", per_device_batch_size=2)),
                            CATALOG.flavors["t4-small"])

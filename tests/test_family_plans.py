@@ -10,13 +10,13 @@ import json
 import pytest
 from mcp import Client
 
-from hf_train_mcp.app import build_server
+from hf_train_mcp.shell.app import build_server
 from hf_train_mcp.estimate.hardware import fallback_catalog
 from hf_train_mcp.estimate.sizing import memory_need, model_size, routed_expert_params
-from hf_train_mcp.model_family import (ENCODER_TYPES, FUSED_EXPERT_LORA, MIXTRAL_STYLE_EXPERTS,
+from hf_train_mcp.models.family import (ENCODER_TYPES, FUSED_EXPERT_LORA, MIXTRAL_STYLE_EXPERTS,
                                        SEQUENCE_CLASSIFIER_VLMS)
-from hf_train_mcp.model_files import quantization_of
-from hf_train_mcp.request import TrainingRequest
+from hf_train_mcp.models.files import quantization_of
+from hf_train_mcp.contract.requests import TrainingRequest
 from tests.hub_configs import CONFIGS, config_of, folder, hub_total
 from tests.emulator import Emulator, ViewerDataset
 from tests.helpers import call, refused, script_config

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from hf_train_mcp.app import build_server
-from hf_train_mcp.followup import LLAMA_CPP_REPO
+from hf_train_mcp.shell.app import build_server
+from hf_train_mcp.planning.followups import LLAMA_CPP_REPO
 from hf_train_mcp.service import Core
 from tests.conftest import READ_TOKEN, WRITE_TOKEN, needs_training
 from tests.emulator import Emulator, JobPlan, ViewerDataset
@@ -30,7 +30,7 @@ async def test_train_then_evaluate_then_merge_on_this_machine(tiny_model: Path, 
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from hf_train_mcp.tiny import example_rows, write_jsonl
+    from hf_train_mcp_demo.tiny import example_rows, write_jsonl
 
     data = write_jsonl(tmp_path / "data.jsonl", example_rows("sft", 32))
     async with Client(build_server()) as client:
@@ -89,7 +89,7 @@ async def test_train_then_evaluate_then_merge_on_this_machine(tiny_model: Path, 
 @pytest.mark.parametrize("method, metric", [("dpo", "preference_accuracy"), ("grpo", "mean_reward")])
 async def test_an_evaluation_picks_the_metric_from_the_data(method: str, metric: str, tiny_model: Path,
                                                              tmp_path: Path, offline) -> None:
-    from hf_train_mcp.tiny import example_rows, write_jsonl
+    from hf_train_mcp_demo.tiny import example_rows, write_jsonl
 
     data = write_jsonl(tmp_path / "held_out.jsonl", example_rows(method, 6))
     async with Client(build_server()) as client:
@@ -105,9 +105,9 @@ async def test_an_evaluation_picks_the_metric_from_the_data(method: str, metric:
 def test_the_evaluation_script_runs_the_gpu_half_precision_branch_on_cpu(tiny_model: Path, tmp_path: Path,
                                                                           offline) -> None:
     """bf16 weights and compute (what a GPU job gets), forced on CPU: scoring and generation still work."""
-    from hf_train_mcp.logparse import parse_log
-    from hf_train_mcp.request import EvaluateRequest
-    from hf_train_mcp.tiny import example_rows, write_jsonl
+    from hf_train_mcp.jobs.logs import parse_log
+    from hf_train_mcp.contract.requests import EvaluateRequest
+    from hf_train_mcp_demo.tiny import example_rows, write_jsonl
 
     data = write_jsonl(tmp_path / "held_out.jsonl", example_rows("sft", 4))
     prepared = Core().preview(EvaluateRequest(model=str(tiny_model), dataset=str(data), backend="local",
@@ -125,9 +125,9 @@ def test_a_vision_language_model_is_evaluated_on_text_rows_as_text(tiny_model: P
     """Issue 30 review of the families, finding 10: a VLM (the usual path: a text SFT of Gemma 3 or Qwen2.5-VL,
     then evaluate_model) on rows without images: the model's family made the script read images (KeyError
     'images' after the model loaded). The rows decide: the text loss, on the VLM's own class."""
-    from hf_train_mcp.logparse import parse_log
-    from hf_train_mcp.request import EvaluateRequest
-    from hf_train_mcp.tiny import build_tiny_vlm, example_rows, write_jsonl
+    from hf_train_mcp.jobs.logs import parse_log
+    from hf_train_mcp.contract.requests import EvaluateRequest
+    from hf_train_mcp_demo.tiny import build_tiny_vlm, example_rows, write_jsonl
 
     vlm = build_tiny_vlm(tmp_path / "vlm", tiny_model)
     data = write_jsonl(tmp_path / "held_out.jsonl", example_rows("sft", 4))
@@ -295,7 +295,7 @@ def sentencepiece_tiny_model(tiny_model: Path, folder: Path) -> Path:
 
     import sentencepiece
 
-    from hf_train_mcp.tiny import example_rows
+    from hf_train_mcp_demo.tiny import example_rows
 
     shutil.copytree(tiny_model, folder)
     corpus = [json.dumps(r) for m in ("sft", "dpo") for r in example_rows(m, 64)]

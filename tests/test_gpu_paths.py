@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from hf_train_mcp.estimate.hardware import fallback_catalog
-from hf_train_mcp.planning import DataFacts, plan_run
-from hf_train_mcp.request import TrainingRequest
+from hf_train_mcp.planning.training import DataFacts, plan_run
+from hf_train_mcp.contract.requests import TrainingRequest
 from tests.conftest import needs_training
 from tests.helpers import RENDER_SIZE as SIZE
 from tests.helpers import load_rendered as load
@@ -129,7 +129,7 @@ def test_grpo_eval_batches_hold_whole_groups_of_generations(gpus_flavor: str, ge
 @pytest.mark.training
 def test_grpo_with_an_eval_split_trains_when_the_eval_batch_alone_would_not_divide(tiny_model: Path,
                                                                                     tmp_path: Path, offline) -> None:
-    from hf_train_mcp.tiny import example_rows, write_jsonl
+    from hf_train_mcp_demo.tiny import example_rows, write_jsonl
 
     data = write_jsonl(tmp_path / "data.jsonl", example_rows("grpo", 24))
     request = TrainingRequest(model=str(tiny_model), dataset=str(data), method="grpo", backend="local",
@@ -156,7 +156,7 @@ def test_conversational_data_on_a_model_without_a_chat_template_is_refused_with_
                                                                                        offline) -> None:
     from hf_train_mcp.errors import TrainError
     from hf_train_mcp.service import Core
-    from hf_train_mcp.tiny import example_rows, write_jsonl
+    from hf_train_mcp_demo.tiny import example_rows, write_jsonl
 
     base = without_chat_template(tiny_model, tmp_path / "base-model")
     data = write_jsonl(tmp_path / "chat.jsonl", example_rows("sft", 8))
@@ -183,7 +183,7 @@ def test_the_final_push_names_the_dataset_as_trls_scripts_do(tmp_path: Path) -> 
 def test_the_offered_chatml_template_ends_assistant_turns_with_the_models_own_eos() -> None:
     import jinja2
 
-    from hf_train_mcp.chat_template import CHATML
+    from hf_train_mcp.models.chat_template import CHATML
 
     messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
     text = jinja2.Template(CHATML).render(messages=messages, eos_token="</s>", add_generation_prompt=False)

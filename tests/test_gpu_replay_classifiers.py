@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from hf_train_mcp.estimate.hardware import fallback_catalog
-from hf_train_mcp.planning import DataFacts, plan_run
-from hf_train_mcp.request import TrainingRequest
-from hf_train_mcp.tiny import example_rows, write_images, write_jsonl
+from hf_train_mcp.planning.training import DataFacts, plan_run
+from hf_train_mcp.contract.requests import TrainingRequest
+from hf_train_mcp_demo.tiny import example_rows, write_images, write_jsonl
 from tests.conftest import needs_training
 from tests.replay import checkpointing_on, gpu_trainer, replay_script, two_ranks
 from tests.tiny_encoders import POSITIONS, build_image_encoder, build_text_encoder
@@ -176,8 +176,8 @@ def test_the_trained_head_is_in_the_adapter_that_export_merges(family: str, enco
     from transformers import AutoModelForSequenceClassification
 
     from hf_train_mcp.estimate.sizing import model_size
-    from hf_train_mcp.followup import Subject, plan_export
-    from hf_train_mcp.request import ExportRequest
+    from hf_train_mcp.planning.followups import Subject, plan_export
+    from hf_train_mcp.contract.requests import ExportRequest
 
     model = build_text_encoder(encoders / family, family)
     data = write_jsonl(tmp_path / "reviews.jsonl", example_rows("text-classification", 16))

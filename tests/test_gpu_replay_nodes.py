@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from hf_train_mcp import multinode
+from hf_train_mcp.nodes import rules as multinode
 from hf_train_mcp.backends.hf_jobs import HfJobsBackend
 from hf_train_mcp.errors import NoFitError, TrainError
 from hf_train_mcp.estimate.hardware import fallback_catalog
 from hf_train_mcp.estimate.sizing import ModelSize
-from hf_train_mcp.planning import DataFacts, plan_run
-from hf_train_mcp.request import TrainingRequest
+from hf_train_mcp.planning.training import DataFacts, plan_run
+from hf_train_mcp.contract.requests import TrainingRequest
 from tests.conftest import needs_training
 from tests.helpers import free_port
 

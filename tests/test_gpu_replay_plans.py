@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from hf_train_mcp.app import build_server
+from hf_train_mcp.shell.app import build_server
 from hf_train_mcp.errors import TrainError
 from hf_train_mcp.estimate.hardware import fallback_catalog
 from hf_train_mcp.estimate.sizing import model_size
-from hf_train_mcp.planning import DataFacts, plan_run
-from hf_train_mcp.request import TrainingRequest
-from hf_train_mcp.tiny import example_rows, write_images, write_jsonl
+from hf_train_mcp.planning.training import DataFacts, plan_run
+from hf_train_mcp.contract.requests import TrainingRequest
+from hf_train_mcp_demo.tiny import example_rows, write_images, write_jsonl
 from tests.conftest import needs_training
 from tests.helpers import CHAT_ROWS, call
 from tests.replay import gpu_trainer

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from hf_train_mcp.tiny import example_rows, write_jsonl
+from hf_train_mcp_demo.tiny import example_rows, write_jsonl
 from tests.conftest import needs_training
 from tests.replay import checkpointing_on, gpu_trainer, replay_script
 

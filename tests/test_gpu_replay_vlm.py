@@ -22,9 +22,9 @@ import pytest
 from hf_train_mcp.methods.sft import MAX_IMAGE_TOKENS
 from hf_train_mcp.estimate.hardware import fallback_catalog
 from hf_train_mcp.estimate.sizing import image_grid
-from hf_train_mcp.planning import LANGUAGE_TOWER, DataFacts, plan_run
-from hf_train_mcp.request import TrainingRequest
-from hf_train_mcp.tiny import ROWS, TOPICS, build_tiny_vlm, write_images, write_jsonl
+from hf_train_mcp.planning.training import LANGUAGE_TOWER, DataFacts, plan_run
+from hf_train_mcp.contract.requests import TrainingRequest
+from hf_train_mcp_demo.tiny import ROWS, TOPICS, build_tiny_vlm, write_images, write_jsonl
 from tests.conftest import needs_training
 from tests.helpers import RENDER_SIZE, free_port
 from tests.tiny_vlms import FAMILIES, QWEN2_VL_HUB_PIXELS, save_idefics3, save_qwen2_vl_images

@@ -16,11 +16,11 @@ import pytest
 import anyio
 from mcp import Client
 
-from hf_train_mcp import telemetry
+from hf_train_mcp.jobs import telemetry
 from hf_train_mcp.backends import hf_jobs
-from hf_train_mcp.app import build_server
+from hf_train_mcp.shell.app import build_server
 from hf_train_mcp.backends.local import LocalBackend, parse_nvidia_smi, this_machines_gpus
-from hf_train_mcp.telemetry import memory_advice
+from hf_train_mcp.jobs.telemetry import memory_advice
 from hf_train_mcp.hub import hub_api
 from hf_train_mcp.service import Core
 from tests.conftest import WRITE_TOKEN

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from hf_train_mcp.access import Access
-from hf_train_mcp.ledger import PENDING, Ledger
+from hf_train_mcp.jobs.ledger import PENDING, Ledger
 from hf_train_mcp.service import Core
 from tests.conftest import WRITE_TOKEN, needs_training
 from tests.emulator import Emulator, JobPlan, ViewerDataset
@@ -125,7 +125,7 @@ async def test_a_remote_caller_cannot_tell_which_server_paths_exist(probe: str, 
 
 def test_a_local_job_gets_absolute_paths_whatever_the_servers_working_folder(allowed_dir: Path, offline,
                                                                             monkeypatch) -> None:
-    from hf_train_mcp.request import TrainingRequest
+    from hf_train_mcp.contract.requests import TrainingRequest
 
     monkeypatch.chdir(allowed_dir)
     out = Core().submit_training(TrainingRequest(model="org/Model-1B", dataset="chat.jsonl", backend="local",
@@ -175,7 +175,7 @@ def job_env(core: Core, job_id: str) -> dict[str, str]:
 def test_a_local_job_gets_a_minimal_environment_and_the_token_only_when_it_reads_private_data(
         read_token: bool, monkeypatch, isolated_home: Path) -> None:
     from hf_train_mcp.backends.base import JobSpec
-    from hf_train_mcp.render import Script
+    from hf_train_mcp.rendering.script import Script
 
     monkeypatch.setenv("HF_TOKEN", "hf_server_token_canary")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-canary")
@@ -202,7 +202,7 @@ class Launched(Exception):
 def test_a_local_job_is_given_the_token_only_for_gated_or_private_hub_repos(hub: Emulator, tmp_path: Path,
                                                                            monkeypatch) -> None:
     from hf_train_mcp.backends.local import LocalBackend
-    from hf_train_mcp.request import TrainingRequest
+    from hf_train_mcp.contract.requests import TrainingRequest
 
     hub.models["org/open-model-1B"] = 1_000_000_000
     hub.models["org/gated-model-1B"] = 1_000_000_000
@@ -294,7 +294,7 @@ async def test_jobs_bill_started_minutes_and_a_flavor_without_a_price_is_refused
 
 def test_the_largest_timeout_that_fits_really_fits() -> None:
     from hf_train_mcp.estimate.hardware import fallback_catalog
-    from hf_train_mcp.budget import _fits, largest_timeout, worst_case_usd
+    from hf_train_mcp.planning.budget import _fits, largest_timeout, worst_case_usd
 
     for flavor in fallback_catalog().flavors.values():
         for cents in range(1, 5001, 7):
@@ -314,7 +314,7 @@ async def test_local_runs_cost_nothing_whatever_the_budget(allowed_dir: Path, of
 # --- idempotency holds under races ------------------------------------------------------------------------------
 CLAIMER = """
 import os, pathlib, sys, time
-from hf_train_mcp import ledger
+from hf_train_mcp.jobs import ledger
 gate, name = pathlib.Path(sys.argv[1]), sys.argv[2]
 read = ledger.Ledger.by_idempotency_key
 
@@ -433,8 +433,8 @@ async def test_a_partial_mapping_is_completed_and_the_job_gets_what_validation_a
 @needs_training
 @pytest.mark.training
 def test_a_partial_mapping_trains_on_cpu_through_the_core(tiny_model: Path, tmp_path: Path, offline) -> None:
-    from hf_train_mcp.request import TrainingRequest
-    from hf_train_mcp.tiny import write_jsonl
+    from hf_train_mcp.contract.requests import TrainingRequest
+    from hf_train_mcp_demo.tiny import write_jsonl
 
     data = write_jsonl(tmp_path / "pairs.jsonl", PAIRS)
     core = Core()
@@ -471,9 +471,9 @@ def test_a_dry_run_renders_without_the_training_stack(tmp_path, offline, monkeyp
     import sys as _sys
 
     from hf_train_mcp.backends import local
-    from hf_train_mcp.request import TrainingRequest
+    from hf_train_mcp.contract.requests import TrainingRequest
     from hf_train_mcp.service import Core
-    from hf_train_mcp.tiny import example_rows, write_jsonl
+    from hf_train_mcp_demo.tiny import example_rows, write_jsonl
 
     monkeypatch.setattr(local, "has_training_stack", lambda: False)
     monkeypatch.setattr(local.shutil, "which", lambda name: None)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hf_train_mcp.access import Access
-from hf_train_mcp.tiny import example_rows, write_images, write_jsonl
+from hf_train_mcp_demo.tiny import example_rows, write_images, write_jsonl
 from tests.helpers import call_once
 
 pytestmark = pytest.mark.anyio

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from hf_train_mcp.access import Access
-from hf_train_mcp.tiny import example_rows, write_images, write_jsonl
+from hf_train_mcp_demo.tiny import example_rows, write_images, write_jsonl
 from tests.helpers import call_once
 
 pytestmark = pytest.mark.anyio
@@ -165,8 +165,8 @@ async def test_a_follow_up_of_a_job_whose_rows_name_images_outside_is_refused(fo
                                                                               isolated_home: Path) -> None:
     """A job the local user ran on data whose rows name files outside the allowed folders: an HTTP caller's
     evaluation of it would open them again."""
-    from hf_train_mcp.ledger import JobRecord, Ledger, now_iso
-    from hf_train_mcp.request import TrainingRequest
+    from hf_train_mcp.jobs.ledger import JobRecord, Ledger, now_iso
+    from hf_train_mcp.contract.requests import TrainingRequest
 
     shared, private = folders
     data = write_jsonl(shared / "data.jsonl", classify_rows(shared, {"path": str(private / "keys" /

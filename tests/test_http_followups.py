@@ -12,11 +12,11 @@ import pytest
 from mcp import Client
 
 from hf_train_mcp.access import Access
-from hf_train_mcp.app import build_server
-from hf_train_mcp.ledger import JobRecord, Ledger, now_iso
-from hf_train_mcp.request import TrainingRequest
+from hf_train_mcp.shell.app import build_server
+from hf_train_mcp.jobs.ledger import JobRecord, Ledger, now_iso
+from hf_train_mcp.contract.requests import TrainingRequest
 from hf_train_mcp.service import Core
-from hf_train_mcp.tiny import example_rows, write_jsonl
+from hf_train_mcp_demo.tiny import example_rows, write_jsonl
 from tests.conftest import needs_training
 from tests.emulator import ViewerDataset
 
@@ -126,7 +126,7 @@ async def test_a_name_that_exists_in_the_servers_working_folder_answers_as_one_t
 
 def test_an_adapter_whose_base_lies_outside_the_allowed_folders_is_refused(tmp_path: Path, shared: Path,
                                                                              offline) -> None:
-    from hf_train_mcp.request import EvaluateRequest
+    from hf_train_mcp.contract.requests import EvaluateRequest
 
     adapter = shared / "adapter"
     adapter.mkdir()

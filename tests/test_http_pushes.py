@@ -7,7 +7,7 @@ import pytest
 from mcp import Client
 
 from hf_train_mcp.access import Access
-from hf_train_mcp.app import build_server
+from hf_train_mcp.shell.app import build_server
 from tests.emulator import Emulator, JobPlan
 from tests.helpers import CHAT_BASE, call, call_once, finished, script_config
 

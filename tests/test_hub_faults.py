@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from hf_train_mcp.app import build_server
+from hf_train_mcp.shell.app import build_server
 from tests.emulator import Emulator, JobPlan
 from tests.helpers import CHAT_BASE as BASE
 from tests.helpers import call_once as call
@@ -130,7 +130,7 @@ async def test_a_finished_jobs_log_is_read_again_until_it_holds_its_last_line(hu
 
 
 async def test_a_recovered_job_that_already_ended_is_inspected_once_for_its_times_and_message(hub: Emulator) -> None:
-    from hf_train_mcp.ledger import Ledger
+    from hf_train_mcp.jobs.ledger import Ledger
 
     job_id = await submitted(hub, JobPlan(scheduling_s=0, running_s=0.1, final_stage="ERROR",
                                           message="CUDA out of memory"))
@@ -147,7 +147,7 @@ async def test_a_recovered_job_that_already_ended_is_inspected_once_for_its_time
 
 
 async def test_a_long_scheduling_wait_names_other_flavors(hub: Emulator, monkeypatch) -> None:
-    from hf_train_mcp import following
+    from hf_train_mcp.jobs import following
 
     job_id = await submitted(hub, JobPlan(scheduling_s=3600))
     monkeypatch.setattr(following, "SCHEDULING_ALERT_MIN", 0)
@@ -182,7 +182,7 @@ async def test_offline_validation_and_estimates_fail_fast_and_say_what_they_assu
 KILLER = """
 import os, signal, sys
 from hf_train_mcp.backends import hf_jobs
-from hf_train_mcp.request import TrainingRequest
+from hf_train_mcp.contract.requests import TrainingRequest
 from hf_train_mcp.service import Core
 post = hf_jobs.HfJobsBackend.submit
 
@@ -225,7 +225,7 @@ async def test_a_submission_of_unknown_outcome_keeps_its_key_so_a_retry_cannot_l
 def test_two_recoveries_of_one_job_record_it_once(isolated_home) -> None:
     from dataclasses import replace
 
-    from hf_train_mcp.ledger import SUBMITTING, Ledger
+    from hf_train_mcp.jobs.ledger import SUBMITTING, Ledger
 
     ledger = Ledger()
     entry = job_record(SUBMITTING + "abc")
@@ -274,7 +274,7 @@ async def test_a_post_slower_than_the_client_timeout_is_found_not_posted_twice(h
 def late_posts(hub: Emulator, short_client_timeout, monkeypatch) -> list[str]:
     """A POST is watched for 0.5 s after the client's 1.5 s timeout (30 s and 60 s in production), then posted
     again; the watcher a doubted job gets is noted, not started (a look here does what its rounds do)."""
-    from hf_train_mcp import node_runs
+    from hf_train_mcp.jobs import node_ranks as node_runs
     from hf_train_mcp.backends import hf_jobs
 
     monkeypatch.setattr(hf_jobs, "POST_SETTLE_S", 0.5)
@@ -300,7 +300,7 @@ async def test_a_post_answered_after_the_second_post_leaves_one_job_billing(hub:
     """The first POST makes its job 4 s in: after the client's timeout, the watch for its label and the second
     POST. The Hub then holds two jobs of one submission; the next look (job_status, what the job's watcher does)
     or cancel_job finds the late one by the label, records it as a copy and cancels it."""
-    from hf_train_mcp.ledger import Ledger
+    from hf_train_mcp.jobs.ledger import Ledger
 
     for _ in range(2):
         hub.plan_next(JobPlan(scheduling_s=0, running_s=600))
@@ -314,7 +314,8 @@ async def test_a_post_answered_after_the_second_post_leaves_one_job_billing(hub:
     late = [j.id for j in copies if j.id != job_id]
     assert len(late) == 1 and late_posts == [job_id]  # two jobs, and the one kept is watched for copies
     if then == "watcher":  # one round of the detached watcher (node_watcher.py), in this process
-        from hf_train_mcp import duplicates, node_runs
+        from hf_train_mcp.jobs import duplicates
+        from hf_train_mcp.jobs import node_ranks as node_runs
         from hf_train_mcp.service import Core
 
         assert node_runs.watch_once(Core(), job_id)  # a copy may appear for LATE_JOB_MIN: it watches on
@@ -362,8 +363,9 @@ async def test_the_last_post_unanswered_keeps_its_journal_and_key_until_its_job_
     in, after every look for its label. Whether a job exists cannot be told: the answer says so (never "retry
     later"), its journal stays UNKNOWN, the key stays held and a watcher looks it up; once the Hub shows the job,
     the watcher's round records it, and a retry with the key returns it without a second POST."""
-    from hf_train_mcp import launching, node_runs
-    from hf_train_mcp.ledger import PENDING, UNKNOWN, Ledger
+    from hf_train_mcp.jobs import launcher as launching
+    from hf_train_mcp.jobs import node_ranks as node_runs
+    from hf_train_mcp.jobs.ledger import PENDING, UNKNOWN, Ledger
     from hf_train_mcp.service import Core
 
     monkeypatch.setattr(launching, "RECOVERY_RETRY_S", 0.0)  # the watcher's rounds, without the minute between
@@ -392,7 +394,7 @@ async def test_a_post_answered_2xx_with_a_body_that_is_no_job_is_looked_up_not_f
     """The Hub made the job but its answer cannot be read (huggingface_hub's JobInfo(**response.json()) fails):
     the job is looked up by its label and recorded; when the list cannot be read either, the outcome is unknown
     (journal and key kept), and nothing is posted twice."""
-    from hf_train_mcp.ledger import UNKNOWN, Ledger
+    from hf_train_mcp.jobs.ledger import UNKNOWN, Ledger
 
     hub.plan_next(JobPlan(scheduling_s=0, running_s=600))
     before, posts = set(hub.jobs), len(hub.posted_jobs())
@@ -416,7 +418,7 @@ async def test_a_post_answered_2xx_with_a_body_that_is_no_job_is_looked_up_not_f
 async def test_a_refused_post_says_no_job_was_made_and_frees_the_key(hub: Emulator) -> None:
     """A 400 is the Hub's definite refusal: no job exists, so the journal and the key are let go, and the answer
     says what to do (fix the request), not "retry later"."""
-    from hf_train_mcp.ledger import Ledger
+    from hf_train_mcp.jobs.ledger import Ledger
 
     hub.fail_next("POST", r"/api/jobs/emu-user", 400)
     result = await call("submit_training", {**BASE, "idempotency_key": "refused"})

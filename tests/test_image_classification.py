@@ -9,9 +9,9 @@ import pytest
 from mcp import Client
 
 from hf_train_mcp.access import Access
-from hf_train_mcp.app import build_server
+from hf_train_mcp.shell.app import build_server
 from hf_train_mcp.data.validate import validate_dataset
-from hf_train_mcp.tiny import build_tiny_vit, example_rows, write_images, write_jsonl
+from hf_train_mcp_demo.tiny import build_tiny_vit, example_rows, write_images, write_jsonl
 from tests.conftest import needs_training
 from tests.emulator import Emulator, ViewerDataset
 from tests.helpers import call, finished, merged_classifier

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hf_train_mcp.access import Access
-from hf_train_mcp.ledger import Ledger
+from hf_train_mcp.jobs.ledger import Ledger
 from tests.emulator import Emulator
 from tests.helpers import CHAT_BASE as BASE
 from tests.helpers import call_once as call
@@ -99,7 +99,7 @@ def test_servers_opening_a_new_ledger_at_once_all_open_it(tmp_path, monkeypatch)
     """The switch to WAL is a race SQLite answers "database is locked" at once: every opener must still get in."""
     import threading
 
-    from hf_train_mcp.ledger import Ledger
+    from hf_train_mcp.jobs.ledger import Ledger
 
     failures: list[BaseException] = []
     for round_ in range(12):

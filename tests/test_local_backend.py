@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from hf_train_mcp.app import build_server
-from hf_train_mcp.ledger import JobRecord, Ledger, now_iso
+from hf_train_mcp.shell.app import build_server
+from hf_train_mcp.jobs.ledger import JobRecord, Ledger, now_iso
 from hf_train_mcp.service import Core
 from tests.conftest import needs_training
 from tests.helpers import call, submit_script, wait_for
@@ -27,7 +27,7 @@ SLEEPING = "import time\nprint('HFTM_START {}', flush=True)\ntime.sleep(120)\n"
 @needs_training
 async def test_a_local_sft_job_runs_to_completion_through_the_mcp_tools(tiny_model: Path, tmp_path: Path,
                                                                        offline, isolated_home: Path) -> None:
-    from hf_train_mcp.tiny import example_rows, write_jsonl
+    from hf_train_mcp_demo.tiny import example_rows, write_jsonl
 
     data = write_jsonl(tmp_path / "sft.jsonl", example_rows("sft", 16))
     async with Client(build_server()) as client:
@@ -162,7 +162,7 @@ def test_the_backend_defaults_to_local_without_a_token_and_hf_with_one(monkeypat
 
 def test_qlora_on_a_machine_without_cuda_is_refused(tmp_path: Path, offline) -> None:
     from hf_train_mcp.errors import TrainError
-    from hf_train_mcp.request import TrainingRequest
+    from hf_train_mcp.contract.requests import TrainingRequest
 
     data = tmp_path / "d.jsonl"
     data.write_text(json.dumps({"text": "hello"}) + "\n")
@@ -209,7 +209,7 @@ def test_only_one_of_two_processes_can_claim_an_idempotency_key(isolated_home: P
 @pytest.mark.detached
 def test_a_runner_that_writes_its_exit_code_and_exits_between_two_looks_is_not_taken_for_dead(monkeypatch) -> None:
     from hf_train_mcp.backends import local
-    from hf_train_mcp.local_runner import EXIT_FILE
+    from hf_train_mcp.backends.local_supervisor import EXIT_FILE
 
     core = Core()
     job_id = submit_script(core, "print('HFTM_DONE {}')\n")

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from hf_train_mcp.app import build_server
-from hf_train_mcp.cli import http_warnings
+from hf_train_mcp.shell.app import build_server
+from hf_train_mcp.shell.cli import http_warnings
 from tests.helpers import call, finished
 
 pytestmark = pytest.mark.anyio

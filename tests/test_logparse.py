@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hf_train_mcp.logparse import parse_log
+from hf_train_mcp.jobs.logs import parse_log
 
 
 def test_our_status_lines_give_progress_and_the_latest_metrics() -> None:

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from hf_train_mcp.app import build_server
-from hf_train_mcp.tiny import example_rows, write_jsonl
+from hf_train_mcp.shell.app import build_server
+from hf_train_mcp_demo.tiny import example_rows, write_jsonl
 from tests.conftest import needs_training
 from tests.emulator import Emulator, JobPlan, ViewerDataset
 from tests.helpers import CHAT_ROWS, decoded_script

@@ -5,9 +5,9 @@ import pytest
 from mcp import Client
 
 from hf_train_mcp import methods
-from hf_train_mcp.app import build_server
-from hf_train_mcp.request import SweepRequest
-from hf_train_mcp.tiny import example_rows
+from hf_train_mcp.shell.app import build_server
+from hf_train_mcp.contract.requests import SweepRequest
+from hf_train_mcp_demo.tiny import example_rows
 from tests.emulator import Emulator, ViewerDataset
 from tests.helpers import call, refused, script_config
 

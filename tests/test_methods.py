@@ -14,13 +14,13 @@ from pydantic import ValidationError
 
 from hf_train_mcp import backends, methods
 from hf_train_mcp.data.rules import FORMAT_COLUMNS
-from hf_train_mcp.app import build_server
+from hf_train_mcp.shell.app import build_server
 from hf_train_mcp.data.validate import validate_dataset
 from hf_train_mcp.estimate.cost import Workload, estimate_on
 from hf_train_mcp.estimate.hardware import fallback_catalog
-from hf_train_mcp.planning import DataFacts, plan_run
-from hf_train_mcp.request import TrainingRequest
-from hf_train_mcp.schemas import DatasetReport, Method
+from hf_train_mcp.planning.training import DataFacts, plan_run
+from hf_train_mcp.contract.requests import TrainingRequest
+from hf_train_mcp.contract.results import DatasetReport, Method
 from tests.conftest import needs_training
 from tests.helpers import CAPYBARA_WORKLOAD as CAPYBARA
 from tests.helpers import QWEN_05B, call, finished
@@ -161,7 +161,7 @@ def test_a_pair_that_shares_no_prompt_and_has_no_prompt_column_is_refused_for_dp
 @pytest.mark.parametrize("method", ["kto", "distill"])
 async def test_kto_and_distillation_train_through_the_tools(method: str, tiny_model: Path, tmp_path: Path,
                                                             offline) -> None:
-    from hf_train_mcp.tiny import example_rows, write_jsonl
+    from hf_train_mcp_demo.tiny import example_rows, write_jsonl
 
     data = write_jsonl(tmp_path / "data.jsonl", example_rows(method, 16))
     arguments: dict[str, Any] = {"model": str(tiny_model), "dataset": str(data), "method": method,
@@ -186,6 +186,6 @@ async def test_kto_and_distillation_train_through_the_tools(method: str, tiny_mo
 
 
 def test_the_servers_instructions_name_every_method_of_the_registry() -> None:
-    from hf_train_mcp.app import INSTRUCTIONS
+    from hf_train_mcp.shell.app import INSTRUCTIONS
 
     assert all(spec.title in INSTRUCTIONS for spec in methods.REGISTRY.values())

@@ -9,11 +9,11 @@ import json
 import pytest
 from mcp import Client
 
-from hf_train_mcp.app import build_server
+from hf_train_mcp.shell.app import build_server
 from hf_train_mcp.methods.sft import MAX_IMAGE_TOKENS
 from hf_train_mcp.estimate.sizing import ImageGrid, param_counts
-from hf_train_mcp.model_family import CAUSAL_LM, NO_ACTIVATION_CHECKPOINTING, Family, decide, training_refusal
-from hf_train_mcp.model_files import TEXT_DEFAULTS, VISION_DEFAULTS, model_files, one_read_each, text_config
+from hf_train_mcp.models.family import CAUSAL_LM, NO_ACTIVATION_CHECKPOINTING, Family, decide, training_refusal
+from hf_train_mcp.models.files import TEXT_DEFAULTS, VISION_DEFAULTS, model_files, one_read_each, text_config
 from tests.hub_configs import CONFIGS, config_of, folder, hub_total
 from tests.emulator import Emulator, ViewerDataset
 from tests.helpers import call, call_once, refused, script_config
@@ -112,8 +112,8 @@ def test_the_models_that_cannot_checkpoint_are_transformers_own() -> None:
 def test_a_model_that_cannot_checkpoint_is_sized_and_said_so() -> None:
     from hf_train_mcp.estimate.sizing import ModelSize, memory_need
     from hf_train_mcp.estimate.hardware import fallback_catalog
-    from hf_train_mcp.planning import DataFacts, plan_run
-    from hf_train_mcp.request import TrainingRequest
+    from hf_train_mcp.planning.training import DataFacts, plan_run
+    from hf_train_mcp.contract.requests import TrainingRequest
 
     shape = dict(params=109_000_000, layers=12, hidden=768, vocab=30_527, intermediate=3072, source="config.json")
     mpnet, bert = ModelSize(**shape, model_type="mpnet"), ModelSize(**shape, model_type="bert")

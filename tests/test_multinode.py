@@ -8,11 +8,15 @@ import time
 import pytest
 from mcp import Client
 
-from hf_train_mcp import multinode, node_runs, node_watcher
-from hf_train_mcp.app import build_server
+from hf_train_mcp.nodes import rules as multinode
+
+from hf_train_mcp.jobs import node_ranks as node_runs
+
+from hf_train_mcp.shell import node_supervisor as node_watcher
+from hf_train_mcp.shell.app import build_server
 from hf_train_mcp.estimate.hardware import fallback_catalog
-from hf_train_mcp.planning import DataFacts, Hyper, estimate_node_flavor
-from hf_train_mcp.request import TrainingRequest
+from hf_train_mcp.planning.training import DataFacts, Hyper, estimate_node_flavor
+from hf_train_mcp.contract.requests import TrainingRequest
 from tests.emulator import Emulator, JobPlan
 from tests.helpers import QWEN_05B, call, refused
 
@@ -125,8 +129,8 @@ async def test_a_node_whose_post_ends_unknown_stops_the_run_and_is_canceled_once
     """Rank 1's POST made its job but got a 500, and the job list could not be read to tell: the run is stopped
     (rank 0 canceled, the watcher started), the error names the run, and once the Hub answers again the next look
     (the watcher's) records node 1 by its label and cancels it. No internal label is ever shown as a job id."""
-    from hf_train_mcp import launching
-    from hf_train_mcp.ledger import Ledger
+    from hf_train_mcp.jobs import launcher as launching
+    from hf_train_mcp.jobs.ledger import Ledger
 
     watched = []
     monkeypatch.setattr(node_runs, "ensure_watched", lambda run: watched.append(run.job_id))
@@ -313,7 +317,7 @@ async def test_the_detached_watcher_stops_the_run_when_no_one_looks(chat: Emulat
 def watched(cluster: Emulator, monkeypatch) -> list[str]:
     """The watchers started (noted, not started: a job_status here does what each of their rounds does), with
     crash recovery looking at once instead of every minute."""
-    from hf_train_mcp import launching
+    from hf_train_mcp.jobs import launcher as launching
 
     started: list[str] = []
     monkeypatch.setattr(node_runs, "ensure_watched", lambda run: started.append(run.job_id))
@@ -369,7 +373,7 @@ async def test_a_rank0_whose_post_ended_unknown_is_stopped_once_found(cluster: E
     """Rank 0's POST made its job but was answered 500, and the job list could not be read: the answer names no
     internal label, a watcher looks the submission up, and once the Hub answers the job is recorded as a run
     that was stopped (its other nodes were never posted), canceled, watched, and said so on every later look."""
-    from hf_train_mcp.ledger import Ledger
+    from hf_train_mcp.jobs.ledger import Ledger
     from hf_train_mcp.service import Core
 
     for _ in range(2):
@@ -394,8 +398,8 @@ async def test_a_rank0_whose_post_ended_unknown_is_stopped_once_found(cluster: E
 
 KILLED_AFTER_RANK0 = """
 import os, signal
-from hf_train_mcp import node_runs
-from hf_train_mcp.request import TrainingRequest
+from hf_train_mcp.jobs import node_ranks as node_runs
+from hf_train_mcp.contract.requests import TrainingRequest
 from hf_train_mcp.service import Core
 
 def die(*args, **kwargs):
@@ -468,7 +472,7 @@ async def test_a_run_stopped_by_the_server_keeps_its_reason_on_later_looks(clust
                                                                          watched: list[str]) -> None:
     """Node 2 of 3 is refused (400) and rank 0's first cancel fails: the next look cancels rank 0 and still says
     node 2's refusal, not "node 1 is CANCELED" (the server canceled node 1 itself)."""
-    from hf_train_mcp.ledger import Ledger
+    from hf_train_mcp.jobs.ledger import Ledger
 
     for _ in range(3):
         cluster.plan_next(JobPlan(scheduling_s=0.0, running_s=600))

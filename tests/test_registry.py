@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 
 from hf_train_mcp import methods
-from hf_train_mcp.app import finetune_prompt
+from hf_train_mcp.shell.app import finetune_prompt
 from hf_train_mcp.data.rules import FORMAT_COLUMNS
-from hf_train_mcp.measure import config_key
+from hf_train_mcp.estimate.measured import config_key
 from hf_train_mcp.methods.base import MethodSpec, Option
-from hf_train_mcp.request import PRUNE_INCOMPARABLE, EstimateRequest
-from hf_train_mcp.tiny import example_rows
+from hf_train_mcp.contract.requests import PRUNE_INCOMPARABLE, EstimateRequest
+from hf_train_mcp_demo.tiny import example_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,10 +7,10 @@ import itertools
 import pytest
 
 from hf_train_mcp.estimate.hardware import fallback_catalog
-from hf_train_mcp.planning import DataFacts, plan_run
-from hf_train_mcp.render import python_literal, toml_literal
-from hf_train_mcp.request import TrainingRequest
-from hf_train_mcp.schemas import FLAVORS
+from hf_train_mcp.planning.training import DataFacts, plan_run
+from hf_train_mcp.rendering.script import python_literal, toml_literal
+from hf_train_mcp.contract.requests import TrainingRequest
+from hf_train_mcp.contract.results import FLAVORS
 from tests.helpers import RENDER_SIZE as SIZE
 
 HOSTILE = [
@@ -180,7 +180,7 @@ def test_reward_code_may_annotate_with_plain_types() -> None:
 
 def test_a_rendered_script_that_parses_but_does_not_compile_is_refused() -> None:
     """ast.parse accepts a late `from __future__` import; only compile() shows the job would die on it."""
-    from hf_train_mcp.render import render_script
+    from hf_train_mcp.rendering.script import render_script
 
     late_future = "from __future__ import annotations\ndef reward(c, **kw):\n    return []\n"
     ast.parse("import os\n" + late_future)  # what the old check ran: no error

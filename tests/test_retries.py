@@ -5,7 +5,7 @@ ledger remembers the key or only the Hub's labels do."""
 import pytest
 from mcp import Client
 
-from hf_train_mcp.app import build_server
+from hf_train_mcp.shell.app import build_server
 from tests.emulator import Emulator, JobPlan, ViewerDataset
 from tests.helpers import CHAT_BASE, CHAT_ROWS, call, refused
 

@@ -9,10 +9,10 @@ import pytest
 from mcp import Client
 
 from hf_train_mcp.access import Access
-from hf_train_mcp.app import build_server
-from hf_train_mcp.recipes import recognise
-from hf_train_mcp.request import ScriptRequest
-from hf_train_mcp.scripts import read_header, source_kind
+from hf_train_mcp.shell.app import build_server
+from hf_train_mcp.user_scripts.recipes import recognise
+from hf_train_mcp.contract.requests import ScriptRequest
+from hf_train_mcp.user_scripts.source import read_header, source_kind
 from tests.conftest import WRITE_TOKEN
 from tests.emulator import Emulator, JobPlan
 from tests.helpers import call, call_once, decoded_script, finished, refused
@@ -353,7 +353,7 @@ async def test_a_local_run_of_an_inline_script_completes_with_parsed_progress(of
 
 def test_the_cli_runs_a_script_with_its_arguments_after_a_double_dash(hub: Emulator, tmp_path: Path,
                                                                       capsys: pytest.CaptureFixture) -> None:
-    from hf_train_mcp.cli import main
+    from hf_train_mcp.shell.cli import main
 
     script = tmp_path / "train.py"
     script.write_text(HEADED)

@@ -14,11 +14,17 @@ import pytest
 from mcp import Client
 from pydantic import ValidationError
 
-from hf_train_mcp import credentials, script_jobs, script_urls, scripts
-from hf_train_mcp.app import build_server
+from hf_train_mcp import credentials
+
+from hf_train_mcp.planning import user_script as script_jobs
+
+from hf_train_mcp.user_scripts import urls as script_urls
+
+from hf_train_mcp.user_scripts import source as scripts
+from hf_train_mcp.shell.app import build_server
 from hf_train_mcp.errors import TrainError
-from hf_train_mcp.request import ScriptRequest
-from hf_train_mcp.scripts import left_out, read_header, source_kind, sync_excludes
+from hf_train_mcp.contract.requests import ScriptRequest
+from hf_train_mcp.user_scripts.source import left_out, read_header, source_kind, sync_excludes
 from tests.conftest import WRITE_TOKEN
 from tests.emulator import Emulator, JobPlan
 from tests.helpers import call, call_once, finished, refused

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from hf_train_mcp import script_urls
+from hf_train_mcp.user_scripts import urls as script_urls
 from hf_train_mcp.access import Access
-from hf_train_mcp.app import build_server
+from hf_train_mcp.shell.app import build_server
 from hf_train_mcp.errors import HubError, TrainError
 from tests.conftest import WRITE_TOKEN
 from tests.emulator import Emulator, JobPlan

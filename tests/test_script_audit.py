@@ -19,8 +19,8 @@ from hf_train_mcp.errors import TrainError
 from hf_train_mcp.estimate.hardware import fallback_catalog
 from hf_train_mcp.estimate.jobs import export_memory_gb
 from hf_train_mcp.estimate.sizing import ModelSize, model_size
-from hf_train_mcp.planning import DataFacts, plan_run
-from hf_train_mcp.request import TrainingRequest
+from hf_train_mcp.planning.training import DataFacts, plan_run
+from hf_train_mcp.contract.requests import TrainingRequest
 from tests.conftest import needs_training
 from tests.helpers import free_port, load_rendered
 
@@ -69,8 +69,8 @@ def test_a_config_without_vocab_size_is_sized_and_a_shapeless_one_refused_clearl
 
 
 def test_exporting_a_vision_model_is_refused_before_anything_runs(tmp_path: Path) -> None:
-    from hf_train_mcp.followup import Subject, plan_export
-    from hf_train_mcp.request import ExportRequest
+    from hf_train_mcp.planning.followups import Subject, plan_export
+    from hf_train_mcp.contract.requests import ExportRequest
 
     vit = tmp_path / "vit"
     vit.mkdir()
@@ -103,8 +103,8 @@ def test_a_distillation_teacher_with_another_vocab_size_is_refused_before_launch
 
 # --- 19: the GGUF converter: pinned, from a private folder, never a planted file --------------------------------
 def gguf_export_script(tmp_path: Path, tiny_model: Path) -> dict[str, Any]:
-    from hf_train_mcp.followup import Subject, plan_export
-    from hf_train_mcp.request import ExportRequest
+    from hf_train_mcp.planning.followups import Subject, plan_export
+    from hf_train_mcp.contract.requests import ExportRequest
 
     subject = Subject(ref=str(tiny_model), kind="full", base_model=None, method=None)
     plan = plan_export(ExportRequest(model=str(tiny_model), backend="local", format="gguf", quantization="q8_0"),
@@ -129,7 +129,7 @@ def fake_sdist(tmp_path: Path, root: str, marker: Path) -> Path:
 
 
 def test_the_gguf_converter_is_pinned_and_a_planted_one_never_runs(tmp_path: Path, monkeypatch) -> None:
-    from hf_train_mcp.followup import LLAMA_CPP_REPO
+    from hf_train_mcp.planning.followups import LLAMA_CPP_REPO
 
     assert "0.3.36" in LLAMA_CPP_REPO["version"] and len(LLAMA_CPP_REPO["sha256"]) == 64
     assert LLAMA_CPP_REPO["url"].startswith("https://files.pythonhosted.org/") and "HEAD" not in str(LLAMA_CPP_REPO)
@@ -166,7 +166,7 @@ def test_the_gguf_converter_is_pinned_and_a_planted_one_never_runs(tmp_path: Pat
 
 
 def test_the_converter_folder_is_private(tmp_path: Path, monkeypatch) -> None:
-    from hf_train_mcp.followup import LLAMA_CPP_REPO
+    from hf_train_mcp.planning.followups import LLAMA_CPP_REPO
 
     monkeypatch.delenv("HFTM_LLAMA_CPP", raising=False)
     tiny = tmp_path / "tiny"
@@ -189,8 +189,8 @@ def test_a_full_fine_tune_is_exported_in_its_base_dtype_and_sized_so(tiny_model:
     from safetensors import safe_open
     from transformers import AutoModelForCausalLM
 
-    from hf_train_mcp.followup import Subject, plan_export
-    from hf_train_mcp.request import ExportRequest
+    from hf_train_mcp.planning.followups import Subject, plan_export
+    from hf_train_mcp.contract.requests import ExportRequest
 
     base = tmp_path / "base"  # the Hub base: saved in bf16, as most are
     AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.bfloat16).save_pretrained(base)
@@ -227,7 +227,7 @@ def test_benchmarks_evaluate_the_loaded_model_in_half_precision_across_the_gpus(
     import torch
     import transformers
 
-    from hf_train_mcp.request import EvaluateRequest
+    from hf_train_mcp.contract.requests import EvaluateRequest
     from hf_train_mcp.service import Core
 
     prepared = Core().preview(EvaluateRequest(model=str(tiny_model), tasks=["hellaswag"], num_samples=5,
@@ -296,7 +296,7 @@ LONG = " ".join(f"word{i}" for i in range(300))
 @pytest.mark.parametrize("method", ["grpo", "distill"])
 def test_grpo_and_distillation_prompts_are_truncated_to_max_length(method: str, tiny_model: Path, tmp_path: Path,
                                                                     offline) -> None:
-    from hf_train_mcp.tiny import write_jsonl
+    from hf_train_mcp_demo.tiny import write_jsonl
 
     rows = [{"prompt": LONG + f" question {i}?", "answer": "1"} for i in range(4)]
     rows += [{"prompt": [{"role": "system", "content": "Answer briefly."},
@@ -333,7 +333,7 @@ def test_reward_lora_under_bf16_trains_its_score_head_in_fp32(tiny_model: Path, 
                                                               monkeypatch) -> None:
     import torch
 
-    from hf_train_mcp.tiny import example_rows, write_jsonl
+    from hf_train_mcp_demo.tiny import example_rows, write_jsonl
 
     data = write_jsonl(tmp_path / "pairs.jsonl", example_rows("dpo", 16))
     plan = local_plan(tiny_model, data, method="reward", peft="lora", max_steps=3, per_device_batch_size=4,
@@ -425,7 +425,7 @@ def test_two_ranks_free_the_trainer_before_the_process_group_and_exit(method: st
                                                                       tmp_path: Path, offline) -> None:
     """gloo on CPU, 2 processes: the trainer (and its DDP hooks) is freed while the group exists, the group is
     destroyed once, and each rank exits at once after DONE (left to the interpreter, one in three hung)."""
-    from hf_train_mcp.tiny import example_rows, write_jsonl
+    from hf_train_mcp_demo.tiny import example_rows, write_jsonl
 
     data = write_jsonl(tmp_path / "prompts.jsonl", example_rows("grpo", 16))
     extra = {"teacher_model": str(tiny_model)} if method == "distill" else {"num_generations": 2,

@@ -6,10 +6,10 @@ from pydantic import ValidationError
 
 from hf_train_mcp import methods
 from hf_train_mcp.estimate.hardware import fallback_catalog
-from hf_train_mcp.planning import DataFacts, plan_run
-from hf_train_mcp.render import render_script
-from hf_train_mcp.request import TrainingRequest
-from hf_train_mcp.script_config import (EvaluateConfig, ExportConfig, TemplateKeyError, TrainingConfig,
+from hf_train_mcp.planning.training import DataFacts, plan_run
+from hf_train_mcp.rendering.script import render_script
+from hf_train_mcp.contract.requests import TrainingRequest
+from hf_train_mcp.rendering.config import (EvaluateConfig, ExportConfig, TemplateKeyError, TrainingConfig,
                                         check_template_keys, reachable_keys)
 from tests.helpers import RENDER_SIZE as SIZE
 
@@ -97,7 +97,7 @@ def test_the_scripts_convert_sharegpt_with_the_servers_own_table() -> None:
     """Validation previews ShareGPT rows with SHAREGPT_ROLES; the job converts them with the same table."""
     import ast
 
-    from hf_train_mcp.chat_template import SHAREGPT_ROLES
+    from hf_train_mcp.models.chat_template import SHAREGPT_ROLES
 
     tree = ast.parse(plan("sft").render().text)
     convert = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "to_role_content")

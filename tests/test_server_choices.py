@@ -10,7 +10,7 @@ import pytest
 from mcp import Client
 
 import tests.emulator as emulator_module
-from hf_train_mcp.app import build_server
+from hf_train_mcp.shell.app import build_server
 from hf_train_mcp.estimate.hardware import reset_cache
 from tests.emulator import Emulator, JobPlan, ViewerDataset
 from tests.helpers import CAPYBARA_BASE, CHAT_ROWS, completed_training
@@ -108,7 +108,7 @@ async def test_an_export_never_lands_on_its_own_source_or_into_an_adapter_repo(h
 
 @pytest.mark.parametrize(("given", "shown"), [("2h", "2h"), ("90m", "1h30m"), ("5400", "1h30m")])
 def test_the_cli_takes_the_documented_timeout_forms(given: str, shown: str, offline, tmp_path) -> None:
-    from hf_train_mcp.tiny import example_rows, write_jsonl
+    from hf_train_mcp_demo.tiny import example_rows, write_jsonl
 
     data = write_jsonl(tmp_path / "chat.jsonl", example_rows("sft", 4))
     done = subprocess.run([sys.executable, "-m", "hf_train_mcp", "submit", "org/Model-1B", str(data), "--backend",

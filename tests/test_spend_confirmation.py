@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from hf_train_mcp.app import build_server
+from hf_train_mcp.shell.app import build_server
 from hf_train_mcp.errors import TrainError
-from hf_train_mcp.request import EstimateRequest
+from hf_train_mcp.contract.requests import EstimateRequest
 from hf_train_mcp.service import Core
 from tests.emulator import Emulator, JobPlan
 from tests.helpers import CHAT_BASE as BASE
@@ -83,7 +83,7 @@ def test_the_core_asks_before_a_measurement_and_a_refusal_launches_nothing(hub: 
 def test_the_cli_asks_before_a_measurement(hub: Emulator) -> None:
     """`estimate --measure` at a terminal: the y/N question is the one a submission gets (answered 'n' here)."""
     code = (
-        "import sys, hf_train_mcp.cli as cli\n"
+        "import sys, hf_train_mcp.shell.cli as cli\n"
         "sys.stdin.isatty = lambda: True\n"
         "sys.argv = ['hf-train-mcp', 'estimate', 'Qwen/Qwen2-0.5B-Instruct', '--dataset', 'org/chat', '--measure',"
         " '--flavor', 'a10g-small']\n"
@@ -188,7 +188,7 @@ async def test_an_older_client_is_asked_again_when_the_plan_changed_after_its_qu
     must not launch the dear plan on the cheap one's yes: it asks about the plan it launches."""
     from mcp.types import ElicitResult
 
-    from hf_train_mcp import submission
+    from hf_train_mcp.planning import planner as submission
 
     files, base = served
     files["/s/train.py"] = CHEAP.encode()
@@ -217,7 +217,7 @@ async def test_a_plan_that_changed_after_the_last_question_is_refused_without_a_
         hub: Emulator, served, monkeypatch: pytest.MonkeyPatch) -> None:
     """On the current protocol the question rides between rounds, so the body cannot ask mid-call: a plan that
     changed between the last round's question and the launch is refused, nothing posted."""
-    from hf_train_mcp import submission
+    from hf_train_mcp.planning import planner as submission
 
     files, base = served
     files["/s/train.py"] = CHEAP.encode()

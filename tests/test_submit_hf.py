@@ -267,7 +267,7 @@ async def test_resume_from_a_bucket_job_mounts_the_same_bucket(hub: Emulator) ->
 def test_a_script_too_large_for_the_job_env_is_refused() -> None:
     from hf_train_mcp.backends.hf_jobs import HfJobsBackend
     from hf_train_mcp.errors import TrainError
-    from hf_train_mcp.render import Script
+    from hf_train_mcp.rendering.script import Script
 
     with pytest.raises(TrainError, match="fit inline"):
         HfJobsBackend("hf_x").environment(Script("#" * 100_000, "0" * 64))

@@ -14,12 +14,12 @@ from typing import Any, Iterator
 import pytest
 from mcp import Client
 
-from hf_train_mcp import sweeps
-from hf_train_mcp.app import build_server
+from hf_train_mcp.sweeps import sweep as sweeps
+from hf_train_mcp.shell.app import build_server
 from hf_train_mcp.access import Access
 from hf_train_mcp.backends.local import process_alive
 from hf_train_mcp.errors import TrainError
-from hf_train_mcp.ledger import Ledger, SweepRecord, SweepRunRecord
+from hf_train_mcp.jobs.ledger import Ledger, SweepRecord, SweepRunRecord
 from hf_train_mcp.paths import data_home
 from hf_train_mcp.service import Core
 from tests.conftest import needs_training
@@ -147,7 +147,7 @@ async def test_a_retried_sweep_returns_the_same_jobs_and_launches_nothing_new(ca
 
 @pytest.mark.detached
 def test_two_servers_racing_with_one_key_launch_one_sweep(capybara: Emulator) -> None:
-    from hf_train_mcp.request import SweepRequest
+    from hf_train_mcp.contract.requests import SweepRequest
 
     req = SweepRequest(base=HF_BASE, grid={"learning_rate": [1e-4, 2e-4]}, idempotency_key="raced")
     before = len(capybara.posted_jobs())
@@ -297,7 +297,7 @@ def test_an_http_caller_without_local_jobs_cannot_reach_a_local_sweep() -> None:
     ledger.create_sweep(SweepRecord("sweep-0123456789ab", "nightly", "2026-12-01T00:00:00Z", "local", json.dumps(
         {"base": {}}), 1, 0, "running", None, 0.0, None), [SweepRunRecord("sweep-0123456789ab", 0, "{}", "{}", "queued")])
     http = Core(access=Access.http())
-    from hf_train_mcp.request import CompareRequest, SweepRequest
+    from hf_train_mcp.contract.requests import CompareRequest, SweepRequest
 
     for attempt in (lambda: http.compare_runs(CompareRequest(sweep_id="sweep-0123456789ab")),
                     lambda: http.cancel_job("sweep-0123456789ab"),
@@ -310,7 +310,7 @@ def test_an_http_caller_without_local_jobs_cannot_reach_a_local_sweep() -> None:
 
 
 def test_an_http_caller_gets_through_a_sweep_only_what_submit_training_allows(capybara: Emulator) -> None:
-    from hf_train_mcp.request import SweepRequest
+    from hf_train_mcp.contract.requests import SweepRequest
 
     http = Core(access=Access.http())
     before = len(capybara.posted_jobs())
@@ -367,7 +367,7 @@ async def test_compare_runs_of_job_ids_shows_what_differs(capybara: Emulator) ->
 @pytest.mark.training
 async def test_a_two_run_local_sweep_completes_one_at_a_time_and_is_ranked(tiny_model: Path, tmp_path: Path,
                                                                            offline) -> None:
-    from hf_train_mcp.tiny import example_rows, write_jsonl
+    from hf_train_mcp_demo.tiny import example_rows, write_jsonl
 
     data = write_jsonl(tmp_path / "data.jsonl", example_rows("sft", 16))
     base: dict[str, Any] = {"model": str(tiny_model), "dataset": str(data), "backend": "local", "max_steps": 2,
@@ -416,8 +416,8 @@ async def test_a_hub_hiccup_at_launch_leaves_the_run_queued_for_the_next_look(ca
 @pytest.mark.detached
 async def test_a_run_whose_post_may_have_made_its_job_waits_for_the_hubs_word(capybara: Emulator,
                                                                                monkeypatch) -> None:
-    from hf_train_mcp import ledger as ledger_module
-    from hf_train_mcp import launching
+    from hf_train_mcp.jobs import ledger as ledger_module
+    from hf_train_mcp.jobs import launcher as launching
 
     monkeypatch.setattr(sweeps, "ensure_supervised", lambda core, sweep: None)
     capybara.plan_next(JobPlan(scheduling_s=0.1, running_s=600))
@@ -444,9 +444,9 @@ async def test_a_run_whose_post_may_have_made_its_job_waits_for_the_hubs_word(ca
 
 SWEEP_KILLER = """
 import os, signal, sys
-from hf_train_mcp import sweeps
+from hf_train_mcp.sweeps import sweep as sweeps
 from hf_train_mcp.backends import hf_jobs
-from hf_train_mcp.ledger import Ledger
+from hf_train_mcp.jobs.ledger import Ledger
 from hf_train_mcp.service import Core
 post = hf_jobs.HfJobsBackend.submit
 
@@ -556,14 +556,14 @@ def _supervisors_of(sweep_id: str) -> list[int]:
             command = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
         except OSError:
             continue
-        if b"hf_train_mcp.sweeper" in command and sweep_id.encode() in command and process_alive(int(entry.name)):
+        if b"hf_train_mcp.shell.sweep_supervisor" in command and sweep_id.encode() in command and process_alive(int(entry.name)):
             pids.append(int(entry.name))
     return pids
 
 
 @pytest.mark.detached
 def test_a_retried_sweep_start_keeps_one_supervisor_and_its_pid_file_names_it(monkeypatch) -> None:
-    from hf_train_mcp.ledger import now_iso
+    from hf_train_mcp.jobs.ledger import now_iso
 
     started: list[list[str]] = []
     from hf_train_mcp import detach
@@ -594,7 +594,7 @@ def test_a_supervisor_whose_ledger_is_deleted_ends_and_says_why(monkeypatch: pyt
     deleted file, which kept it going; now it ends within a few looks, and its log says why."""
     import shutil
 
-    from hf_train_mcp.ledger import now_iso
+    from hf_train_mcp.jobs.ledger import now_iso
 
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
     sweep_id = sweeps.KEY_PREFIX + os.urandom(6).hex()

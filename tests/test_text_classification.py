@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from hf_train_mcp.app import build_server
+from hf_train_mcp.shell.app import build_server
 from hf_train_mcp.data.validate import validate_dataset
-from hf_train_mcp.tiny import example_rows, write_jsonl
+from hf_train_mcp_demo.tiny import example_rows, write_jsonl
 from tests.conftest import needs_training
 from tests.emulator import Emulator, ViewerDataset
 from tests.helpers import call, estimated_then_trained, finished, merged_classifier
@@ -78,7 +78,7 @@ async def test_a_text_classifier_trains_evaluates_and_merges_through_the_tools(t
 
 
 def test_classifier_runs_are_ranked_by_accuracy_and_language_models_by_loss() -> None:
-    from hf_train_mcp.sweep_results import default_metric, lower_is_better
+    from hf_train_mcp.sweeps.results import default_metric, lower_is_better
 
     classifiers = [{"eval_loss": 0.6, "eval_accuracy": 0.7, "loss": 0.5}, {"eval_loss": 0.5, "eval_accuracy": 0.6}]
     assert default_metric(classifiers, METHOD) == "eval_accuracy" and not lower_is_better("eval_accuracy")
@@ -98,7 +98,7 @@ async def test_a_bare_classifier_adapter_is_told_from_a_reward_model_by_its_labe
     """A sequence-classification adapter is a text classifier when it names its classes (labels.json, which the
     classifiers write beside it), else a reward model: in a folder and in a Hub repo alike."""
     from hf_train_mcp.access import STDIO
-    from hf_train_mcp.followup import subject_from_ref
+    from hf_train_mcp.planning.followups import subject_from_ref
     from hf_train_mcp.hub import adapter_config, repo_has_file
 
     config = json.dumps({"base_model_name_or_path": "org/encoder", "peft_type": "LORA", "task_type": "SEQ_CLS"})

@@ -87,8 +87,8 @@ backends.register(FakeBackend)
 
 from dataclasses import replace
 
-from hf_train_mcp.ledger import SUBMITTING, JobRecord, now_iso
-from hf_train_mcp.request import TrainingRequest
+from hf_train_mcp.jobs.ledger import SUBMITTING, JobRecord, now_iso
+from hf_train_mcp.contract.requests import TrainingRequest
 from hf_train_mcp.service import Core
 
 model, dataset = sys.argv[1], sys.argv[2]

@@ -11,9 +11,9 @@ import pytest
 from hf_train_mcp.data.validate import validate_dataset
 from hf_train_mcp.estimate.hardware import fallback_catalog
 from hf_train_mcp.estimate.sizing import model_size
-from hf_train_mcp.logparse import parse_log
-from hf_train_mcp.planning import DataFacts, plan_run
-from hf_train_mcp.request import TrainingRequest
+from hf_train_mcp.jobs.logs import parse_log
+from hf_train_mcp.planning.training import DataFacts, plan_run
+from hf_train_mcp.contract.requests import TrainingRequest
 from tests.conftest import needs_training
 from tests.helpers import run_script
 
@@ -38,7 +38,7 @@ METHOD_OPTIONS = {
 
 
 def rows_for(kind: str) -> list[dict]:
-    from hf_train_mcp.tiny import example_rows
+    from hf_train_mcp_demo.tiny import example_rows
 
     if kind == "sft-sharegpt":
         return [{"conversations": [{"from": "human", "value": r["messages"][0]["content"]},
@@ -63,7 +63,7 @@ def rows_for(kind: str) -> list[dict]:
                                   "sft-instruction", "dpo-hh", "kto-hh", "dpo-ultrafeedback"])
 def test_the_rendered_script_trains_on_cpu_and_saves_an_adapter(kind: str, tiny_model: Path, tmp_path: Path,
                                                                offline) -> None:
-    from hf_train_mcp.tiny import write_jsonl
+    from hf_train_mcp_demo.tiny import write_jsonl
 
     method = kind.split("-")[0]
     data = write_jsonl(tmp_path / "data.jsonl", rows_for(kind))
@@ -89,7 +89,7 @@ def test_the_rendered_script_trains_on_cpu_and_saves_an_adapter(kind: str, tiny_
 
 
 def test_a_full_fine_tune_saves_model_weights(tiny_model: Path, tmp_path: Path, offline) -> None:
-    from hf_train_mcp.tiny import example_rows, write_jsonl
+    from hf_train_mcp_demo.tiny import example_rows, write_jsonl
 
     data = write_jsonl(tmp_path / "data.jsonl", example_rows("sft", 8))
     request = TrainingRequest(model=str(tiny_model), dataset=str(data), peft="full", backend="local", max_steps=1,
@@ -109,7 +109,7 @@ def test_a_full_fine_tune_in_bf16_autocast_moves_every_weight(method: str, tiny_
     updates of the planned learning rates are not rounded away as they are in bf16 weights."""
     from safetensors.torch import load_file
 
-    from hf_train_mcp.tiny import write_jsonl
+    from hf_train_mcp_demo.tiny import write_jsonl
 
     data = write_jsonl(tmp_path / "data.jsonl", rows_for(method))
     request = TrainingRequest(model=str(tiny_model), dataset=str(data), method=method, peft="full", backend="local",

@@ -97,13 +97,13 @@ def after_listing_tools(*prints: str) -> list[str]:
     """What a fresh interpreter prints (one line per expression) once it has built the server and listed tools."""
     code = ("import sys, anyio\n"
             "from mcp import Client\n"
-            "from hf_train_mcp.app import build_server\n"
+            "from hf_train_mcp.shell.app import build_server\n"
             "async def main():\n"
             "    async with Client(build_server()) as c:\n"
             "        await c.list_tools()\n"
             "anyio.run(main)\n"
-            "from hf_train_mcp.request import TrainingRequest, SweepRequest\n"
-            "from hf_train_mcp.script_config import TrainingConfig, EvaluateConfig\n"
+            "from hf_train_mcp.contract.requests import TrainingRequest, SweepRequest\n"
+            "from hf_train_mcp.rendering.config import TrainingConfig, EvaluateConfig\n"
             + "".join(f"print({expression})\n" for expression in prints))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=server_env(), timeout=60)
     assert out.returncode == 0, out.stderr
@@ -119,14 +119,14 @@ def test_listing_tools_leaves_what_waits_for_a_call_unbuilt() -> None:
     """Cold start: the Hub client, Jinja, the ledger's sqlite3 and the requests' and scripts' validators wait for
     the first call that needs them (benchmarks/startup.py times it; this holds that nothing pulls them forward)."""
     assert after_listing_tools(
-        "sorted(m for m in ('huggingface_hub', 'httpx', 'jinja2', 'sqlite3', 'hf_train_mcp.ledger', "
+        "sorted(m for m in ('huggingface_hub', 'httpx', 'jinja2', 'sqlite3', 'hf_train_mcp.jobs.ledger', "
         "'hf_train_mcp.service') if m in sys.modules)",
         "sorted(m.__name__ for m in (TrainingRequest, SweepRequest, TrainingConfig, EvaluateConfig) "
         "if m.__pydantic_complete__)") == ["[]", "[]"]
 
 
 async def test_the_tool_list_stays_small_enough_for_every_agent_turn() -> None:
-    from hf_train_mcp.app import build_server
+    from hf_train_mcp.shell.app import build_server
 
     async with Client(build_server()) as client:
         listed = await client.list_tools()
@@ -139,7 +139,7 @@ async def test_the_tool_list_stays_small_enough_for_every_agent_turn() -> None:
 
 
 async def test_templates_are_readable_as_resources() -> None:
-    from hf_train_mcp.app import build_server
+    from hf_train_mcp.shell.app import build_server
 
     async with Client(build_server()) as client:
         result = await client.read_resource("hf-train://templates/sft")

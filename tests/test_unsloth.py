@@ -23,12 +23,12 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from hf_train_mcp import engines
-from hf_train_mcp.app import build_server
+from hf_train_mcp.shell.app import build_server
 from hf_train_mcp.estimate.hardware import fallback_catalog
 from hf_train_mcp.estimate.sizing import ModelSize, memory_need
-from hf_train_mcp.planning import DataFacts, plan_run
-from hf_train_mcp.request import TrainingRequest
-from hf_train_mcp.tiny import example_rows, write_jsonl
+from hf_train_mcp.planning.training import DataFacts, plan_run
+from hf_train_mcp.contract.requests import TrainingRequest
+from hf_train_mcp_demo.tiny import example_rows, write_jsonl
 from tests.conftest import needs_training
 from tests.emulator import HARDWARE, Emulator, ViewerDataset
 from tests.helpers import CHAT_BASE, RENDER_SIZE, call, refused, run_script
@@ -259,7 +259,7 @@ def test_trainer_model_goes_through_unsloths_loader_with_the_runs_settings(peft:
     import torch
     from peft import PeftModel
 
-    from hf_train_mcp.tiny import build_tiny_vlm
+    from hf_train_mcp_demo.tiny import build_tiny_vlm
 
     model = build_tiny_vlm(tmp_path / "vlm", tiny_model) if vision else tiny_model
     script = loaded(tmp_path, planned(peft=peft, vision=vision), model)
@@ -402,7 +402,7 @@ REFUSED = [
 @pytest.mark.parametrize(("extra", "says"), REFUSED)
 async def test_what_unsloth_cannot_do_is_refused_before_anything_launches(extra: dict, says: list[str],
                                                                           prompts: Emulator, monkeypatch) -> None:
-    from hf_train_mcp import submission
+    from hf_train_mcp.planning import planner as submission
 
     monkeypatch.setattr(submission, "has_cuda", lambda: False)  # this machine's GPU, as the local backend sees it
     before = len(prompts.posted_jobs())

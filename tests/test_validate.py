@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from hf_train_mcp.app import build_server
+from hf_train_mcp.shell.app import build_server
 from hf_train_mcp.data.validate import validate_dataset
 from hf_train_mcp.errors import TrainError
 from tests.emulator import Emulator, ViewerDataset

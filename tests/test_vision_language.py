@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from hf_train_mcp.app import build_server
+from hf_train_mcp.shell.app import build_server
 from hf_train_mcp.data.validate import validate_dataset
 from hf_train_mcp.estimate.sizing import ImageGrid, image_grid
-from hf_train_mcp.planning import DataFacts, Hyper
-from hf_train_mcp.request import TrainingRequest
-from hf_train_mcp.tiny import build_tiny_vlm, example_rows, write_images, write_jsonl
+from hf_train_mcp.planning.training import DataFacts, Hyper
+from hf_train_mcp.contract.requests import TrainingRequest
+from hf_train_mcp_demo.tiny import build_tiny_vlm, example_rows, write_images, write_jsonl
 from tests.conftest import needs_training
 from tests.emulator import Emulator, ViewerDataset
 from tests.helpers import RENDER_SIZE, call, call_once, finished, script_config
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.anyio
 
 def vision_rows(folder: Path, n: int = 8, data_format: str = "vision_messages") -> list[dict]:
     """Tiny rows of a vision format, their PNGs drawn under `folder`."""
-    from hf_train_mcp.tiny import ROWS, TOPICS
+    from hf_train_mcp_demo.tiny import ROWS, TOPICS
 
     rows = [ROWS[data_format](i, TOPICS[0], "", "") for i in range(n)]
     write_images(folder, rows)

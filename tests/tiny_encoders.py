@@ -11,7 +11,7 @@ absolute positions and no token types, ALBERT factorises its embeddings, ResNet'
 import json
 from pathlib import Path
 
-from hf_train_mcp.tiny import _rows
+from hf_train_mcp_demo.tiny import _rows
 
 WIDTH = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
 POSITIONS = 64  # the longest input of the BERT-style tiny encoders (BERT's 512)

@@ -1,3 +1,3 @@
-from hf_train_mcp.cli import main
+from hf_train_mcp.shell.cli import main
 
 main()

@@ -8,23 +8,31 @@ the core as a host.Host; none imports this module.
 from collections.abc import Callable
 from typing import Any
 
-from hf_train_mcp import backends, node_runs, retries, sweep_results, sweeps
+from hf_train_mcp import backends
+
+from hf_train_mcp.jobs import node_ranks as node_runs
+
+from hf_train_mcp.jobs import keys, retries
+
+from hf_train_mcp.sweeps import results as sweep_results
+
+from hf_train_mcp.sweeps import sweep as sweeps
 from hf_train_mcp.access import STDIO, Access, is_local
 from hf_train_mcp.backends.base import Backend, SubmissionUnknown
 from hf_train_mcp.data.validate import validate_dataset
-from hf_train_mcp.estimating import Estimator
-from hf_train_mcp.following import Following
+from hf_train_mcp.planning.estimation import Estimator
+from hf_train_mcp.jobs.following import Following
 from hf_train_mcp.hub import hub_token
-from hf_train_mcp.launching import Launcher, checked_run, claim_id, submission_of
-from hf_train_mcp.ledger import PENDING, JobRecord, KeyConflict, Ledger, SubmissionInProgress
-from hf_train_mcp.prepared import Prepared, Progress
-from hf_train_mcp.request import CompareRequest, EstimateRequest, EvaluateRequest, ExportRequest, ScriptRequest
-from hf_train_mcp.request import SweepRequest
-from hf_train_mcp.request import TrainingRequest, ValidateRequest
-from hf_train_mcp.script_jobs import local_content
-from hf_train_mcp.schemas import (CancelResult, Comparison, CostEstimate, DatasetReport, HardwareList, JobList,
+from hf_train_mcp.jobs.launcher import Launcher, checked_run, claim_id, submission_of
+from hf_train_mcp.jobs.ledger import PENDING, JobRecord, KeyConflict, Ledger, SubmissionInProgress
+from hf_train_mcp.jobs.prepared import Prepared, Progress
+from hf_train_mcp.contract.requests import CompareRequest, EstimateRequest, EvaluateRequest, ExportRequest, ScriptRequest
+from hf_train_mcp.contract.requests import SweepRequest
+from hf_train_mcp.contract.requests import TrainingRequest, ValidateRequest
+from hf_train_mcp.planning.user_script import local_content
+from hf_train_mcp.contract.results import (CancelResult, Comparison, CostEstimate, DatasetReport, HardwareList, JobList,
                                   JobReport, LogPage, Submission, SweepResult)
-from hf_train_mcp.submission import Planner, default_backend, sweep_backend
+from hf_train_mcp.planning.planner import Planner, default_backend, sweep_backend
 
 __all__ = ["Core", "Prepared", "default_backend"]
 Confirm = Callable[[Any], None]  # called with the plan before anything is launched; it raises to stop
@@ -34,7 +42,7 @@ class Core:
     def __init__(self, ledger: Ledger | None = None, access: Access = STDIO):
         self._ledger = ledger
         self.access = access
-        self.planner, self.launcher = Planner(self), Launcher(self)
+        self.planner, self.launcher = Planner(self, plan_sweep=sweeps.plan_sweep), Launcher(self)
         self.following, self.estimator = Following(self), Estimator(self)
 
     @property
@@ -101,7 +109,7 @@ class Core:
         return self.following.job_logs(job_id, offset, limit)
 
     def cancel_job(self, job_id: str) -> CancelResult:
-        sweep = self.ledger.sweep(job_id) if job_id.startswith(sweeps.KEY_PREFIX) else None
+        sweep = self.ledger.sweep(job_id) if job_id.startswith(keys.KEY_PREFIX) else None
         if sweep is not None:
             self.check_sweep_access(sweep)
             stage, message = sweeps.cancel_sweep(self, job_id)
@@ -171,7 +179,7 @@ class Core:
         """Plan, confirm and launch one job; an idempotency key already used returns its job instead. Keys
         shaped like the server's own (measurements', sweep runs') are refused on every tool: one taken by
         another kind of job would wedge the measurement or sweep run it belongs to."""
-        sweeps.refuse_reserved_key(req.idempotency_key, probe=kind == "probe", sweep_run=sweep_run)
+        keys.refuse_reserved_key(req.idempotency_key, probe=kind == "probe", sweep_run=sweep_run)
         backend_name = req.backend or default_backend()
         self.planner.check_access(req, backend_name)
 

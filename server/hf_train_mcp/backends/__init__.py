@@ -22,7 +22,7 @@ DEFAULT_WITHOUT_TOKEN = LocalBackend.name
 def register(cls: type) -> type:
     """Make a backend class known by its `name`. Its traits are class attributes (read without an instance)."""
     global NAMES
-    built = hasattr(sys.modules.get("hf_train_mcp.schemas"), "BackendName")
+    built = hasattr(sys.modules.get("hf_train_mcp.contract.results"), "BackendName")
     if built and cls.name not in BACKENDS:
         raise RuntimeError(f"backend {cls.name!r} registered after the schemas were built: their backend "
                            "parameter would refuse it; register it first")

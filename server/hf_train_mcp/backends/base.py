@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from hf_train_mcp.errors import HubError, NotFoundError
-from hf_train_mcp.render import Script
+from hf_train_mcp.rendering.script import Script
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,12 @@ from dataclasses import replace
 from hf_train_mcp.backends.base import IDEMPOTENCY_LABEL, key_label
 from hf_train_mcp.backends.base import GpuReading, JobGone, JobRef, JobSpec, JobState, LogRead, SubmissionUnknown
 from hf_train_mcp.backends.base import UserRun
-from hf_train_mcp import multinode
+from hf_train_mcp.nodes import rules as multinode
 from hf_train_mcp.credentials import secret_value
 from hf_train_mcp.errors import TrainError
 from hf_train_mcp.hub import bounded, hub_api, hub_error, scrub, status_of, streamed, transient
-from hf_train_mcp.render import Script
-from hf_train_mcp.scripts import sync_excludes
+from hf_train_mcp.rendering.script import Script
+from hf_train_mcp.user_scripts.source import sync_excludes
 
 log = logging.getLogger(__name__)
 UV_IMAGE = "ghcr.io/astral-sh/uv:python3.12-bookworm"

@@ -14,13 +14,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from hf_train_mcp.backends.base import GpuReading, JobGone, JobRef, JobSpec, JobState, LogRead, UserRun
-from hf_train_mcp import scripts
+from hf_train_mcp.user_scripts import source as scripts
+from hf_train_mcp.clock import now_iso
 from hf_train_mcp.credentials import TOKEN_NAMES, secret_value
 from hf_train_mcp.detach import spawn
 from hf_train_mcp.errors import TrainError, EnvironmentMissing, NotFoundError
-from hf_train_mcp.local_runner import CANCEL_FILE, EXIT_FILE, LOG_FILE, STARTED_FILE, TIMEOUT_EXIT
+from hf_train_mcp.backends.local_supervisor import CANCEL_FILE, EXIT_FILE, LOG_FILE, STARTED_FILE, TIMEOUT_EXIT
 from hf_train_mcp.paths import jobs_dir
-from hf_train_mcp.render import Script
+from hf_train_mcp.rendering.script import Script
 
 TRAINING_PACKAGES = ("torch", "transformers", "trl", "datasets", "peft", "accelerate", "trackio")
 # What a local job inherits from the server: how to find programs, caches, GPUs, proxies and certificates.
@@ -254,10 +255,9 @@ class LocalBackend:
         (folder / "launch.json").write_text(json.dumps(launch, indent=2))
         (folder / LOG_FILE).touch()
         # detached: survives the server; its pid is its process group, which cancel stops whole
-        pid = spawn([sys.executable, "-m", "hf_train_mcp.local_runner", str(folder)], cwd=folder,
+        pid = spawn([sys.executable, "-m", "hf_train_mcp.backends.local_supervisor", str(folder)], cwd=folder,
                     log=folder / "runner.err", env=env)  # passed down by the runner, never on disk
         (folder / "pid").write_text(str(pid))
-        from hf_train_mcp.ledger import now_iso  # sqlite3 and the ledger wait for the first job
 
         return JobRef(job_id, folder.as_uri(), "RUNNING", now_iso(), job_dir=str(folder))
 
@@ -315,7 +315,6 @@ class LocalBackend:
         return LogRead(lines[-tail:] if tail else lines[:upto])
 
     def cancel(self, job_id: str, namespace: str | None = None) -> None:
-        from hf_train_mcp.ledger import now_iso
 
         folder = self.job_dir(job_id)
         (folder / CANCEL_FILE).write_text(now_iso())

@@ -8,7 +8,7 @@ from typing import Any
 
 from hf_train_mcp import methods
 from hf_train_mcp.data.images import image_cell_problem
-from hf_train_mcp.schemas import DatasetIssue
+from hf_train_mcp.contract.results import DatasetIssue
 
 ROLES = {"system", "user", "assistant", "tool"}
 # the columns each format is made of (after mapping), in the order layouts are read when no method says otherwise

@@ -6,7 +6,7 @@ import os
 from typing import Any
 
 from hf_train_mcp.data.rules import FORMAT_COLUMNS, SENTENCE_FORMATS, is_conversation
-from hf_train_mcp.schemas import TokenStats
+from hf_train_mcp.contract.results import TokenStats
 
 log = logging.getLogger(__name__)
 TOKENIZER_DEADLINE_S = 8.0

@@ -7,7 +7,7 @@ from typing import Any
 from hf_train_mcp import methods
 from hf_train_mcp.access import STDIO, Access, is_local
 from hf_train_mcp.data import rules
-from hf_train_mcp.chat_template import SHAREGPT_ROLES
+from hf_train_mcp.models.chat_template import SHAREGPT_ROLES
 from hf_train_mcp.data.images import OUTSIDE, image_folder_classes, part_problem, path_problem, sample_image_folder
 from hf_train_mcp.data.layout import layout_problem
 from hf_train_mcp.data.local import MAX_WALK_ENTRIES, data_files, sample_local
@@ -15,7 +15,7 @@ from hf_train_mcp.data.rows import every_row
 from hf_train_mcp.data.tokens import token_stats
 from hf_train_mcp.data.viewer import sample_hub
 from hf_train_mcp.errors import NotFoundError, TrainError
-from hf_train_mcp.schemas import DatasetIssue, DatasetReport, TokenStats
+from hf_train_mcp.contract.results import DatasetIssue, DatasetReport, TokenStats
 
 SAMPLE_CELL_CHARS = 300
 CONVERSATIONS = ("messages", "prompt", "chosen", "rejected", "completion")  # turns whose parts may name images
@@ -119,8 +119,8 @@ def _model_issues(model: str, method: str, token: str | None, *, vision: bool) -
     """Images for a model that reads none as a vision-language model (a text model, a dual encoder such as CLIP),
     a classification or reward head the model has no class for: the family submit_training and estimate_cost
     decide from the same files (model_family.py)."""
-    from hf_train_mcp.model_family import family_of, training_refusal
-    from hf_train_mcp.model_files import model_files
+    from hf_train_mcp.models.family import family_of, training_refusal
+    from hf_train_mcp.models.files import model_files
 
     try:
         files = model_files(model, token)

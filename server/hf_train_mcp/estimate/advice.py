@@ -23,7 +23,7 @@ def model_warnings(size: Any, peft: str) -> list[str]:
     """What the model's architecture and files change in the run: no activation checkpointing (more memory per
     batch), a checkpoint stored quantized (what LoRA on it is), a mixture of experts' experts under 4-bit."""
     from hf_train_mcp.estimate.sizing import four_bit
-    from hf_train_mcp.model_family import NO_ACTIVATION_CHECKPOINTING
+    from hf_train_mcp.models.family import NO_ACTIVATION_CHECKPOINTING
 
     out = []
     if size.model_type in NO_ACTIVATION_CHECKPOINTING:

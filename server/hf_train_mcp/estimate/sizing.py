@@ -9,8 +9,8 @@ from typing import Any
 from hf_train_mcp import engines, methods
 from hf_train_mcp.estimate import constants as C
 from hf_train_mcp.methods.sft import MAX_IMAGE_TOKENS
-from hf_train_mcp.model_family import DUAL_ENCODER_TYPES, NO_ACTIVATION_CHECKPOINTING, Family, family_of
-from hf_train_mcp.model_files import Quantization, model_files, quantization_of, text_config, vision_config
+from hf_train_mcp.models.family import DUAL_ENCODER_TYPES, NO_ACTIVATION_CHECKPOINTING, Family, family_of
+from hf_train_mcp.models.files import Quantization, model_files, quantization_of, text_config, vision_config
 
 log = logging.getLogger(__name__)
 DTYPE_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hf_train_mcp.script_config import TrainingConfig
+from hf_train_mcp.rendering.config import TrainingConfig
 
 Mapping = dict[str, str]
 

@@ -6,7 +6,7 @@ from pydantic import Field
 
 from hf_train_mcp.methods.base import MethodSpec, Option
 from hf_train_mcp.methods.sft import IMAGE_ALIASES, vision_config
-from hf_train_mcp.script_config import TrainingConfig
+from hf_train_mcp.rendering.config import TrainingConfig
 
 BETA_DEFAULT = 0.1  # TRL's DPO and KTO default
 BETA = Option("beta", Annotated[float, Field(ge=0, le=10, description="DPO/KTO KL strength; distill 0 fwd.."

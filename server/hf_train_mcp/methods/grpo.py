@@ -8,10 +8,10 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field
 
-from hf_train_mcp import pysource
+from hf_train_mcp.rendering import pysource
 from hf_train_mcp.methods.base import MethodSpec, Option
 from hf_train_mcp.methods.sft import IMAGE_ALIASES, vision_config
-from hf_train_mcp.script_config import TrainingConfig
+from hf_train_mcp.rendering.config import TrainingConfig
 
 NUM_GENERATIONS_DEFAULT = 8
 MAX_COMPLETION_DEFAULT = 256  # TRL's 512 doubles generation time; most reasoning-format tasks fit 256

@@ -5,7 +5,7 @@ from typing import Annotated
 from pydantic import Field
 
 from hf_train_mcp.methods.base import MethodSpec, Option
-from hf_train_mcp.script_config import TrainingConfig
+from hf_train_mcp.rendering.config import TrainingConfig
 
 PACKING = Option("packing", Annotated[bool, Field(description="SFT: pack rows into max_length sequences")],
                  sizing=True, default=False, top_level=True)  # the tool contract names it

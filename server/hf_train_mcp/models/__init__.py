@@ -1,0 +1,1 @@
+"""What a model is, read from its own files (config.json and the files beside it)."""

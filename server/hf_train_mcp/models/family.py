@@ -1,0 +1,355 @@
+"""What a model is, decided from its own files, in one place for every tool: validate_dataset's model check,
+estimate_cost's sizing, submit_training's model checks, and the evaluation and export of a model no job of this
+server trained.
+
+The files decide in this order: modules.json (or the Hub's library_name) makes a sentence-transformers model; a
+dual encoder's model type (CLIP, SigLIP: a vision and a text tower side by side, no text written); a vision tower
+(`vision_config`) with a generating architecture, an image token id or the image-text-to-text tag makes a
+vision-language model, flat (Qwen2-VL) or nested (LLaVA); then config.json's `architectures` head
+(*ForCausalLM, *ForSequenceClassification, *ForImageClassification, *ForMaskedLM, *Model); then the pipeline tag.
+"""
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hf_train_mcp.models.files import ModelFiles, Quantization
+
+VISION_LANGUAGE = "vision-language"
+CAUSAL_LM = "causal-lm"
+DUAL_ENCODER = "dual-encoder"
+EMBEDDING = "sentence-transformers"
+ENCODER = "encoder"  # a base or masked-LM encoder: no task head
+TEXT_CLASSIFIER = "text-classifier"
+IMAGE_CLASSIFIER = "image-classifier"
+IMAGE_ENCODER = "image-encoder"
+SEQ2SEQ = "seq2seq"
+UNKNOWN = "unknown"  # nothing was read (offline, or no config.json)
+
+DUAL_ENCODER_TYPES = frozenset({"clip", "siglip", "siglip2", "chinese_clip", "altclip", "align", "owlvit", "owlv2",
+                                "metaclip_2", "x_clip"})
+_GENERATING = re.compile(r"(ForConditionalGeneration|ImageTextToText|ForVision2Seq|VisionText2Text|ForCausalLM)$")
+_IMAGE_TOKEN_KEYS = ("image_token_id", "image_token_index")
+VLM_TAGS = frozenset({"image-text-to-text", "visual-question-answering", "image-to-text"})
+_TAG_KINDS = {"text-generation": CAUSAL_LM, "fill-mask": ENCODER, "feature-extraction": ENCODER,
+              "sentence-similarity": EMBEDDING, "text-classification": TEXT_CLASSIFIER,
+              "image-classification": IMAGE_CLASSIFIER, "image-feature-extraction": IMAGE_ENCODER,
+              "zero-shot-image-classification": DUAL_ENCODER, "image-text-to-text": VISION_LANGUAGE,
+              "text2text-generation": SEQ2SEQ}
+# Model types whose transformers classes (sequence and image classification, causal LM) cannot checkpoint
+# activations (`supports_gradient_checkpointing` unset): their scripts train with it off (templates' checkpointing())
+# and the estimate keeps every layer's activations. tests/test_model_families.py holds it to transformers.
+NO_ACTIVATION_CHECKPOINTING = frozenset({
+    "albert", "bit", "convnext", "convnextv2", "cpmant", "ctrl", "cvt", "dinat", "efficientnet", "flaubert", "funnel",
+    "gpt_neox_japanese", "hgnet_v2", "ibert", "jetmoe", "layoutlmv2", "layoutlmv3", "levit", "markuplm",
+    "mobilenet_v1", "mobilenet_v2", "mpnet", "openai-gpt", "perceiver", "poolformer", "pvt", "reformer", "regnet",
+    "resnet", "shieldgemma2", "squeezebert", "textnet", "timm_wrapper", "xlm", "xlnet"})
+# for a model one can pick instead, by what the caller wanted to do
+VLM_EXAMPLES = ("Qwen/Qwen2-VL-2B-Instruct", "HuggingFaceTB/SmolVLM-Instruct")
+TEXT_CLASSIFIER_EXAMPLES = ("answerdotai/ModernBERT-base", "Qwen/Qwen2.5-0.5B")
+REWARD_EXAMPLE = "Qwen/Qwen2.5-0.5B-Instruct"
+# Vision-language model types transformers also gives a sequence-classification class
+# (AutoModelForSequenceClassification loads them); every other VLM has none ("Unrecognized configuration class" at
+# load). tests/test_family_plans.py holds both tables to transformers' auto mappings.
+SEQUENCE_CLASSIFIER_VLMS = frozenset({"gemma3", "mistral4", "qwen3_5", "t5gemma2"})
+# Bidirectional encoders (and BART-style encoder-decoders): the model types transformers gives both a masked-LM and
+# a sequence-classification class. TRL's RewardTrainer appends the tokenizer's EOS to every sequence
+# (trl/trainer/reward_trainer.py add_eos: `if not example["chosen"].endswith(eos_token)`), which BERT's and
+# DistilBERT's tokenizers do not have (TypeError).
+ENCODER_TYPES = frozenset({
+    "albert", "bart", "bert", "big_bird", "camembert", "convbert", "data2vec-text", "deberta", "deberta-v2",
+    "distilbert", "electra", "ernie", "esm", "esmc", "eurobert", "flaubert", "fnet", "funnel", "gte", "ibert",
+    "jina_embeddings_v3", "layoutlm", "longformer", "luke", "mbart", "megatron-bert", "mobilebert", "modernbert",
+    "modernvbert", "mpnet", "mra", "mvp", "nomic_bert", "nystromformer", "perceiver", "reformer", "rembert", "roberta",
+    "roberta-prelayernorm", "roc_bert", "roformer", "squeezebert", "tapas", "ultrabert", "ultravbert", "xlm",
+    "xlm-roberta", "xlm-roberta-xl", "xmod", "yoso"})
+# Mixtures of experts whose LoRA PEFT rewrites for transformers 5's fused experts (peft/utils/
+# transformers_weight_conversion.py _convert_peft_config_moe: every model type transformers' conversion_mapping.py
+# maps to "mixtral" or "qwen2_moe", and mixtral itself): a target reaching the experts or the router (all-linear, a
+# regex, or one of their v4 names) becomes a target_parameters entry, a lora.ParamWrapper, which refuses
+# lora_dropout != 0 (peft/tuners/lora/layer.py ParamWrapper.__init__). qwen2_moe itself is not rewritten: its
+# experts, 3D parameters, are no LoRA target at all. tests/test_family_plans.py holds the table to peft.
+MIXTRAL_STYLE_EXPERTS = frozenset({"minimax", "minimax_m2", "mixtral"})
+FUSED_EXPERT_LORA = MIXTRAL_STYLE_EXPERTS | frozenset({
+    "afmoe", "beam", "cohere2_moe", "deepseek_v2", "deepseek_v3", "deepseek_v32", "dots1", "ernie4_5_moe",
+    "exaone_moe", "flex_olmo", "glm4_moe", "glm4_moe_lite", "glm4v_moe", "glm_moe_dsa", "hunyuan_v1_moe",
+    "longcat_flash", "mellum", "olmoe", "qwen3_moe", "qwen3_next", "qwen3_omni_moe", "qwen3_omni_moe_text",
+    "qwen3_omni_moe_thinker", "sarvam_mla", "solar_open"})
+
+
+@dataclass(frozen=True)
+class Family:
+    kind: str
+    model_type: str | None = None
+    architecture: str | None = None
+    why: str = ""  # the file and field that decided it
+    classes: int = 0  # a classifier head's outputs (config.json id2label): 1 is a reward model's score
+
+    @property
+    def vision_language(self) -> bool:
+        return self.kind == VISION_LANGUAGE
+
+    @property
+    def known(self) -> bool:
+        return self.kind != UNKNOWN
+
+    @property
+    def generates_text(self) -> bool:
+        """A model a chat method (SFT, DPO, GRPO, ...) can train: it writes text (unknown: let the job decide)."""
+        return self.kind in (CAUSAL_LM, VISION_LANGUAGE, UNKNOWN)
+
+    def describe(self) -> str:
+        what = {VISION_LANGUAGE: "a vision-language model", CAUSAL_LM: "a causal language model",
+                DUAL_ENCODER: "a dual encoder (an image and a text tower side by side that embed, and write no text)",
+                EMBEDDING: "a sentence-transformers embedding model", ENCODER: "an encoder without a task head",
+                TEXT_CLASSIFIER: "a text classifier", IMAGE_CLASSIFIER: "an image classifier",
+                IMAGE_ENCODER: "an image encoder", SEQ2SEQ: "an encoder-decoder (seq2seq) model",
+                UNKNOWN: "a model of unknown family"}[self.kind]
+        named = ", ".join(x for x in (self.architecture, f"model_type {self.model_type!r}" if self.model_type
+                                      else None) if x)
+        return f"{what} ({named})" if named else what
+
+
+def _architecture(config: dict) -> str | None:
+    archs = config.get("architectures")
+    return str(archs[0]) if isinstance(archs, list) and archs else None
+
+
+def _is_vision_language(config: dict, arch: str | None, tag: str | None) -> bool:
+    if not isinstance(config.get("vision_config"), dict):
+        return False
+    return bool(arch is None or _GENERATING.search(arch)  # no head named: its vision tower says it (dual encoders
+                # were told apart by their model type first) or any(config.get(k) is not None for k in _IMAGE_TOKEN_KEYS)
+                or tag in VLM_TAGS)
+
+
+def _by_head(arch: str, config: dict) -> str | None:
+    if arch.endswith("ForSequenceClassification"):
+        return TEXT_CLASSIFIER
+    if arch.endswith("ForImageClassification"):
+        return IMAGE_CLASSIFIER
+    if arch.endswith(("ForCausalLM", "LMHeadModel")):
+        return CAUSAL_LM
+    if arch.endswith("ForConditionalGeneration"):
+        return SEQ2SEQ
+    if arch.endswith(("ForMaskedLM", "ForPreTraining", "ForTokenClassification", "ForQuestionAnswering",
+                      "ForMultipleChoice")):
+        return ENCODER
+    if arch.endswith("Model"):  # the bare backbone: text (a vocabulary) or images
+        return ENCODER if config.get("vocab_size") else IMAGE_ENCODER
+    return None
+
+
+def decide(config: dict | None, *, pipeline_tag: str | None = None, library_name: str | None = None,
+           sentence_transformers: bool = False) -> Family:
+    """The family of a model from its config.json, the Hub's tags and whether it has modules.json."""
+    model_type = str(config.get("model_type")) if config and config.get("model_type") else None
+    arch = _architecture(config) if config else None
+    labels = config.get("id2label") if config else None
+    common = {"model_type": model_type, "architecture": arch, "classes": len(labels) if isinstance(labels, dict) else 0}
+    if sentence_transformers or library_name == "sentence-transformers":
+        return Family(EMBEDDING, **common, why="modules.json (sentence-transformers)")
+    if config is None:
+        kind = _TAG_KINDS.get(pipeline_tag or "", UNKNOWN)
+        return Family(kind, why=f"pipeline tag {pipeline_tag!r}" if kind != UNKNOWN else "no config.json read")
+    if model_type in DUAL_ENCODER_TYPES:
+        return Family(DUAL_ENCODER, **common, why=f"config.json model_type {model_type!r}")
+    if _is_vision_language(config, arch, pipeline_tag):
+        return Family(VISION_LANGUAGE, **common, why="config.json vision_config with a generating architecture")
+    if isinstance(config.get("vision_config"), dict) and isinstance(config.get("text_config"), dict):
+        return Family(DUAL_ENCODER, **common, why="config.json vision_config + text_config, no text generation")
+    kind = _by_head(arch, config) if arch else None
+    if kind:
+        return Family(kind, **common, why=f"config.json architectures {arch!r}")
+    if pipeline_tag in _TAG_KINDS:
+        return Family(_TAG_KINDS[pipeline_tag], **common, why=f"pipeline tag {pipeline_tag!r}")
+    kind = CAUSAL_LM if config.get("vocab_size") or config.get("text_config") else IMAGE_ENCODER
+    return Family(kind, **common, why="config.json (no architectures named)")
+
+
+# the families whose modules.json decides whether they are sentence-transformers models (a decoder with a
+# generating head is used as one only through its own modules.json, which the Hub's library_name then says)
+_EMBEDDABLE = frozenset({ENCODER, UNKNOWN, IMAGE_ENCODER, DUAL_ENCODER})
+
+
+def family_of(files: ModelFiles) -> Family:
+    """The family of the model these files belong to; modules.json (and sentence_bert_config.json) are read only
+    where they can change the answer and the Hub's library_name has not said it already."""
+    found = decide(files.config, pipeline_tag=files.pipeline_tag, library_name=files.library_name)
+    if found.kind == EMBEDDING or files.config is None or (found.kind not in _EMBEDDABLE and not files.local):
+        return found
+    if files.library_name and not files.local:
+        return found
+    modules = files.json("modules.json")
+    if isinstance(modules, list) and modules or (files.local and files.json("sentence_bert_config.json")):
+        return decide(files.config, pipeline_tag=files.pipeline_tag, sentence_transformers=True)
+    return found
+
+
+MAX_ROUTER_DEPTH = 4  # routers inside routers, read this deep (deeper ones are reported as custom)
+
+
+def custom_modules(folder: Path, depth: int = 0) -> list[str]:
+    """The module classes a local sentence-transformers folder names outside `sentence_transformers.*`: its
+    modules.json's types and its routers' (router_config.json, else config.json, "types"). sentence-transformers
+    imports each from the folder's own Python files whatever trust_remote_code says, a local folder being trusted
+    (util/misc.py import_module_class: `trusted = trust_remote_code or is_local_dir`)."""
+    modules = _json_file(folder / "modules.json") if depth == 0 else None
+    if depth:
+        config = _json_file(folder / "router_config.json") or _json_file(folder / "config.json")
+        types = config.get("types") if isinstance(config, dict) else None
+        modules = [{"type": t, "path": name} for name, t in types.items()] if isinstance(types, dict) else []
+    found = []
+    for module in modules if isinstance(modules, list) else []:
+        kind = module.get("type") if isinstance(module, dict) else module
+        if not isinstance(kind, str) or not kind.startswith("sentence_transformers."):
+            found.append(str(kind))
+        elif kind.rsplit(".", 1)[-1] == "Router":
+            inner = folder / str(module.get("path") or "")
+            found += custom_modules(inner, depth + 1) if depth < MAX_ROUTER_DEPTH else [kind]
+    return found
+
+
+def _json_file(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def training_refusal(family: Family, model: str, *, method: str, generative: bool, vision: bool,
+                     sequence_head: bool = False, appends_eos: bool = False) -> str | None:
+    """Why a model cannot be trained this way, with what to pick instead; None when it can (or is unknown).
+    sequence_head: the method loads AutoModelForSequenceClassification (text-classification, reward);
+    appends_eos: it ends every text with an end token (reward: a causal LM is the example to pick)."""
+    if not family.known:
+        return None
+    if sequence_head:
+        refusal = _sequence_head_refusal(family, model, method=method, appends_eos=appends_eos)
+        if refusal:
+            return refusal
+    instead_vlm = ", ".join(m for m in VLM_EXAMPLES if m.lower() != model.lower())
+    if vision and not family.vision_language:
+        extra = (" To fine-tune its image and text embeddings, use its own contrastive recipe (open_clip, or "
+                 "sentence-transformers' CLIP support): this server trains vision-language models that write "
+                 "text." if family.kind == DUAL_ENCODER else "")
+        return (f"the rows hold images, but {model} is {family.describe()}, which reads no images as a "
+                f"vision-language model: pick an image-text-to-text model (e.g. {instead_vlm}), or map the text "
+                f"columns only.{extra} Nothing was launched.")
+    if generative and not family.generates_text:
+        return (f"method={method!r} trains a model that writes text, and {model} is {family.describe()}: pick a "
+                "causal language model (or an image-text-to-text model for images); for an encoder, "
+                "method='text-classification' or 'embedding' fit. Nothing was launched.")
+    return None
+
+
+def _sequence_head_refusal(family: Family, model: str, *, method: str, appends_eos: bool) -> str | None:
+    """A text classifier's or reward model's head on a model transformers has no sequence-classification class for
+    (most VLMs, dual encoders, image models). An encoder whose tokenizer has no EOS (BERT) is no reason: the reward
+    script ends its texts with the [SEP] token instead (templates/reward.py.j2)."""
+    instead = (f"a causal language model (e.g. {REWARD_EXAMPLE})" if appends_eos else
+               f"a text encoder or a causal language model (e.g. {' or '.join(TEXT_CLASSIFIER_EXAMPLES)})")
+    no_head = (family.kind == VISION_LANGUAGE and family.model_type not in SEQUENCE_CLASSIFIER_VLMS) or family.kind in (
+        DUAL_ENCODER, IMAGE_CLASSIFIER, IMAGE_ENCODER)
+    if no_head:
+        images = (" To teach it labels of images, train it with method='sft' on rows whose answer is the label"
+                  if family.kind == VISION_LANGUAGE else " For images, method='image-classification' fits"
+                  if family.kind in (IMAGE_CLASSIFIER, IMAGE_ENCODER) else "")
+        return (f"method={method!r} puts a sequence-classification head on the model, and {model} is "
+                f"{family.describe()}, for which transformers has no AutoModelForSequenceClassification class (the "
+                f"job would fail loading it): pick {instead}.{images} Nothing was launched.")
+    return None
+
+
+def lora_reaches_experts(model_type: str | None, targets: str | list[str]) -> bool:
+    """Whether PEFT turns these LoRA targets into parameter wrappers on a mixture of experts' fused experts or
+    router (which need lora_dropout=0): 'all-linear' and a regex always may; a list where a name is one of the
+    experts' or the router's pre-transformers-5 names (peft's _MOE_TARGET_MODULE_MAPPING keys)."""
+    if model_type not in FUSED_EXPERT_LORA:
+        return False
+    if isinstance(targets, str):
+        return True
+    names = {"gate", "w1", "w2", "w3"} if model_type in MIXTRAL_STYLE_EXPERTS else {
+        "gate", "gate_proj", "up_proj", "down_proj"}
+    return any(t.rsplit(".", 1)[-1] in names for t in targets)
+
+
+def lora_target_refusal(modules: frozenset[str] | None, targets: list[str], model: str) -> str | None:
+    """Why LoRA target names would adapt nothing of the model, with the names it has; None when one matches (or
+    its modules are unknown). PEFT adapts a module whose dotted name is a target or ends with '.' + target
+    (peft/tuners/tuners_utils.py check_target_module_exists: `key.endswith(f".{target_key}")`), and stops with
+    NoMatchingPeftModuleError only when no target matches (inject_adapter: "Target modules ... not found in the
+    base model"); one unmatched name among matched ones adapts the others."""
+    if not modules or any(m == t or m.endswith("." + t) for m in modules for t in targets):
+        return None
+    leaves = sorted({m.rsplit(".", 1)[-1] for m in modules} - {""}, key=lambda n: (n.isdigit(), n))
+    named = ", ".join(repr(n) for n in leaves[:24] if not n.isdigit()) + (", ..." if len(leaves) > 24 else "")
+    return (f"lora_target_modules {targets} name no module of {model} (PEFT would stop with "
+            f"NoMatchingPeftModuleError when the job builds its trainer): its weights belong to modules named "
+            f"{named}. Send some of those (e.g. the attention projections), or leave lora_target_modules out for "
+            "every linear layer. Nothing was launched.")
+
+
+def quantization_refusal(quantization: Quantization | None, model: str, *, peft: str) -> str | None:
+    """Why a checkpoint stored quantized cannot be trained with this peft, and what to send; None when it can.
+    bitsandbytes 4/8-bit: LoRA and QLoRA train adapters on the stored weights (transformers keeps the model's own
+    quantization_config over the script's: quantizers/auto.py merge_quantization_configs). MXFP4 (gpt-oss): the job
+    has no `kernels` package, so transformers dequantizes it to bf16 (quantizers/quantizer_mxfp4.py) and LoRA trains
+    that. No other format loads in the job (GPTQ/AWQ need optimum + gptqmodel, FP8 on compute capability >= 8.9 the
+    `kernels` package), and no quantized model takes a full fine-tune (transformers/trainer_utils.py: "You cannot
+    perform fine-tuning on purely quantized models")."""
+    if quantization is None:
+        return None
+    original = ("the unquantized original it was made from (its model card's base_model), which trains in full, "
+                "LoRA or QLoRA")
+    stored = f"{model} is stored quantized ({quantization.describe()}, config.json quantization_config)"
+    if quantization.bitsandbytes or quantization.method == "mxfp4":
+        if peft == "full":
+            return (f"{stored}: transformers fine-tunes no quantized model in full (only adapters on top of it). Send "
+                    f"peft='lora' (it trains as QLoRA on the stored weights), or pick {original}. Nothing was "
+                    "launched." if quantization.bitsandbytes else
+                    f"{stored}: transformers fine-tunes no quantized model in full. Send peft='lora' (the job "
+                    f"dequantizes it to bf16 and trains adapters), or pick {original}. Nothing was launched.")
+        if peft == "qlora" and quantization.method == "mxfp4":
+            return (f"{stored}: peft='qlora' asks bitsandbytes to quantize a model already stored in MXFP4, which "
+                    "transformers refuses. Send peft='lora' (the job dequantizes it to bf16). Nothing was launched.")
+        return None
+    return (f"{stored}: the training job cannot load {quantization.method} weights (they need that format's own "
+            f"packages and kernels, which the job does not install), and no quantized model takes a full fine-tune. "
+            f"Pick {original}; peft='qlora' of it needs about the memory of this checkpoint. Nothing was launched.")
+
+
+# what a model no job of this server trained is evaluated and exported as, by its family (followup.for_family)
+FOLLOWUP_METHODS = {EMBEDDING: "embedding", TEXT_CLASSIFIER: "text-classification",
+                    IMAGE_CLASSIFIER: "image-classification"}
+_FOLLOWUP_INSTEAD = {
+    ENCODER: "train it first (submit_training with method='text-classification' on labelled rows, or "
+             "method='embedding' on pairs) and pass that job_id; or pass a model with a trained head (a "
+             "*ForSequenceClassification checkpoint) or a sentence-transformers model (modules.json)",
+    IMAGE_ENCODER: "train it first (submit_training with method='image-classification') and pass that job_id, or "
+                   "pass a *ForImageClassification checkpoint",
+    DUAL_ENCODER: "this server evaluates and exports models it can train: vision-language models that write text "
+                  f"(e.g. {VLM_EXAMPLES[0]}), causal language models, classifiers and sentence-transformers models",
+    SEQ2SEQ: "this server evaluates and exports causal and vision-language models, classifiers and "
+             "sentence-transformers models",
+}
+
+
+def followup_method(family: Family) -> str | None:
+    """The method whose evaluation and export fit a model of this family (None: a language model's)."""
+    if family.kind == TEXT_CLASSIFIER and family.classes == 1:
+        return "reward"  # one score, no classes
+    return FOLLOWUP_METHODS.get(family.kind)
+
+
+def followup_refusal(family: Family, ref: str, what: str) -> str | None:
+    """Why no evaluation or export (`what`) of this server can read a model of this family, and what to send."""
+    if family.kind not in _FOLLOWUP_INSTEAD:
+        return None
+    head = (" It has no trained task head, so an accuracy would score a randomly initialised classifier, and "
+            "llama.cpp converts an encoder only as an embedding model with the pooling of its modules.json, which "
+            "it has none of." if family.kind in (ENCODER, IMAGE_ENCODER) else "")
+    return (f"{ref} is {family.describe()}, which no {what} of this server can read: "
+            f"{_FOLLOWUP_INSTEAD[family.kind]}.{head} Nothing was launched.")

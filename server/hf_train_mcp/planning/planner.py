@@ -1,0 +1,418 @@
+"""Preparing a submission: the request checked (access, data, chat template), sized, planned and rendered into
+a Prepared job (training, measurement, evaluation, export) or a sweep plan, before anything is launched.
+
+Previews are kept a few minutes, so that a spend confirmation asked in between does not plan twice.
+"""
+
+import json
+import os
+import time
+from pathlib import Path
+from collections.abc import Callable
+from typing import Any
+
+from hf_train_mcp import backends, methods
+
+from hf_train_mcp.access import is_local
+from hf_train_mcp.backends.local import has_cuda
+from hf_train_mcp.models.chat_template import has_chat_template
+from hf_train_mcp.data import rules
+from hf_train_mcp.data.validate import image_facts, outside_images, validate_dataset
+from hf_train_mcp.durations import format_duration
+from hf_train_mcp.errors import TrainError, DatasetError
+from hf_train_mcp.estimate.hardware import get_catalog
+from hf_train_mcp.estimate.sizing import ModelSize, model_size
+from hf_train_mcp.planning.followups import EvalData, Subject, job_data, method_for_format, plan_evaluation, plan_export
+from hf_train_mcp.planning.followups import check_job_inputs, for_family, subject_from_job, subject_from_ref
+from hf_train_mcp.jobs.host import Host
+from hf_train_mcp.hub import adapter_config, hub_endpoint, hub_token, repo_has_file, resolve_identity
+from hf_train_mcp.estimate.measured import config_key
+from hf_train_mcp.models.family import custom_modules
+from hf_train_mcp.planning.training import DataFacts, plan_run
+from hf_train_mcp.jobs.prepared import Prepared, Progress
+from hf_train_mcp.contract.requests import EstimateRequest, EvaluateRequest, ExportRequest, RunShape, ScriptRequest
+from hf_train_mcp.contract.requests import SweepRequest, TrainingRequest
+from hf_train_mcp.contract.results import DatasetReport
+from hf_train_mcp.planning.user_script import plan_script, read_source
+from hf_train_mcp.user_scripts.source import source_kind
+from hf_train_mcp.planning.targets import check_push_target, check_trackio_space
+
+PREVIEW_TTL_S = 300.0
+PREVIEWS_KEPT = 16
+
+
+class Previewed(Exception):
+    """Raised by a preview's confirm hook: the plan is caught, nothing is launched."""
+
+
+def default_backend() -> str:
+    chosen = os.environ.get("HF_TRAIN_BACKEND")
+    if chosen in backends.NAMES:
+        return chosen
+    return backends.default(token=hub_token())
+
+
+def sweep_backend(req: SweepRequest) -> str:
+    return req.base.get("backend") or default_backend()
+
+
+def refusal(report: DatasetReport, dataset: str, problem: str) -> str:
+    """Why a dataset was refused, with the mapping that fixes it when there is one."""
+    errors = "; ".join(i.message + (f" (row {i.row})" if i.row is not None else "")
+                       for i in report.issues if i.severity == "error")
+    mapping = (f" Suggested column_mapping: {json.dumps(report.suggested_column_mapping)}."
+               if report.suggested_column_mapping else "")
+    return (f"dataset {dataset!r} {problem}: {errors}.{mapping} Fix the data or pass column_mapping; nothing was "
+            "launched.")
+
+
+class Planner:
+    def __init__(self, host: Host, *, plan_sweep: Callable[..., Any]) -> None:
+        self.host = host
+        self._plan_sweep = plan_sweep  # sweeps.sweep.plan_sweep: a sweep's runs are planned by the sweeps room
+        self._previews: dict[str, tuple[float, Prepared]] = {}
+
+    def model_size(self, model: str, token: str | None, offline: bool) -> ModelSize:
+        self.host.access.check_ref(model, "model")
+        if is_local(model):  # the job would import the folder's own module classes (model_family.custom_modules)
+            self.host.access.check_model_code(model, custom_modules(Path(model).expanduser()))
+        try:
+            return model_size(model, token, offline=offline)
+        except ValueError as exc:
+            raise TrainError(str(exc)) from None
+
+    def teacher_size(self, req: RunShape, token: str | None, offline: bool) -> ModelSize | None:
+        """A distillation's teacher: its forwards and its weights count in the time and memory."""
+        teacher = getattr(req, "teacher_model", None)
+        return self.model_size(teacher, token, offline=offline) if teacher else None
+
+    def _resume_source(self, req: TrainingRequest, backend_name: str) -> tuple[str | None, str | None]:
+        """(Hub repo, folder) that holds the checkpoint `resume_from` names; (None, None) without resume_from."""
+        if not req.resume_from:
+            return None, None
+        previous = self.host.ledger.get(req.resume_from)
+        if previous is None:
+            if "/" in req.resume_from and not is_local(req.resume_from):
+                return req.resume_from, None
+            raise TrainError(f"resume_from={req.resume_from!r} is neither a job id from list_jobs nor a Hub repo "
+                             "'owner/name'")
+        if previous.kind != "train":
+            raise TrainError(f"resume_from={req.resume_from!r} is a {previous.kind} job, not a training job: resume "
+                             "from a submit_training job (list_jobs), or a Hub repo 'owner/name' with checkpoints")
+        check_job_inputs(self.host.access, previous, TrainingRequest.model_validate_json(previous.request_json))
+        if not backends.traits(previous.backend).pushes_to_hub:
+            if not backends.traits(backend_name).reads_local_paths:
+                raise TrainError(f"job {req.resume_from} ran on this machine: its checkpoints are not on the Hub; "
+                                 f"resume it with backend={previous.backend!r}")
+            return None, previous.output_dir
+        if previous.output_bucket and previous.output_bucket == req.output_bucket and previous.output_dir:
+            return None, previous.output_dir  # the same bucket is mounted: its checkpoints are right there
+        if previous.hub_model_id:
+            return previous.hub_model_id, None
+        raise TrainError(f"job {req.resume_from} pushed no model repo to resume from; pass a Hub repo id")
+
+    def check_access(self, req: Any, backend_name: str) -> None:
+        if backends.traits(backend_name).needs_local_jobs_permission:
+            self.host.access.check_local_jobs()
+        if getattr(req, "reward_code", None):
+            self.host.access.check_reward_code()
+        if isinstance(req, ScriptRequest):
+            self.host.access.check_scripts()
+            if req.folder:
+                self.host.access.check_path(req.folder, "folder")
+            elif req.script is not None and source_kind(req.script) == "path":
+                self.host.access.check_path(req.script, "script")
+        for ref, what in ((getattr(req, "model", None), "model"), (getattr(req, "dataset", None), "dataset"),
+                          (getattr(req, "teacher_model", None), "teacher model")):
+            if ref and self.host.ledger_job(ref) is None:  # a job id names this server's own output, not a caller's path
+                self.host.access.check_ref(ref, what)
+
+    def _checked_dataset(self, req: TrainingRequest, token: str | None
+                         ) -> tuple[TrainingRequest, DataFacts, list[str]]:
+        """Validate the dataset (unless skipped): refuse one with errors, adopt its suggested mapping and config."""
+        if req.skip_validation:  # the format goes unchecked, never what the job may open
+            outside = outside_images(req.dataset, req.column_mapping, self.host.access)
+            if outside is not None:
+                raise DatasetError(f"{outside.message}. Nothing was submitted.")
+            return req, DataFacts(), ["dataset validation skipped: format problems will surface in the job"]
+        report = validate_dataset(req.dataset, req.method, split=req.dataset_split, config=req.dataset_config,
+                                  column_mapping=req.column_mapping, token=token, max_length=req.max_length,
+                                  access=self.host.access, model=req.model)  # token lengths size the run
+        if not report.valid:
+            raise DatasetError(refusal(report, req.dataset, f"will not train with {req.method}"))
+        warnings = []
+        # The job gets exactly the mapping validation approved: a partial one completed by the suggestion.
+        if (report.suggested_column_mapping or {}) != (req.column_mapping or {}):
+            req = req.model_copy(update={"column_mapping": report.suggested_column_mapping})
+            warnings.append(f"applied column_mapping {json.dumps(report.suggested_column_mapping)} from validation")
+        if req.dataset_config is None and report.config and report.config != "default":
+            req = req.model_copy(update={"dataset_config": report.config})
+        first = report.sample_rows[0] if report.sample_rows else {}
+        conversational = report.detected_format in ("messages", "vision_messages",
+                                                    "conversational_prompt_completion") or any(
+            rules.is_conversation(first.get(c)) for c in ("prompt", "chosen", "rejected", "completion"))
+        if report.token_stats is None:
+            why = report.no_token_stats or "no tokenizer"
+            warnings.append(f"{why}: the estimate and default timeout assume "
+                            f"{methods.get(req.method).tokens_per_example} tokens per row; pass timeout= for longer rows")
+        data = DataFacts(num_rows=report.num_rows, mean_tokens=report.token_stats.mean if report.token_stats else None,
+                         conversational=conversational, **image_facts(report))
+        return req, data, warnings
+
+    @staticmethod
+    def _check_chat_template(req: TrainingRequest, token: str | None) -> None:
+        if has_chat_template(req.model, token, local=is_local(req.model)) is False:
+            raise TrainError(f"{req.model} has no chat template and this dataset is conversational, so the job would "
+                             "fail when it formats the first row: send chat_template='chatml', or use the model's "
+                             "instruct/chat version. Nothing was submitted.")
+
+    def preview(self, req: Any, *, kind: str = "train", progress: Progress | None = None) -> Prepared:
+        """Everything a submission decides before it launches (validated data, plan, script), kept for a few
+        minutes so that a confirmation asked in between does not plan the same request twice."""
+        if kind == "probe":
+            return self._measurement_preview(req, progress)
+        if kind == "sweep":  # each run is checked as it is planned
+            backend_name = sweep_backend(req)
+        else:
+            backend_name = req.backend or default_backend()
+            self.check_access(req, backend_name)
+        prepared = self.prepare(req, backend_name, kind=kind, progress=progress)
+        self._previews[self._preview_key(req, kind)] = (time.monotonic(), prepared)
+        while len(self._previews) > PREVIEWS_KEPT:
+            self._previews.pop(next(iter(self._previews)))
+        return prepared
+
+    def _measurement_preview(self, req: EstimateRequest, progress: Progress | None) -> Prepared | None:
+        """The measurement job estimate_cost(measure=True) would launch, planned and kept like any preview; None
+        when it would launch none (a measurement of these settings ran or is running)."""
+        if not req.measure:
+            return None
+        caught: list[Prepared] = []
+
+        def stop(prepared: Prepared) -> None:
+            caught.append(prepared)
+            raise Previewed
+
+        try:
+            self.host.estimate_cost(req, progress=progress, confirm=stop)
+        except Previewed:
+            prepared = caught[0]
+            self._previews[self._preview_key(prepared.req, "probe")] = (time.monotonic(), prepared)
+            return prepared
+        return None
+
+    @staticmethod
+    def _preview_key(req: Any, kind: str) -> str:
+        return f"{kind}:{type(req).__name__}:{req.model_dump_json()}"
+
+    def prepare(self, req: Any, backend_name: str, *, kind: str = "train",
+                 progress: Progress | None = None) -> Prepared:
+        cached = self._previews.pop(self._preview_key(req, kind), None)
+        if cached is not None and time.monotonic() - cached[0] < PREVIEW_TTL_S:
+            return cached[1]
+        prepare = {"evaluate": self._prepare_evaluation, "export": self._prepare_export,
+                   "sweep": self._prepare_sweep, "script": self._prepare_script}.get(kind, self._prepare_training)
+        return prepare(req, backend_name, kind=kind, progress=progress or (lambda message: None))
+
+    def _prepare_sweep(self, req: SweepRequest, backend_name: str, *, kind: str,
+                       progress: Progress) -> Any:
+        return self._plan_sweep(self.host, req, backend_name, progress)
+
+    def _prepare_script(self, req: ScriptRequest, backend_name: str, *, kind: str, progress: Progress) -> Prepared:
+        """run_script: the caller's program read (a URL fetched, a folder hashed) and planned like any job."""
+        where = backends.traits(backend_name)
+        token = hub_token() if where.catalog_from_hub else None
+        namespace = self._namespace(req, backend_name, token)
+        progress("reading the script")
+        source = read_source(req, self.host.access)
+        plan = plan_script(req, source, backend=backend_name, catalog=get_catalog(token, offline=not token),
+                           namespace=namespace, access=self.host.access)
+        return self._package(req, backend_name, kind, namespace, plan, hub_model_id=None, model=source.label,
+                             dataset=None, reads=[])
+
+    @staticmethod
+    def _namespace(req: Any, backend_name: str, token: str | None) -> str | None:
+        """Whose account an HF job runs under (a dry run without a token guesses it from hub_model_id)."""
+        if not backends.traits(backend_name).has_namespace:
+            return None
+        if token or not req.dry_run:
+            return resolve_identity(token).name
+        return req.hub_model_id.split("/")[0] if getattr(req, "hub_model_id", None) else None
+
+    def _prepare_training(self, req: TrainingRequest, backend_name: str, *, kind: str,
+                          progress: Progress) -> Prepared:
+        step = progress
+        where = backends.traits(backend_name)
+        here = not where.catalog_from_hub  # sized and planned offline: nothing is asked of the Hub
+        if not where.reads_local_paths:
+            for ref, what in ((req.model, "model"), (req.dataset, "dataset"), (req.teacher_model, "teacher_model")):
+                if ref and is_local(ref):
+                    raise TrainError(f"{what} {ref!r} is a local path, which a Hugging Face job cannot read: push it "
+                                     "to the Hub first, or use backend='local'")
+        token = None if here else hub_token()
+        namespace = self._namespace(req, backend_name, token)
+        if where.reads_local_paths:  # the job runs in its own folder: relative paths must not change meaning
+            req = req.model_copy(update={ref: str(Path(getattr(req, ref)).expanduser().resolve())
+                                         for ref in ("model", "dataset", "teacher_model")
+                                         if getattr(req, ref) and is_local(getattr(req, ref))})
+        step(f"validating {req.dataset}")
+        req, data, warnings = self._checked_dataset(req, token or hub_token())
+        if req.resume_from and not req.output_bucket:
+            previous = self.host.ledger.get(req.resume_from)
+            if previous is not None and previous.output_bucket:  # resume where its checkpoints are
+                req = req.model_copy(update={"output_bucket": previous.output_bucket})
+        if data.conversational and req.chat_template is None:
+            self._check_chat_template(req, token or hub_token())
+        step(f"sizing {req.model}")
+        size = self.model_size(req.model, token, offline=here)
+        teacher = self.teacher_size(req, token, offline=here)
+        catalog = get_catalog(token, offline=here)
+        resume_repo, resume_dir = self._resume_source(req, backend_name)
+        step("planning and rendering the script")
+        plan_args = dict(backend=backend_name, size=size, catalog=catalog, namespace=namespace, data=data,
+                         local_cuda=has_cuda(), resume_repo=resume_repo, resume_dir=resume_dir, probe_only=kind == "probe",
+                         teacher=teacher)
+        plan = plan_run(req, **plan_args)
+        if kind == "train" and where.bills and plan.estimate is not None:
+            measured = self.host.finished_measurement(config_key(plan.config, flavor=plan.flavor, backend=backend_name))
+            if measured:  # a measurement of this run's steps on this flavor: its time, not the model's
+                plan = plan_run(req.model_copy(update={"flavor": plan.flavor}), **plan_args, measured=measured)
+        plan.warnings[:0] = warnings
+        pushes = where.pushes_to_hub and kind == "train"
+        if pushes and req.hub_model_id:
+            check_push_target(req.hub_model_id, token=token, access=self.host.access, warnings=plan.warnings,
+                              pushed_before=self.host.ledger.pushed_to(req.hub_model_id), dry_run=req.dry_run)
+        reads = [("model", req.model), ("dataset", req.dataset), ("model", req.teacher_model),
+                 *([("model", resume_repo)] if resume_repo else [])]
+        return self._package(req, backend_name, kind, namespace, plan, hub_model_id=req.hub_model_id if pushes else None,
+                             model=req.model, dataset=req.dataset, reads=reads)
+
+    def _package(self, req: Any, backend_name: str, kind: str, namespace: str | None, plan: Any, *,
+                 hub_model_id: str | None, model: str, dataset: str | None, reads: list[tuple[str, str | None]],
+                 parent_job_id: str | None = None, model_url: str | None = None,
+                 trackio_url: str | None = None) -> Prepared:
+        """The rendered script, the job spec and what the Submission will say, for any kind of job."""
+        if plan.trackio_space_id:  # trackio hands the Space the token
+            check_trackio_space(plan.trackio_space_id, namespace=namespace, token=hub_token(),
+                                access=self.host.access, warnings=plan.warnings)
+        script = plan.render()
+        spec = plan.job_spec(kind)
+        endpoint = hub_endpoint()
+        if hub_model_id:
+            model_url = f"{endpoint}/{hub_model_id}"
+        if plan.trackio_space_id:
+            trackio_url = f"{endpoint}/spaces/{plan.trackio_space_id}"
+        estimate = plan.estimate
+        common = dict(
+            backend=backend_name, hub_model_id=hub_model_id,
+            flavor=plan.flavor, timeout=format_duration(plan.timeout_seconds),
+            estimated_hours=round(estimate.hours, 2) if estimate else None,
+            estimated_cost_usd=estimate.cost_usd if estimate else None,
+            effective_batch_size=plan.effective_batch_size, script_sha256=script.sha256, warnings=plan.warnings,
+            worst_case_cost_usd=plan.worst_case_cost_usd,
+        )
+        return Prepared(req=req, backend_name=backend_name, kind=kind, namespace=namespace, plan=plan, script=script,
+                        spec=spec, model_url=model_url, trackio_url=trackio_url, common=common, model=model,
+                        dataset=dataset, reads=[(what, ref) for what, ref in reads if ref and not is_local(ref)],
+                        parent_job_id=parent_job_id)
+
+    def _subject(self, ref: str, backend_name: str, token: str | None) -> Subject:
+        record = self.host.ledger_job(ref)
+        if record is not None:
+            if backends.traits(record.backend).needs_local_jobs_permission:
+                self.host.access.check_local_jobs()
+            return subject_from_job(record, self.host.job_stage(record.job_id), backend_name, self.host.access)
+        return subject_from_ref(ref.strip(), access=self.host.access, backend_name=backend_name,
+                                adapter_config=lambda repo: adapter_config(repo, token),
+                                labelled=lambda repo: repo_has_file(repo, "labels.json", token))
+
+    def _followup_start(self, req: Any, backend_name: str, progress: Progress
+                        ) -> tuple[str | None, str | None, Subject, ModelSize, Any]:
+        """(token, namespace, subject, its size, catalog): what an evaluation and an export both resolve first."""
+        here = not backends.traits(backend_name).catalog_from_hub  # sized offline: nothing is asked of the Hub
+        token = None if here else hub_token()
+        namespace = self._namespace(req, backend_name, token)
+        progress(f"finding {req.model}")
+        subject = self._subject(req.model, backend_name, token or hub_token())
+        if subject.training and subject.training.reward_code:
+            self.host.access.check_reward_code()  # the evaluation runs the job's reward code again
+        progress(f"sizing {subject.sized_by}")
+        size = self.model_size(subject.sized_by, token, offline=here)
+        subject = for_family(subject, size.family, "evaluation" if isinstance(req, EvaluateRequest) else "export")
+        return token, namespace, subject, size, get_catalog(token, offline=here)
+
+    def _eval_data(self, req: EvaluateRequest, subject: Subject, backend_name: str, token: str | None,
+                   warnings: list[str]) -> tuple[EvalData | None, DataFacts]:
+        if req.dataset:
+            if not backends.traits(backend_name).reads_local_paths and is_local(req.dataset):
+                raise TrainError(f"dataset {req.dataset!r} is a local path, which a Hugging Face job cannot read: "
+                                 "push it to the Hub first, or use backend='local'")
+            dataset = str(Path(req.dataset).expanduser().resolve()) if is_local(req.dataset) else req.dataset
+            split = req.split or ("train" if is_local(dataset) else "test")
+            tokenizer = subject.ref if subject.kind == "full" or subject.card_folder else subject.base_model
+            if tokenizer and is_local(tokenizer) and self.host.access.remote:
+                tokenizer = None  # token counts only: not worth opening a path to a remote caller
+            check = lambda method: validate_dataset(dataset, method, split=split, token=token, model=tokenizer,
+                                                    access=self.host.access)  # noqa: E731
+            # a model of unknown training: the data says what to measure (prompts with reference answers:
+            # rewards; pairs: preference accuracy; anything else: loss on the answers)
+            report = check(subject.method or "grpo")
+            method = subject.method or method_for_format(report)
+            if method != (subject.method or "grpo"):
+                report = check(method)
+            if not report.valid:
+                raise DatasetError(refusal(report, dataset, f"cannot be evaluated as {method} data"))
+            data = EvalData(dataset=dataset, split=split,
+                            config=report.config if report.config not in (None, "default") else None,
+                            column_mapping=report.suggested_column_mapping or {}, eval_split=None, seed=42,
+                            method=method, held_out=f"split `{split}`")
+            return data, DataFacts(num_rows=report.num_rows,
+                                   mean_tokens=report.token_stats.mean if report.token_stats else None)
+        if subject.training is not None:
+            return job_data(subject, req.num_samples, warnings), DataFacts()
+        if not req.tasks:
+            raise TrainError("nothing to evaluate on: pass dataset (and split) with held-out rows, tasks (benchmark "
+                             "names such as hellaswag), or the job_id of a training job. Nothing was launched.")
+        return None, DataFacts()
+
+    def _prepare_evaluation(self, req: EvaluateRequest, backend_name: str, *, kind: str,
+                            progress: Progress) -> Prepared:
+        token, namespace, subject, size, catalog = self._followup_start(req, backend_name, progress)
+        warnings: list[str] = []
+        progress("reading the held-out data")
+        data, facts = self._eval_data(req, subject, backend_name, token or hub_token(), warnings)
+        progress("planning and rendering the script")
+        plan = plan_evaluation(req, subject, data, facts, backend=backend_name, size=size, catalog=catalog,
+                               namespace=namespace, warnings=warnings)
+        card = plan.config.get("card_repo")
+        if card and self.host.access.remote and not self.host.ledger.pushed_to(card):  # targets.py: HTTP's pushes
+            plan.config["card_repo"] = None
+            plan.warnings.append(f"the results are not written to {card}'s card: over {self.host.access.over} only a "
+                                 "repo a job of this server pushed to is written to; they are in the job's output")
+        job = subject.job
+        return self._package(
+            req, backend_name, kind, namespace, plan, hub_model_id=None, model=subject.ref,
+            dataset=data.dataset if data else None,
+            reads=[("model", subject.ref), ("model", subject.base_model), ("dataset", data.dataset if data else None)],
+            parent_job_id=job.job_id if job else None,
+            model_url=(job.model_url if job else None) or (None if is_local(subject.ref) else
+                                                          f"{hub_endpoint()}/{subject.ref}"),
+            trackio_url=job.trackio_url if job and backend_name == job.backend else None)
+
+    def _prepare_export(self, req: ExportRequest, backend_name: str, *, kind: str, progress: Progress) -> Prepared:
+        token, namespace, subject, size, catalog = self._followup_start(req, backend_name, progress)
+        warnings: list[str] = []
+        progress("planning and rendering the script")
+        plan = plan_export(req, subject, backend=backend_name, size=size, catalog=catalog, namespace=namespace,
+                           warnings=warnings)
+        if not backends.traits(backend_name).pushes_to_hub and req.hub_model_id:
+            warnings.append(f"backend={backend_name!r} keeps the export in the job folder; hub_model_id is not pushed")
+        target = plan.config["hub_model_id"]
+        if target:
+            check_push_target(target, token=token or hub_token(), access=self.host.access, warnings=plan.warnings,
+                              pushed_before=self.host.ledger.pushed_to(target), dry_run=req.dry_run,
+                              what="the export", export=True)
+        return self._package(
+            req, backend_name, kind, namespace, plan, hub_model_id=plan.config["hub_model_id"], model=subject.ref,
+            dataset=None, reads=[("model", subject.ref), ("model", subject.base_model)],
+            parent_job_id=subject.job.job_id if subject.job else None)

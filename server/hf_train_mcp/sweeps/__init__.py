@@ -1,0 +1,1 @@
+"""Sweeps: a grid of training runs under one budget, supervised until every run has ended."""
