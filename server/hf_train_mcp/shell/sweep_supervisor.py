@@ -34,15 +34,17 @@ def run(sweep_id: str) -> int:
     if lock is None:
         return 0  # another supervisor has this sweep
     with lock:
-        (data_home() / "sweeps" / f"{sweep_id}.pid").write_text(str(os.getpid()))  # names the one that runs
+        try:  # names the one that runs
+            (data_home() / "sweeps" / f"{sweep_id}.pid").write_text(str(os.getpid()))
+        except FileNotFoundError:  # deleted while this process started: Core() would make an empty ledger
+            _say_gone(sweep_id, data_home())
+            return 0
         core = Core()
         ledger = _identity(core.ledger.path)
         failing_since = None
         while True:
             if _identity(core.ledger.path) != ledger:  # before anything that would recreate the folder
-                log.warning("sweep %s: its ledger %s is gone (deleted or replaced), so nothing is left to "
-                            "supervise: this supervisor ends and starts no queued run; the jobs it launched run on "
-                            "to their own end (list_jobs, cancel_job)", sweep_id, core.ledger.path)
+                _say_gone(sweep_id, core.ledger.path)
                 return 0
             try:
                 if not supervise_once(core, sweep_id):
@@ -56,6 +58,12 @@ def run(sweep_id: str) -> int:
                               "supervises it again", sweep_id, GIVE_UP_AFTER_S)
                     return 1
             time.sleep(poll_seconds())
+
+
+def _say_gone(sweep_id: str, where: Path) -> None:
+    log.warning("sweep %s: its ledger %s is gone (deleted or replaced), so nothing is left to supervise: this "
+                "supervisor ends and starts no queued run; the jobs it launched run on to their own end (list_jobs, "
+                "cancel_job)", sweep_id, where)
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
