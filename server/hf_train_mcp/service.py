@@ -29,7 +29,7 @@ from hf_train_mcp.jobs.prepared import Prepared, Progress
 from hf_train_mcp.contract.requests import CompareRequest, EstimateRequest, EvaluateRequest, ExportRequest, ScriptRequest
 from hf_train_mcp.contract.requests import SweepRequest
 from hf_train_mcp.contract.requests import TrainingRequest, ValidateRequest
-from hf_train_mcp.planning.user_script import local_content
+from hf_train_mcp.planning.user_script_source import local_content
 from hf_train_mcp.contract.results import (CancelResult, Comparison, CostEstimate, DatasetReport, HardwareList, JobList,
                                   JobReport, LogPage, Submission, SweepResult)
 from hf_train_mcp.planning.planner import Planner, default_backend, sweep_backend
@@ -43,7 +43,7 @@ class Core:
         self._ledger = ledger
         self.access = access
         self.planner, self.launcher = Planner(self, plan_sweep=sweeps.plan_sweep), Launcher(self)
-        self.following, self.estimator = Following(self), Estimator(self)
+        self.following, self.estimator = Following(self), Estimator(self, planner=self.planner)
 
     @property
     def ledger(self) -> Ledger:
@@ -124,7 +124,10 @@ class Core:
 
     # --- what the rooms ask of each other through the host --------------------------------------------
     def preview(self, req: Any, *, kind: str = "train", progress: Progress | None = None) -> Any:
-        """Everything a submission decides before it launches, kept for a confirmation asked in between."""
+        """Everything a submission decides before it launches, kept for a confirmation asked in between; kind
+        'probe': the measurement job estimate_cost(measure=True) would launch (None when it would launch none)."""
+        if kind == "probe":
+            return self.estimator.measurement_preview(req, progress=progress)
         return self.planner.preview(req, kind=kind, progress=progress)
 
     def prepare(self, req: Any, backend_name: str, *, kind: str = "train", progress: Progress | None = None) -> Any:
@@ -181,12 +184,10 @@ class Core:
         another kind of job would wedge the measurement or sweep run it belongs to."""
         keys.refuse_reserved_key(req.idempotency_key, probe=kind == "probe", sweep_run=sweep_run)
         backend_name = req.backend or default_backend()
-        self.planner.check_access(req, backend_name)
+        self.planner.check_access(req, backend_name)  # before a key is reserved
 
         def submit(claim: str | None) -> Submission:
-            prepared = self.prepare(req, backend_name, kind=kind, progress=progress)
-            prepared.asked = retries.asked_json(  # the call as sent (a retry is held to it)
-                req, backend_name, content=local_content(req, self.access, getattr(prepared.plan, "source", None)))
+            prepared = self.planner.prepare_submission(req, backend_name, kind=kind, progress=progress)
             if confirm is not None and not req.dry_run:
                 confirm(prepared)
             return self.launcher.launch(prepared, claim, progress)

@@ -4,45 +4,41 @@ a Prepared job (training, measurement, evaluation, export) or a sweep plan, befo
 Previews are kept a few minutes, so that a spend confirmation asked in between does not plan twice.
 """
 
-import json
 import os
 import time
 from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
-from hf_train_mcp import backends, methods
+from hf_train_mcp import backends
 
 from hf_train_mcp.access import is_local
 from hf_train_mcp.backends.local import has_cuda
 from hf_train_mcp.models.chat_template import has_chat_template
-from hf_train_mcp.data import rules
-from hf_train_mcp.data.validate import image_facts, outside_images, validate_dataset
 from hf_train_mcp.durations import format_duration
-from hf_train_mcp.errors import TrainError, DatasetError
+from hf_train_mcp.errors import TrainError
 from hf_train_mcp.estimate.hardware import get_catalog
 from hf_train_mcp.estimate.sizing import ModelSize, model_size
-from hf_train_mcp.planning.followups import EvalData, Subject, job_data, method_for_format, plan_evaluation, plan_export
-from hf_train_mcp.planning.followups import check_job_inputs, for_family, subject_from_job, subject_from_ref
+from hf_train_mcp.planning.evaluation import plan_evaluation
+from hf_train_mcp.planning.export import plan_export
+from hf_train_mcp.planning.subjects import Subject, check_job_inputs, for_family, subject_from_job, subject_from_ref
 from hf_train_mcp.jobs.host import Host
 from hf_train_mcp.hub import adapter_config, hub_endpoint, hub_token, repo_has_file, resolve_identity
 from hf_train_mcp.estimate.measured import config_key
 from hf_train_mcp.models.family import custom_modules
-from hf_train_mcp.planning.training import DataFacts, plan_run
+from hf_train_mcp.planning.datasets import checked_dataset, eval_data
+from hf_train_mcp.planning.training import plan_run
 from hf_train_mcp.jobs.prepared import Prepared, Progress
-from hf_train_mcp.contract.requests import EstimateRequest, EvaluateRequest, ExportRequest, RunShape, ScriptRequest
+from hf_train_mcp.contract.requests import EvaluateRequest, ExportRequest, RunShape, ScriptRequest
 from hf_train_mcp.contract.requests import SweepRequest, TrainingRequest
-from hf_train_mcp.contract.results import DatasetReport
-from hf_train_mcp.planning.user_script import plan_script, read_source
+from hf_train_mcp.planning.user_script import plan_script
+from hf_train_mcp.planning.user_script_source import local_content, read_source
+from hf_train_mcp.jobs import retries
 from hf_train_mcp.user_scripts.source import source_kind
 from hf_train_mcp.planning.targets import check_push_target, check_trackio_space
 
 PREVIEW_TTL_S = 300.0
 PREVIEWS_KEPT = 16
-
-
-class Previewed(Exception):
-    """Raised by a preview's confirm hook: the plan is caught, nothing is launched."""
 
 
 def default_backend() -> str:
@@ -54,16 +50,6 @@ def default_backend() -> str:
 
 def sweep_backend(req: SweepRequest) -> str:
     return req.base.get("backend") or default_backend()
-
-
-def refusal(report: DatasetReport, dataset: str, problem: str) -> str:
-    """Why a dataset was refused, with the mapping that fixes it when there is one."""
-    errors = "; ".join(i.message + (f" (row {i.row})" if i.row is not None else "")
-                       for i in report.issues if i.severity == "error")
-    mapping = (f" Suggested column_mapping: {json.dumps(report.suggested_column_mapping)}."
-               if report.suggested_column_mapping else "")
-    return (f"dataset {dataset!r} {problem}: {errors}.{mapping} Fix the data or pass column_mapping; nothing was "
-            "launched.")
 
 
 class Planner:
@@ -127,38 +113,6 @@ class Planner:
             if ref and self.host.ledger_job(ref) is None:  # a job id names this server's own output, not a caller's path
                 self.host.access.check_ref(ref, what)
 
-    def _checked_dataset(self, req: TrainingRequest, token: str | None
-                         ) -> tuple[TrainingRequest, DataFacts, list[str]]:
-        """Validate the dataset (unless skipped): refuse one with errors, adopt its suggested mapping and config."""
-        if req.skip_validation:  # the format goes unchecked, never what the job may open
-            outside = outside_images(req.dataset, req.column_mapping, self.host.access)
-            if outside is not None:
-                raise DatasetError(f"{outside.message}. Nothing was submitted.")
-            return req, DataFacts(), ["dataset validation skipped: format problems will surface in the job"]
-        report = validate_dataset(req.dataset, req.method, split=req.dataset_split, config=req.dataset_config,
-                                  column_mapping=req.column_mapping, token=token, max_length=req.max_length,
-                                  access=self.host.access, model=req.model)  # token lengths size the run
-        if not report.valid:
-            raise DatasetError(refusal(report, req.dataset, f"will not train with {req.method}"))
-        warnings = []
-        # The job gets exactly the mapping validation approved: a partial one completed by the suggestion.
-        if (report.suggested_column_mapping or {}) != (req.column_mapping or {}):
-            req = req.model_copy(update={"column_mapping": report.suggested_column_mapping})
-            warnings.append(f"applied column_mapping {json.dumps(report.suggested_column_mapping)} from validation")
-        if req.dataset_config is None and report.config and report.config != "default":
-            req = req.model_copy(update={"dataset_config": report.config})
-        first = report.sample_rows[0] if report.sample_rows else {}
-        conversational = report.detected_format in ("messages", "vision_messages",
-                                                    "conversational_prompt_completion") or any(
-            rules.is_conversation(first.get(c)) for c in ("prompt", "chosen", "rejected", "completion"))
-        if report.token_stats is None:
-            why = report.no_token_stats or "no tokenizer"
-            warnings.append(f"{why}: the estimate and default timeout assume "
-                            f"{methods.get(req.method).tokens_per_example} tokens per row; pass timeout= for longer rows")
-        data = DataFacts(num_rows=report.num_rows, mean_tokens=report.token_stats.mean if report.token_stats else None,
-                         conversational=conversational, **image_facts(report))
-        return req, data, warnings
-
     @staticmethod
     def _check_chat_template(req: TrainingRequest, token: str | None) -> None:
         if has_chat_template(req.model, token, local=is_local(req.model)) is False:
@@ -169,37 +123,30 @@ class Planner:
     def preview(self, req: Any, *, kind: str = "train", progress: Progress | None = None) -> Prepared:
         """Everything a submission decides before it launches (validated data, plan, script), kept for a few
         minutes so that a confirmation asked in between does not plan the same request twice."""
-        if kind == "probe":
-            return self._measurement_preview(req, progress)
         if kind == "sweep":  # each run is checked as it is planned
             backend_name = sweep_backend(req)
         else:
             backend_name = req.backend or default_backend()
             self.check_access(req, backend_name)
         prepared = self.prepare(req, backend_name, kind=kind, progress=progress)
+        self.keep(req, prepared, kind=kind)
+        return prepared
+
+    def keep(self, req: Any, prepared: Any, *, kind: str) -> None:
+        """Keep a preview of `req` for the submission that follows its confirmation."""
         self._previews[self._preview_key(req, kind)] = (time.monotonic(), prepared)
         while len(self._previews) > PREVIEWS_KEPT:
             self._previews.pop(next(iter(self._previews)))
+
+    def prepare_submission(self, req: Any, backend_name: str, *, kind: str,
+                           progress: Progress | None = None) -> Prepared:
+        """A job as it would be submitted: the caller's access checked, planned, and the call as sent kept on
+        it (a retry with the same key is held to it)."""
+        self.check_access(req, backend_name)
+        prepared = self.prepare(req, backend_name, kind=kind, progress=progress)
+        prepared.asked = retries.asked_json(
+            req, backend_name, content=local_content(req, self.host.access, getattr(prepared.plan, "source", None)))
         return prepared
-
-    def _measurement_preview(self, req: EstimateRequest, progress: Progress | None) -> Prepared | None:
-        """The measurement job estimate_cost(measure=True) would launch, planned and kept like any preview; None
-        when it would launch none (a measurement of these settings ran or is running)."""
-        if not req.measure:
-            return None
-        caught: list[Prepared] = []
-
-        def stop(prepared: Prepared) -> None:
-            caught.append(prepared)
-            raise Previewed
-
-        try:
-            self.host.estimate_cost(req, progress=progress, confirm=stop)
-        except Previewed:
-            prepared = caught[0]
-            self._previews[self._preview_key(prepared.req, "probe")] = (time.monotonic(), prepared)
-            return prepared
-        return None
 
     @staticmethod
     def _preview_key(req: Any, kind: str) -> str:
@@ -256,7 +203,7 @@ class Planner:
                                          for ref in ("model", "dataset", "teacher_model")
                                          if getattr(req, ref) and is_local(getattr(req, ref))})
         step(f"validating {req.dataset}")
-        req, data, warnings = self._checked_dataset(req, token or hub_token())
+        req, data, warnings = checked_dataset(req, token or hub_token(), self.host.access)
         if req.resume_from and not req.output_bucket:
             previous = self.host.ledger.get(req.resume_from)
             if previous is not None and previous.output_bucket:  # resume where its checkpoints are
@@ -341,46 +288,12 @@ class Planner:
         subject = for_family(subject, size.family, "evaluation" if isinstance(req, EvaluateRequest) else "export")
         return token, namespace, subject, size, get_catalog(token, offline=here)
 
-    def _eval_data(self, req: EvaluateRequest, subject: Subject, backend_name: str, token: str | None,
-                   warnings: list[str]) -> tuple[EvalData | None, DataFacts]:
-        if req.dataset:
-            if not backends.traits(backend_name).reads_local_paths and is_local(req.dataset):
-                raise TrainError(f"dataset {req.dataset!r} is a local path, which a Hugging Face job cannot read: "
-                                 "push it to the Hub first, or use backend='local'")
-            dataset = str(Path(req.dataset).expanduser().resolve()) if is_local(req.dataset) else req.dataset
-            split = req.split or ("train" if is_local(dataset) else "test")
-            tokenizer = subject.ref if subject.kind == "full" or subject.card_folder else subject.base_model
-            if tokenizer and is_local(tokenizer) and self.host.access.remote:
-                tokenizer = None  # token counts only: not worth opening a path to a remote caller
-            check = lambda method: validate_dataset(dataset, method, split=split, token=token, model=tokenizer,
-                                                    access=self.host.access)  # noqa: E731
-            # a model of unknown training: the data says what to measure (prompts with reference answers:
-            # rewards; pairs: preference accuracy; anything else: loss on the answers)
-            report = check(subject.method or "grpo")
-            method = subject.method or method_for_format(report)
-            if method != (subject.method or "grpo"):
-                report = check(method)
-            if not report.valid:
-                raise DatasetError(refusal(report, dataset, f"cannot be evaluated as {method} data"))
-            data = EvalData(dataset=dataset, split=split,
-                            config=report.config if report.config not in (None, "default") else None,
-                            column_mapping=report.suggested_column_mapping or {}, eval_split=None, seed=42,
-                            method=method, held_out=f"split `{split}`")
-            return data, DataFacts(num_rows=report.num_rows,
-                                   mean_tokens=report.token_stats.mean if report.token_stats else None)
-        if subject.training is not None:
-            return job_data(subject, req.num_samples, warnings), DataFacts()
-        if not req.tasks:
-            raise TrainError("nothing to evaluate on: pass dataset (and split) with held-out rows, tasks (benchmark "
-                             "names such as hellaswag), or the job_id of a training job. Nothing was launched.")
-        return None, DataFacts()
-
     def _prepare_evaluation(self, req: EvaluateRequest, backend_name: str, *, kind: str,
                             progress: Progress) -> Prepared:
         token, namespace, subject, size, catalog = self._followup_start(req, backend_name, progress)
         warnings: list[str] = []
         progress("reading the held-out data")
-        data, facts = self._eval_data(req, subject, backend_name, token or hub_token(), warnings)
+        data, facts = eval_data(req, subject, backend_name, token or hub_token(), warnings, self.host.access)
         progress("planning and rendering the script")
         plan = plan_evaluation(req, subject, data, facts, backend=backend_name, size=size, catalog=catalog,
                                namespace=namespace, warnings=warnings)
