@@ -17,6 +17,7 @@ from hf_train_mcp.jobs import keys, retries
 from hf_train_mcp.sweeps import results as sweep_results
 
 from hf_train_mcp.sweeps import sweep as sweeps
+from hf_train_mcp.sweeps.plan import plan_sweep
 from hf_train_mcp.access import STDIO, Access, is_local
 from hf_train_mcp.backends.base import Backend, SubmissionUnknown
 from hf_train_mcp.data.validate import validate_dataset
@@ -42,7 +43,7 @@ class Core:
     def __init__(self, ledger: Ledger | None = None, access: Access = STDIO):
         self._ledger = ledger
         self.access = access
-        self.planner, self.launcher = Planner(self, plan_sweep=sweeps.plan_sweep), Launcher(self)
+        self.planner, self.launcher = Planner(self, plan_sweep=plan_sweep), Launcher(self)
         self.following, self.estimator = Following(self), Estimator(self, planner=self.planner)
 
     @property
@@ -174,8 +175,7 @@ class Core:
 
     def check_sweep_access(self, sweep: Any) -> None:
         """A sweep on this machine is as out of reach as its jobs for a caller who may not run local jobs."""
-        if backends.traits(sweep.backend).needs_local_jobs_permission:
-            self.access.check_local_jobs()
+        sweeps.check_access(self.access, sweep)
 
     def _submit(self, req: Any, kind: str, progress: Progress | None, confirm: Confirm | None, *,
                 sweep_run: bool = False) -> Submission:

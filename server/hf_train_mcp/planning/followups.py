@@ -62,7 +62,7 @@ VISION_CLASSES = ("AutoModelForImageTextToText", "AutoProcessor")  # a vision-la
 
 
 def is_vision(size: ModelSize) -> bool:
-    """A vision-language model, as its files say (model_family.py): flat (Qwen2-VL) or nested (LLaVA) alike."""
+    """A vision-language model, as its files say (models/family.py): flat (Qwen2-VL) or nested (LLaVA) alike."""
     return size.family.vision_language if size.family and size.family.known else bool(size.image_tokens)
 
 

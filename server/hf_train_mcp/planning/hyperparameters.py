@@ -39,7 +39,7 @@ class Hyper:
     teacher_params: int | None = None  # distillation: the teacher's size (sized by the caller)
     engine: str = engines.DEFAULT  # what trains it: its speed and memory (engines.py)
     options: dict[str, Any] = field(default_factory=dict)  # the method's own sizing options, resolved
-    nodes: int = 1  # machines of the flavor, each its own job (multinode.py)
+    nodes: int = 1  # machines of the flavor, each its own job (nodes/rules.py)
 
     @classmethod
     def of(cls, req: "RunShape", teacher_params: int | None = None) -> "Hyper":

@@ -55,7 +55,7 @@ def sweep_backend(req: SweepRequest) -> str:
 class Planner:
     def __init__(self, host: Host, *, plan_sweep: Callable[..., Any]) -> None:
         self.host = host
-        self._plan_sweep = plan_sweep  # sweeps.sweep.plan_sweep: a sweep's runs are planned by the sweeps room
+        self._plan_sweep = plan_sweep  # sweeps.plan.plan_sweep: a sweep's runs are planned by the sweeps room
         self._previews: dict[str, tuple[float, Prepared]] = {}
 
     def model_size(self, model: str, token: str | None, offline: bool) -> ModelSize:
@@ -163,7 +163,7 @@ class Planner:
 
     def _prepare_sweep(self, req: SweepRequest, backend_name: str, *, kind: str,
                        progress: Progress) -> Any:
-        return self._plan_sweep(self.host, req, backend_name, progress)
+        return self._plan_sweep(lambda run: self.preview(run, kind="train"), req, backend_name, progress)
 
     def _prepare_script(self, req: ScriptRequest, backend_name: str, *, kind: str, progress: Progress) -> Prepared:
         """run_script: the caller's program read (a URL fetched, a folder hashed) and planned like any job."""

@@ -116,7 +116,7 @@ def subject_from_ref(ref: str, *, access: Access, backend_name: str, adapter_con
 
 def for_family(subject: Subject, family: Family | None, what: str) -> Subject:
     """A model whose training this server does not know (a Hub repo, a folder) is planned for the family its own
-    files say (model_family.py): an embedding model as a SentenceTransformer, a classifier by its head, a reward
+    files say (models/family.py): an embedding model as a SentenceTransformer, a classifier by its head, a reward
     model by its one score; a family no follow-up can read is refused with what to send instead. `what`:
     'evaluation' or 'export'."""
     if subject.method is not None or family is None:

@@ -222,7 +222,7 @@ def check_models(req: "RunShape", size: ModelSize, *, teacher: ModelSize | None,
     """What the models' files rule out before anything is launched, for estimate_cost and submit_training alike
     (validate_dataset asks model_family.training_refusal too): the method's own checks (a distillation teacher of
     another vocabulary size), images for a model that is no vision-language model, a chat method for a model that
-    writes no text, a classification or reward head the model has no class for (model_family.py decides), a
+    writes no text, a classification or reward head the model has no class for (models/family.py decides), a
     checkpoint stored quantized that the job cannot train so, LoRA target names that name none of the model's
     modules (where its weights' names are known), and a LoRA dropout PEFT refuses on fused experts."""
     spec = methods.get(req.method)

@@ -1,4 +1,4 @@
-"""Watches one run across nodes until every node has ended: the rule of node_runs.py (a failed, missing or
+"""Watches one run across nodes until every node has ended: the rule of jobs/node_ranks.py (a failed, missing or
 unstarted node stops the others) applied by job_status every few seconds, with nobody asking. It watches a job
 whose POST went unanswered the same way, while a copy of it may still appear (duplicates.py cancels it).
 
