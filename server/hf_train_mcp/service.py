@@ -22,7 +22,7 @@ from hf_train_mcp.access import STDIO, Access, is_local
 from hf_train_mcp.backends.base import Backend, SubmissionUnknown
 from hf_train_mcp.data.validate import validate_dataset
 from hf_train_mcp.planning.estimation import Estimator
-from hf_train_mcp.jobs.following import Following
+from hf_train_mcp.jobs.following import Following, Reading
 from hf_train_mcp.hub import hub_token
 from hf_train_mcp.jobs.launcher import Launcher, checked_run, claim_id, submission_of
 from hf_train_mcp.jobs.ledger import PENDING, JobRecord, KeyConflict, Ledger, SubmissionInProgress
@@ -104,7 +104,7 @@ class Core:
         return sweep_results.compare(self, req)
 
     def job_status(self, job_id: str, tail: int = 20) -> JobReport:
-        return self.report(job_id, tail)[0]
+        return self.report(job_id, tail).report
 
     def job_logs(self, job_id: str, offset: int = 0, limit: int = 200) -> LogPage:
         return self.following.job_logs(job_id, offset, limit)
@@ -137,10 +137,10 @@ class Core:
     def job_stage(self, job_id: str) -> str:
         """Only the stage (what a subscription watches): no logs read; a run across nodes, the run's."""
         if node_runs.is_run(self.ledger.get(job_id.strip())):
-            return self.report(job_id, 0)[0].stage
-        return self.following.state(job_id)[4].stage
+            return self.report(job_id, 0).report.stage
+        return self.following.state(job_id).state.stage
 
-    def report(self, job_id: str, tail: int) -> tuple[JobReport, dict | None]:
+    def report(self, job_id: str, tail: int) -> Reading:
         return self.following.report(job_id, tail)
 
     def recover_submissions(self, *, now: bool = False) -> None:

@@ -6,7 +6,7 @@ what to do next.
 
 import logging
 from collections import OrderedDict
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from hf_train_mcp import backends, credentials
 
@@ -33,6 +33,26 @@ SCHEDULING_ALERT_MIN = 15
 SETTLED_LOGS_CACHED = 256  # finished jobs whose last log lines are kept in memory (their logs never change)
 
 
+@dataclass(frozen=True)
+class Located:
+    """A job found: its backend, bare id, namespace, ledger record (None for a job this server did not launch) and
+    its state as the backend (or the ledger, once it has ended) says."""
+
+    backend: Backend
+    job_id: str
+    namespace: str | None
+    record: JobRecord | None
+    state: JobState
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A job's report and its preflight measurement (from its log, or the ledger once seen)."""
+
+    report: JobReport
+    measured: dict | None
+
+
 class Following:
     def __init__(self, host: Host) -> None:
         self.host = host
@@ -55,14 +75,14 @@ class Following:
             return owner, bare, namespace, self.host.ledger.get(bare)
         return owner, job_id, resolve_identity(hub_token()).name, None
 
-    def state(self, job_id: str) -> tuple[Backend, str, str | None, JobRecord | None, JobState]:
+    def state(self, job_id: str) -> Located:
         backend_name, bare, namespace, record = self._locate(job_id)
         backend = self.host.backend(backend_name)
         # its stage can no longer change: no need to ask the backend, once an inspect has recorded how it ended
         if record is not None and record.settled and record.finished_at:
-            return backend, bare, namespace, record, JobState(
+            return Located(backend, bare, namespace, record, JobState(
                 stage=record.stage, message=record.message, created_at=record.created_at,
-                started_at=record.started_at, finished_at=record.finished_at, url=record.job_url)
+                started_at=record.started_at, finished_at=record.finished_at, url=record.job_url))
         try:
             state = backend.inspect(bare, namespace)
         except JobGone:
@@ -78,12 +98,13 @@ class Following:
         if record is not None and (record.stage != state.stage or state.stage in SETTLED_STAGES):
             self.host.ledger.update_stage(bare, state.stage, state.finished_at, started_at=state.started_at,
                                      message=state.message)
-        return backend, bare, namespace, record, state
+        return Located(backend, bare, namespace, record, state)
 
-    def report(self, job_id: str, tail: int) -> tuple[JobReport, dict | None]:
+    def report(self, job_id: str, tail: int) -> Reading:
         """The job's report and its preflight measurement (from the log, or the ledger once seen)."""
         self.host.recover_submissions()
-        backend, bare, namespace, record, state = self.state(job_id)
+        found = self.state(job_id)
+        backend, bare, namespace, record, state = found.backend, found.job_id, found.namespace, found.record, found.state
         copies = duplicates.stop_copies(self, record) if record is not None and record.doubted else ([], [])
         # read in the background while the log is: a slow metrics stream then costs job_status no extra time
         gpus = self.telemetry.start(backend, bare, namespace, stage=None if state.stale else state.stage,
@@ -116,7 +137,7 @@ class Following:
             last_metrics=parsed.metrics, log_tail=read.lines[-tail:] if tail else [], error=error,
             trackio_url=trackio_url, model_url=model_url, next_step=next_step, stale=bool(state.stale), gpu=gpu,
         )
-        return (self._as_run(report, record) if node_runs.is_run(record) else report), measured
+        return Reading(self._as_run(report, record) if node_runs.is_run(record) else report, measured)
 
     def _as_run(self, report: JobReport, run: JobRecord) -> JobReport:
         """Rank 0's report as the run's: its stage made of every node's, the first node error, each node's stage;
@@ -141,7 +162,7 @@ class Following:
 
     def job_state(self, job_id: str) -> JobState:
         """One job's state (a node's, or rank 0's alone)."""
-        return self.state(job_id)[4]
+        return self.state(job_id).state
 
     def _status_logs(self, backend: Backend, job_id: str, namespace: str | None, record: JobRecord | None,
                      state: JobState, tail: int) -> tuple[LogRead, ParsedLog]:
@@ -226,7 +247,8 @@ class Following:
         return read
 
     def job_logs(self, job_id: str, offset: int = 0, limit: int = 200) -> LogPage:
-        backend, bare, namespace, record, state = self.state(job_id)
+        found = self.state(job_id)
+        backend, bare, namespace, record, state = found.backend, found.job_id, found.namespace, found.record, found.state
         if state.stale:
             raise HubUnreachable(state.stale.removesuffix(" Showing the last known state from the ledger.") +
                                  " The logs live on the Hub: try again in a minute.")
@@ -302,7 +324,8 @@ class Following:
         return duplicates.said(canceled, problems), bool(problems)
 
     def cancel_one(self, job_id: str) -> CancelResult:
-        backend, bare, namespace, record, state = self.state(job_id)
+        found = self.state(job_id)
+        backend, bare, namespace, record, state = found.backend, found.job_id, found.namespace, found.record, found.state
         if state.stage in TERMINAL_STAGES:
             return CancelResult(job_id=bare, stage=state.stage, message=f"already {state.stage}; nothing to cancel")
         backend.cancel(bare, namespace)

@@ -96,7 +96,7 @@ class Estimator:
         work = basis.workload(basis.chosen)
         backend_name, _, key = self._measurement_key(req, work, basis.chosen)
         attempts = self._measurements(key)
-        report, probe = self.host.report(attempts[0].job_id, 0) if attempts else (None, None)
+        report, probe = self._last_measurement(attempts)
         if report is not None and not (report.stage in TERMINAL_STAGES and not usable(probe)):
             return None  # running, or measured: nothing is launched
         request = _probe_request(req, work, basis.chosen, backend_name, attempt_key(key, len(attempts) + 1))
@@ -159,10 +159,17 @@ class Estimator:
     def finished_measurement(self, key: str) -> dict | None:
         """The numbers of the newest measurement of these settings that measured something."""
         for record in self._measurements(key):
-            measured = record.measured or (self.host.report(record.job_id, 0)[1] if record.settled else None)
+            measured = record.measured or (self.host.report(record.job_id, 0).measured if record.settled else None)
             if usable(measured):
                 return measured
         return None
+
+    def _last_measurement(self, attempts: list[JobRecord]) -> tuple[Any, dict | None]:
+        """(the newest attempt's report, its numbers), or (None, None) before any attempt."""
+        if not attempts:
+            return None, None
+        reading = self.host.report(attempts[0].job_id, 0)
+        return reading.report, reading.measured
 
     def _measure(self, req: EstimateRequest, work: Workload, chosen: FlavorEstimate, backend_name: str, key: str,
                  warnings: list[str], confirm: "Callable[[Prepared], None] | None") -> Measurement | None:
@@ -197,7 +204,7 @@ class Estimator:
         backend_name, target, key = self._measurement_key(req, work, chosen)
         where = backends.traits(backend_name)
         attempts = self._measurements(key)
-        report, probe = self.host.report(attempts[0].job_id, 0) if attempts else (None, None)
+        report, probe = self._last_measurement(attempts)
         ended = report is not None and report.stage in TERMINAL_STAGES
         failed = ended and not usable(probe)  # an ended measurement that measured nothing is a failed one
         if measure and (report is None or failed):

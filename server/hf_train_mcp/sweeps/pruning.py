@@ -3,6 +3,7 @@ the others' median at the same step."""
 
 import math
 import statistics
+from typing import NamedTuple
 
 from hf_train_mcp import methods
 
@@ -11,13 +12,18 @@ PRUNE_AFTER = 0.2  # ... and only after this fraction of its steps (early losses
 PRUNE_FLOOR = 0.1  # the margin is at least 10% of this (a loss or reward near 0 makes any gap relative-huge)
 
 
-def watched(method: str) -> tuple[str, bool]:
+class Watched(NamedTuple):
+    metric: str
+    lower_is_better: bool
+
+
+def watched(method: str) -> Watched:
     """The training metric a method's runs are compared on while they train: (name, lower is better). GRPO's
     loss says little (it hovers near 0); its mean reward is what improves. A run_script job (method 'script')
     is compared on the loss its log reports."""
     if method not in methods.REGISTRY:
-        return "loss", True
-    return ("reward", False) if methods.get(method).eval_metric == "reward" else ("loss", True)
+        return Watched("loss", True)
+    return Watched("reward", False) if methods.get(method).eval_metric == "reward" else Watched("loss", True)
 
 
 def loss_at(history: list[list[float]], step: float) -> float | None:

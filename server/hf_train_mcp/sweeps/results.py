@@ -68,7 +68,7 @@ DEFAULT_METRICS = (EVALUATION + "eval_loss", EVALUATION + "preference_accuracy",
 def default_metric(measured: list[dict[str, float]], method: str) -> str:
     """The first of DEFAULT_METRICS that every measured run reports, else what the method's runs are watched by."""
     return next((m for m in DEFAULT_METRICS if measured and all(m in metrics for metrics in measured)),
-                watched(method)[0])
+                watched(method).metric)
 
 
 def compare(core: JobControl, req: CompareRequest) -> Comparison:

@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -137,7 +137,7 @@ def launch(core: JobControl, run: SweepRunRecord) -> None:
                                         job_id=submission.job_id):
         adopted(core, request.idempotency_key, submission.job_id)  # a cancel marked it meanwhile: it keeps its job
     if core.ledger.sweep(run.sweep_id).state == "canceled":  # canceled while this run was being posted
-        if cancel_runs(core, run.sweep_id)[1]:  # its cancel failed: the supervisor retries it
+        if cancel_runs(core, run.sweep_id).failed:  # its cancel failed: the supervisor retries it
             ensure_supervised(core, core.ledger.sweep(run.sweep_id))
 
 
@@ -195,7 +195,7 @@ def supervise_once(core: JobControl, sweep_id: str) -> bool:
     sweep: cancel again the runs whose cancel failed). Whether the sweep still needs watching."""
     sweep = core.ledger.sweep(sweep_id)
     if sweep is not None and cancel_pending(core.ledger, sweep):  # canceled, but a run's job still bills
-        return bool(cancel_runs(core, sweep_id)[1])
+        return bool(cancel_runs(core, sweep_id).failed)
     if sweep is None or sweep.state != "running":
         return False
     runs = core.ledger.sweep_runs(sweep_id)
@@ -265,19 +265,36 @@ def cancel_sweep(core: JobControl, sweep_id: str) -> tuple[str, str]:
                                             note="the sweep was canceled"):
                 dropped += run.state == "queued"
                 pending += run.state == "launching"
-    canceled, failed = cancel_runs(core, sweep_id)
+    done = cancel_runs(core, sweep_id)
+    canceled, failed = done.canceled, done.failed
     said = f"sweep canceled: {canceled} started run(s) canceled, {dropped} queued run(s) dropped" + (
         f"; {pending} run(s) being submitted are canceled once their job appears" if pending else "")
     if failed:
         ensure_supervised(core, core.ledger.sweep(sweep_id))
-        said += "".join(f"; run {i} (job {job}) could not be canceled ({why}) and still bills" for i, job, _, why
-                        in failed) + f": its supervisor retries until it has ended (or call cancel_job({sweep_id}))"
-    return (failed[0][2] if failed else "CANCELED"), said
+        said += "".join(f"; run {f.index} (job {f.job_id}) could not be canceled ({f.why}) and still bills"
+                        for f in failed) + f": its supervisor retries until it has ended (or call cancel_job({sweep_id}))"
+    return (failed[0].stage if failed else "CANCELED"), said
 
 
-def cancel_runs(core: JobControl, sweep_id: str) -> tuple[int, list[tuple[int, str, str, str]]]:
+@dataclass(frozen=True)
+class FailedCancel:
+    """A run whose job could not be canceled: it still bills until its supervisor's retry succeeds."""
+
+    index: int
+    job_id: str
+    stage: str
+    why: str
+
+
+@dataclass(frozen=True)
+class RunsCanceled:
+    canceled: int  # jobs whose cancel was accepted
+    failed: list[FailedCancel]
+
+
+def cancel_runs(core: JobControl, sweep_id: str) -> RunsCanceled:
     """Cancel the job of each launched run of a canceled sweep that still goes, one failing stopping none of the
-    others: (how many were canceled, [(run, job id, its stage, why) of each that failed])."""
+    others."""
     canceled, failed = 0, []
     for run in (r for r in core.ledger.sweep_runs(sweep_id) if r.state == "launched" and r.job_id):
         try:
@@ -287,11 +304,11 @@ def cancel_runs(core: JobControl, sweep_id: str) -> tuple[int, list[tuple[int, s
         except TrainError as exc:
             core.ledger.update_sweep_run(sweep_id, run.idx, note=CANCEL_FAILED)
             stage = getattr(core.ledger.get(run.job_id), "stage", "RUNNING")
-            failed.append((run.idx, run.job_id, stage, scrub(str(exc), hub_token())[:300]))
+            failed.append(FailedCancel(run.idx, run.job_id, stage, scrub(str(exc), hub_token())[:300]))
         else:
             if run.note == CANCEL_FAILED:
                 core.ledger.update_sweep_run(sweep_id, run.idx, note="canceled with its sweep")
-    return canceled, failed
+    return RunsCanceled(canceled, failed)
 
 
 def cancel_pending(ledger: Ledger, sweep: SweepRecord) -> bool:
