@@ -12,7 +12,9 @@ rule cancels it. The same watcher watches a single job whose POST went unanswere
 import json
 import logging
 import sys
+import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -29,6 +31,7 @@ from hf_train_mcp.paths import data_home
 from hf_train_mcp.stages import TERMINAL_STAGES
 
 log = logging.getLogger(__name__)
+_watch_log = logging.getLogger("hf_train_mcp.shell.node_supervisor")  # the detached watcher's own log
 LOCK_ENV = "HF_TRAIN_NODES_LOCK_FD"
 MISSING_AFTER_MIN = 3.0  # a node still unrecorded this long after rank 0: its server stopped between the POSTs
 NO_JOB = ("MISSING", UNKNOWN)  # node stages without a job id: never posted; posted with no answer (or posting)
@@ -316,6 +319,19 @@ def ensure_watched(run: JobRecord) -> None:
                    lock_env=LOCK_ENV)
     except OSError as exc:  # job_status applies the rule too, whenever the run is looked at
         log.warning("could not start the watcher of run %s: %s", run.job_id, exc)
+
+
+def watch(jobs: RunControl, run_id: str, *, poll: Callable[[], float],
+          sleep: Callable[[float], None] = time.sleep) -> int:
+    """The watcher's loop: one look (watch_once) every poll() seconds until nothing is left to watch. The clock
+    is passed in: the detached watcher (shell/node_supervisor.py) sleeps for real, a test need not."""
+    while True:
+        try:
+            if not watch_once(jobs, run_id):
+                return 0
+        except Exception:  # a Hub hiccup must not end the watch: look again next round
+            _watch_log.exception("run %s: look failed", run_id)
+        sleep(poll())
 
 
 def watch_once(jobs: RunControl, job_id: str) -> bool:
