@@ -1,8 +1,9 @@
 """The core both shells call: one short method per tool, plain pydantic in and out, TrainError for fixable problems.
 
-A facade over the rooms that do the work: submission (plan and render), launching (post once, recover),
-following (status, logs, cancel, list), estimating (time, money, memory, measurements) and sweeps. The rooms see
-the core as a host.Host; none imports this module.
+A facade over the rooms that do the work, wired here with what each needs passed in: the planner (plan and
+render), the launcher (post once, recover), following (status, logs, cancel, list), the estimator (time, money,
+memory, measurements) and sweeps. Sweeps see the core as sweeps.job_control.JobControl and a run's nodes as
+jobs.node_ranks.RunControl; no room imports this module.
 """
 
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from hf_train_mcp.sweeps import results as sweep_results
 
 from hf_train_mcp.sweeps import sweep as sweeps
 from hf_train_mcp.sweeps.plan import plan_sweep
-from hf_train_mcp.access import STDIO, Access, is_local
+from hf_train_mcp.access import STDIO, Access
 from hf_train_mcp.backends.base import Backend, SubmissionUnknown
 from hf_train_mcp.data.validate import validate_dataset
 from hf_train_mcp.planning.estimation import Estimator
@@ -43,8 +44,14 @@ class Core:
     def __init__(self, ledger: Ledger | None = None, access: Access = STDIO):
         self._ledger = ledger
         self.access = access
-        self.planner, self.launcher = Planner(self, plan_sweep=plan_sweep), Launcher(self)
-        self.following, self.estimator = Following(self), Estimator(self, planner=self.planner)
+        opened = lambda: self.ledger  # noqa: E731 (opened on first use)
+        self.launcher = Launcher(self, ledger=opened, backend=self.backend)
+        self.following = Following(access=access, ledger=opened, backend=self.backend,
+                                   recover=self.launcher.recover_submissions)
+        self.planner = Planner(access=access, ledger=opened, job_stage=self.job_stage,
+                               measured=lambda key: self.estimator.finished_measurement(key), plan_sweep=plan_sweep)
+        self.estimator = Estimator(planner=self.planner, access=access, ledger=opened, report=self.following.report,
+                                   submit=self.submit_training)
 
     @property
     def ledger(self) -> Ledger:
@@ -123,7 +130,7 @@ class Core:
     def list_hardware(self) -> HardwareList:
         return self.estimator.list_hardware()
 
-    # --- what the rooms ask of each other through the host --------------------------------------------
+    # --- what sweeps and a run's nodes ask of the core (JobControl, RunControl), and the rooms' entry points ---
     def preview(self, req: Any, *, kind: str = "train", progress: Progress | None = None) -> Any:
         """Everything a submission decides before it launches, kept for a confirmation asked in between; kind
         'probe': the measurement job estimate_cost(measure=True) would launch (None when it would launch none)."""
@@ -160,9 +167,7 @@ class Core:
 
     def ledger_job(self, ref: str | None) -> JobRecord | None:
         """The job `ref` names, when it is a job id of this server's ledger (evaluate/export take either)."""
-        if not ref or "/" in ref.strip() or is_local(ref):
-            return None
-        return self.ledger.get(ref.strip())
+        return self.planner.ledger_job(ref)
 
     def existing_submission(self, req: Any) -> Any:
         """The job (or sweep) an idempotency key already names (a retry returns it instead of launching)."""

@@ -64,13 +64,13 @@ def awaited(ledger: Any, job: JobRecord) -> bool:
 def stop_copies(follow: Any, job: JobRecord | None, *, search: bool | None = None) -> tuple[list[str], list[str]]:
     """Cancel the copies of `job` still going: those recorded (a cancel that failed before is tried again) and,
     with `search` (default: while one may appear), any new one its label finds. (canceled ids, problems).
-    follow.cancel_one(job_id) cancels one job; follow.host has the ledger and the backends."""
+    follow.cancel_one(job_id) cancels one job; follow.ledger is the ledger, follow.backend(name) opens a backend."""
     if job is None or job.kind == COPY_KIND or not job.submission or job.job_id.startswith(SUBMITTING):
         return [], []  # (a journal entry's job, if any, is recovery's to find: launcher.py)
-    ledger, problems = follow.host.ledger, []
+    ledger, problems = follow.ledger, []
     if awaited(ledger, job) if search is None else search:
         try:
-            record_copies(ledger, job, find_all(follow.host.backend(job.backend), job.submission, job.namespace))
+            record_copies(ledger, job, find_all(follow.backend(job.backend), job.submission, job.namespace))
         except TrainError as exc:
             problems.append(f"could not look for other jobs of its submission ({exc})")
     canceled = []

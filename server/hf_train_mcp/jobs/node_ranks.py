@@ -38,13 +38,16 @@ NO_JOB = ("MISSING", UNKNOWN)  # node stages without a job id: never posted; pos
 
 
 class RunControl(Protocol):
-    """What the nodes of a run need of the core: the ledger, a run's status (which applies the rule), a cancel
-    (every node of a run), and crash recovery of submissions whose POST went unanswered. service.Core is one."""
+    """What the nodes of a run need of the core: the ledger, a run's status and stage (which apply the rule), a
+    cancel (every node of a run), and crash recovery of submissions whose POST went unanswered. service.Core is
+    one."""
 
     @property
     def ledger(self) -> Any: ...
 
     def job_status(self, job_id: str, tail: int = 20) -> Any: ...
+
+    def job_stage(self, job_id: str) -> str: ...
 
     def cancel_job(self, job_id: str) -> Any: ...
 
@@ -175,7 +178,7 @@ def node_states(follow: Any, run: JobRecord, rank0_stage: str, rank0_message: st
     A node whose POST went unanswered has its copies canceled. follow.job_state(job_id) -> JobState reads one
     job; follow.cancel_one(job_id) cancels one."""
     states = [NodeState(0, run.job_id, rank0_stage, rank0_message)]
-    recorded = {r.node_rank: r for r in nodes_of(follow.host.ledger, run)}
+    recorded = {r.node_rank: r for r in nodes_of(follow.ledger, run)}
     for rank in range(1, expected_nodes(run)):
         record = recorded.get(rank)
         if record is None:
@@ -289,10 +292,10 @@ def enforce(follow: Any, run: JobRecord, states: list[NodeState]) -> tuple[str, 
     if why is None:
         return None
     if not run.stopped:
-        follow.host.ledger.set_stopped(run.job_id, why)
+        follow.ledger.set_stopped(run.job_id, why)
     stop = cancel_nodes(follow, run, states)
     message = stopped(why, stop)
-    follow.host.ledger.update_stage(run.job_id, stop.states[0].stage, message=message)
+    follow.ledger.update_stage(run.job_id, stop.states[0].stage, message=message)
     return message, stop
 
 

@@ -19,9 +19,9 @@ from hf_train_mcp.errors import TrainError, NoFitError
 from hf_train_mcp.estimate import constants as EC
 from hf_train_mcp.estimate.cost import FlavorEstimate, Workload, how_to_fit, scaling, tokens_counted
 from hf_train_mcp.estimate.hardware import get_catalog
-from hf_train_mcp.jobs.host import Host
+from hf_train_mcp.access import Access
 from hf_train_mcp.hub import hub_token
-from hf_train_mcp.jobs.ledger import PENDING, JobRecord, SubmissionInProgress
+from hf_train_mcp.jobs.ledger import PENDING, JobRecord, Ledger, SubmissionInProgress
 from hf_train_mcp.estimate.measured import PROBE_STEPS, apply_measurement, attempt_key, probe_key, usable
 from hf_train_mcp.estimate.measured import prefix as measure_prefix
 from hf_train_mcp.planning.hyperparameters import DataFacts, Hyper
@@ -29,7 +29,7 @@ from hf_train_mcp.planning.placement import estimate_flavors
 from hf_train_mcp.planning.training import check_models
 from hf_train_mcp.jobs.prepared import Prepared, Progress
 from hf_train_mcp.contract.requests import EstimateRequest, RunShape, TrainingRequest
-from hf_train_mcp.contract.results import CostEstimate, FlavorOption, HardwareList, HardwareRow, Measurement
+from hf_train_mcp.contract.results import CostEstimate, FlavorOption, HardwareList, HardwareRow, Measurement, Submission
 from hf_train_mcp.planning.planner import Planner, default_backend
 
 log = logging.getLogger(__name__)
@@ -55,9 +55,17 @@ class _Basis:
 
 
 class Estimator:
-    def __init__(self, host: Host, *, planner: Planner) -> None:
-        self.host = host
-        self.planner = planner
+    def __init__(self, *, planner: Planner, access: Access, ledger: Callable[[], Ledger],
+                 report: Callable[[str, int], Any], submit: Callable[..., Submission]) -> None:
+        """planner: sizes models and plans the measurement job; ledger(): the ledger, opened on first use;
+        report(job_id, tail): a job's report and measurement (following.Reading); submit(req, kind=, confirm=):
+        a keyed submission (the core's submit_training)."""
+        self.planner, self.access = planner, access
+        self._ledger, self._report, self._submit = ledger, report, submit
+
+    @property
+    def ledger(self) -> Ledger:
+        return self._ledger()
 
     def estimate_cost(self, req: EstimateRequest, *, progress: Progress | None = None,
                       confirm: "Callable[[Prepared], None] | None" = None) -> CostEstimate:
@@ -100,7 +108,7 @@ class Estimator:
         if report is not None and not (report.stage in TERMINAL_STAGES and not usable(probe)):
             return None  # running, or measured: nothing is launched
         request = _probe_request(req, work, basis.chosen, backend_name, attempt_key(key, len(attempts) + 1))
-        if self.host.ledger.by_idempotency_key(request.idempotency_key) is not None:
+        if self.ledger.by_idempotency_key(request.idempotency_key) is not None:
             return None  # its key already names a job (or one being submitted): a launch would return that one
         prepared = self.planner.prepare_submission(request, backend_name, kind="probe", progress=progress)
         self.planner.keep(prepared.req, prepared, kind="probe")
@@ -137,7 +145,7 @@ class Estimator:
         token_source, images = ("stated" if mean else None), {}
         if req.dataset:  # also for the rows' images, which a stated token count leaves out
             report = validate_dataset(req.dataset, hyper.method, model=req.model, max_length=hyper.max_length,
-                                      token=token, access=self.host.access, progress=progress)
+                                      token=token, access=self.access, progress=progress)
             rows, images = rows or report.num_rows, image_facts(report)
             if mean is None and report.token_stats:
                 mean, token_source = report.token_stats.mean, f"{report.token_stats.sampled_rows} sampled rows"
@@ -154,12 +162,12 @@ class Estimator:
 
     def _measurements(self, key: str) -> list[JobRecord]:
         """The measurement jobs of these settings, newest first (kind 'probe' only: a key is not proof)."""
-        return [r for r in self.host.ledger.keyed(measure_prefix(key)) if r.kind == "probe" and not r.job_id.startswith(PENDING)]
+        return [r for r in self.ledger.keyed(measure_prefix(key)) if r.kind == "probe" and not r.job_id.startswith(PENDING)]
 
     def finished_measurement(self, key: str) -> dict | None:
         """The numbers of the newest measurement of these settings that measured something."""
         for record in self._measurements(key):
-            measured = record.measured or (self.host.report(record.job_id, 0).measured if record.settled else None)
+            measured = record.measured or (self._report(record.job_id, 0).measured if record.settled else None)
             if usable(measured):
                 return measured
         return None
@@ -168,7 +176,7 @@ class Estimator:
         """(the newest attempt's report, its numbers), or (None, None) before any attempt."""
         if not attempts:
             return None, None
-        reading = self.host.report(attempts[0].job_id, 0)
+        reading = self._report(attempts[0].job_id, 0)
         return reading.report, reading.measured
 
     def _measure(self, req: EstimateRequest, work: Workload, chosen: FlavorEstimate, backend_name: str, key: str,
@@ -176,7 +184,7 @@ class Estimator:
         """Launch the measurement job of these settings (confirmed like any paid job)."""
         request = _probe_request(req, work, chosen, backend_name, key)
         try:
-            sub = self.host.submit_training(request, kind="probe", confirm=confirm)
+            sub = self._submit(request, kind="probe", confirm=confirm)
         except SubmissionInProgress:
             warnings.append("a measurement of these settings is being submitted by another call; ask again shortly")
             return None

@@ -22,7 +22,8 @@ from hf_train_mcp.estimate.sizing import ModelSize, model_size
 from hf_train_mcp.planning.evaluation import plan_evaluation
 from hf_train_mcp.planning.export import plan_export
 from hf_train_mcp.planning.subjects import Subject, check_job_inputs, for_family, subject_from_job, subject_from_ref
-from hf_train_mcp.jobs.host import Host
+from hf_train_mcp.access import Access
+from hf_train_mcp.jobs.ledger import JobRecord, Ledger
 from hf_train_mcp.hub import adapter_config, hub_endpoint, hub_token, repo_has_file, resolve_identity
 from hf_train_mcp.estimate.measured import config_key
 from hf_train_mcp.models.family import custom_modules
@@ -53,15 +54,29 @@ def sweep_backend(req: SweepRequest) -> str:
 
 
 class Planner:
-    def __init__(self, host: Host, *, plan_sweep: Callable[..., Any]) -> None:
-        self.host = host
+    def __init__(self, *, access: Access, ledger: Callable[[], Ledger], job_stage: Callable[[str], str],
+                 measured: Callable[[str], dict | None], plan_sweep: Callable[..., Any]) -> None:
+        """ledger(): the ledger, opened on first use; job_stage(job_id): a job's stage (what a follow-up of it
+        needs); measured(key): the numbers of a finished measurement of these settings, or None."""
+        self.access = access
+        self._ledger, self._job_stage, self._measured = ledger, job_stage, measured
         self._plan_sweep = plan_sweep  # sweeps.plan.plan_sweep: a sweep's runs are planned by the sweeps room
         self._previews: dict[str, tuple[float, Prepared]] = {}
 
+    @property
+    def ledger(self) -> Ledger:
+        return self._ledger()
+
+    def ledger_job(self, ref: str | None) -> JobRecord | None:
+        """The job `ref` names, when it is a job id of this server's ledger (evaluate/export take either)."""
+        if not ref or "/" in ref.strip() or is_local(ref):
+            return None
+        return self.ledger.get(ref.strip())
+
     def model_size(self, model: str, token: str | None, offline: bool) -> ModelSize:
-        self.host.access.check_ref(model, "model")
+        self.access.check_ref(model, "model")
         if is_local(model):  # the job would import the folder's own module classes (model_family.custom_modules)
-            self.host.access.check_model_code(model, custom_modules(Path(model).expanduser()))
+            self.access.check_model_code(model, custom_modules(Path(model).expanduser()))
         try:
             return model_size(model, token, offline=offline)
         except ValueError as exc:
@@ -76,7 +91,7 @@ class Planner:
         """(Hub repo, folder) that holds the checkpoint `resume_from` names; (None, None) without resume_from."""
         if not req.resume_from:
             return None, None
-        previous = self.host.ledger.get(req.resume_from)
+        previous = self.ledger.get(req.resume_from)
         if previous is None:
             if "/" in req.resume_from and not is_local(req.resume_from):
                 return req.resume_from, None
@@ -85,7 +100,7 @@ class Planner:
         if previous.kind != "train":
             raise TrainError(f"resume_from={req.resume_from!r} is a {previous.kind} job, not a training job: resume "
                              "from a submit_training job (list_jobs), or a Hub repo 'owner/name' with checkpoints")
-        check_job_inputs(self.host.access, previous, TrainingRequest.model_validate_json(previous.request_json))
+        check_job_inputs(self.access, previous, TrainingRequest.model_validate_json(previous.request_json))
         if not backends.traits(previous.backend).pushes_to_hub:
             if not backends.traits(backend_name).reads_local_paths:
                 raise TrainError(f"job {req.resume_from} ran on this machine: its checkpoints are not on the Hub; "
@@ -99,19 +114,19 @@ class Planner:
 
     def check_access(self, req: Any, backend_name: str) -> None:
         if backends.traits(backend_name).needs_local_jobs_permission:
-            self.host.access.check_local_jobs()
+            self.access.check_local_jobs()
         if getattr(req, "reward_code", None):
-            self.host.access.check_reward_code()
+            self.access.check_reward_code()
         if isinstance(req, ScriptRequest):
-            self.host.access.check_scripts()
+            self.access.check_scripts()
             if req.folder:
-                self.host.access.check_path(req.folder, "folder")
+                self.access.check_path(req.folder, "folder")
             elif req.script is not None and source_kind(req.script) == "path":
-                self.host.access.check_path(req.script, "script")
+                self.access.check_path(req.script, "script")
         for ref, what in ((getattr(req, "model", None), "model"), (getattr(req, "dataset", None), "dataset"),
                           (getattr(req, "teacher_model", None), "teacher model")):
-            if ref and self.host.ledger_job(ref) is None:  # a job id names this server's own output, not a caller's path
-                self.host.access.check_ref(ref, what)
+            if ref and self.ledger_job(ref) is None:  # a job id names this server's own output, not a caller's path
+                self.access.check_ref(ref, what)
 
     @staticmethod
     def _check_chat_template(req: TrainingRequest, token: str | None) -> None:
@@ -145,7 +160,7 @@ class Planner:
         self.check_access(req, backend_name)
         prepared = self.prepare(req, backend_name, kind=kind, progress=progress)
         prepared.asked = retries.asked_json(
-            req, backend_name, content=local_content(req, self.host.access, getattr(prepared.plan, "source", None)))
+            req, backend_name, content=local_content(req, self.access, getattr(prepared.plan, "source", None)))
         return prepared
 
     @staticmethod
@@ -171,9 +186,9 @@ class Planner:
         token = hub_token() if where.catalog_from_hub else None
         namespace = self._namespace(req, backend_name, token)
         progress("reading the script")
-        source = read_source(req, self.host.access)
+        source = read_source(req, self.access)
         plan = plan_script(req, source, backend=backend_name, catalog=get_catalog(token, offline=not token),
-                           namespace=namespace, access=self.host.access)
+                           namespace=namespace, access=self.access)
         return self._package(req, backend_name, kind, namespace, plan, hub_model_id=None, model=source.label,
                              dataset=None, reads=[])
 
@@ -203,9 +218,9 @@ class Planner:
                                          for ref in ("model", "dataset", "teacher_model")
                                          if getattr(req, ref) and is_local(getattr(req, ref))})
         step(f"validating {req.dataset}")
-        req, data, warnings = checked_dataset(req, token or hub_token(), self.host.access)
+        req, data, warnings = checked_dataset(req, token or hub_token(), self.access)
         if req.resume_from and not req.output_bucket:
-            previous = self.host.ledger.get(req.resume_from)
+            previous = self.ledger.get(req.resume_from)
             if previous is not None and previous.output_bucket:  # resume where its checkpoints are
                 req = req.model_copy(update={"output_bucket": previous.output_bucket})
         if data.conversational and req.chat_template is None:
@@ -221,14 +236,14 @@ class Planner:
                          teacher=teacher)
         plan = plan_run(req, **plan_args)
         if kind == "train" and where.bills and plan.estimate is not None:
-            measured = self.host.finished_measurement(config_key(plan.config, flavor=plan.flavor, backend=backend_name))
+            measured = self._measured(config_key(plan.config, flavor=plan.flavor, backend=backend_name))
             if measured:  # a measurement of this run's steps on this flavor: its time, not the model's
                 plan = plan_run(req.model_copy(update={"flavor": plan.flavor}), **plan_args, measured=measured)
         plan.warnings[:0] = warnings
         pushes = where.pushes_to_hub and kind == "train"
         if pushes and req.hub_model_id:
-            check_push_target(req.hub_model_id, token=token, access=self.host.access, warnings=plan.warnings,
-                              pushed_before=self.host.ledger.pushed_to(req.hub_model_id), dry_run=req.dry_run)
+            check_push_target(req.hub_model_id, token=token, access=self.access, warnings=plan.warnings,
+                              pushed_before=self.ledger.pushed_to(req.hub_model_id), dry_run=req.dry_run)
         reads = [("model", req.model), ("dataset", req.dataset), ("model", req.teacher_model),
                  *([("model", resume_repo)] if resume_repo else [])]
         return self._package(req, backend_name, kind, namespace, plan, hub_model_id=req.hub_model_id if pushes else None,
@@ -241,7 +256,7 @@ class Planner:
         """The rendered script, the job spec and what the Submission will say, for any kind of job."""
         if plan.trackio_space_id:  # trackio hands the Space the token
             check_trackio_space(plan.trackio_space_id, namespace=namespace, token=hub_token(),
-                                access=self.host.access, warnings=plan.warnings)
+                                access=self.access, warnings=plan.warnings)
         script = plan.render()
         spec = plan.job_spec(kind)
         endpoint = hub_endpoint()
@@ -264,12 +279,12 @@ class Planner:
                         parent_job_id=parent_job_id)
 
     def _subject(self, ref: str, backend_name: str, token: str | None) -> Subject:
-        record = self.host.ledger_job(ref)
+        record = self.ledger_job(ref)
         if record is not None:
             if backends.traits(record.backend).needs_local_jobs_permission:
-                self.host.access.check_local_jobs()
-            return subject_from_job(record, self.host.job_stage(record.job_id), backend_name, self.host.access)
-        return subject_from_ref(ref.strip(), access=self.host.access, backend_name=backend_name,
+                self.access.check_local_jobs()
+            return subject_from_job(record, self._job_stage(record.job_id), backend_name, self.access)
+        return subject_from_ref(ref.strip(), access=self.access, backend_name=backend_name,
                                 adapter_config=lambda repo: adapter_config(repo, token),
                                 labelled=lambda repo: repo_has_file(repo, "labels.json", token))
 
@@ -282,7 +297,7 @@ class Planner:
         progress(f"finding {req.model}")
         subject = self._subject(req.model, backend_name, token or hub_token())
         if subject.training and subject.training.reward_code:
-            self.host.access.check_reward_code()  # the evaluation runs the job's reward code again
+            self.access.check_reward_code()  # the evaluation runs the job's reward code again
         progress(f"sizing {subject.sized_by}")
         size = self.model_size(subject.sized_by, token, offline=here)
         subject = for_family(subject, size.family, "evaluation" if isinstance(req, EvaluateRequest) else "export")
@@ -293,14 +308,14 @@ class Planner:
         token, namespace, subject, size, catalog = self._followup_start(req, backend_name, progress)
         warnings: list[str] = []
         progress("reading the held-out data")
-        data, facts = eval_data(req, subject, backend_name, token or hub_token(), warnings, self.host.access)
+        data, facts = eval_data(req, subject, backend_name, token or hub_token(), warnings, self.access)
         progress("planning and rendering the script")
         plan = plan_evaluation(req, subject, data, facts, backend=backend_name, size=size, catalog=catalog,
                                namespace=namespace, warnings=warnings)
         card = plan.config.get("card_repo")
-        if card and self.host.access.remote and not self.host.ledger.pushed_to(card):  # targets.py: HTTP's pushes
+        if card and self.access.remote and not self.ledger.pushed_to(card):  # targets.py: HTTP's pushes
             plan.config["card_repo"] = None
-            plan.warnings.append(f"the results are not written to {card}'s card: over {self.host.access.over} only a "
+            plan.warnings.append(f"the results are not written to {card}'s card: over {self.access.over} only a "
                                  "repo a job of this server pushed to is written to; they are in the job's output")
         job = subject.job
         return self._package(
@@ -322,8 +337,8 @@ class Planner:
             warnings.append(f"backend={backend_name!r} keeps the export in the job folder; hub_model_id is not pushed")
         target = plan.config["hub_model_id"]
         if target:
-            check_push_target(target, token=token or hub_token(), access=self.host.access, warnings=plan.warnings,
-                              pushed_before=self.host.ledger.pushed_to(target), dry_run=req.dry_run,
+            check_push_target(target, token=token or hub_token(), access=self.access, warnings=plan.warnings,
+                              pushed_before=self.ledger.pushed_to(target), dry_run=req.dry_run,
                               what="the export", export=True)
         return self._package(
             req, backend_name, kind, namespace, plan, hub_model_id=plan.config["hub_model_id"], model=subject.ref,
