@@ -112,8 +112,9 @@ def plan_evaluation(req: EvaluateRequest, subject: Subject, data: EvalData | Non
         warnings.append("benchmarks run on every item of each task without num_samples (hours for large tasks); "
                         "num_samples=200 is a cheap first look")
     flavor, estimate, price = place(req, "evaluation", evaluation_options(size, work, catalog),
-                                    lambda info: evaluation_on(size, work, info), catalog, backend, warnings)
-    timeout = followup_timeout(req, estimate, backend, flavor, price, warnings)
+                                    lambda info: evaluation_on(size, work, info), catalog=catalog, backend=backend,
+                                    warnings=warnings)
+    timeout = followup_timeout(req, estimate, backend=backend, flavor=flavor, price=price, warnings=warnings)
     pushes, trackio_space, card_repo = _result_targets(subject, backend, namespace)
     config = {
         **common_config(subject, backend, size),

@@ -104,11 +104,12 @@ def plan_export(req: ExportRequest, subject: Subject, *, backend: str, size: Mod
                         "with its tokenizer")
     work = ExportWork(format=req.format, quantization=quantization, merge=subject.kind == "adapter")
     flavor, estimate, price = place(req, "export", export_options(size, work, catalog),
-                                    lambda info: export_on(size, work, info), catalog, backend, warnings)
+                                    lambda info: export_on(size, work, info), catalog=catalog, backend=backend,
+                                    warnings=warnings)
     if size.params > 30e9 and backends.traits(backend).pushes_to_hub:
         warnings.append(f"a {size.billions:.0f}B export holds the whole model in memory and writes "
                         f"~{size.params * 6 / 1e9:.0f} GB to disk")
-    timeout = followup_timeout(req, estimate, backend, flavor, price, warnings)
+    timeout = followup_timeout(req, estimate, backend=backend, flavor=flavor, price=price, warnings=warnings)
     target = export_target(req, subject, backend)
     stem = (target or subject.ref).rstrip("/").split("/")[-1].removesuffix("-GGUF")
     source = subject.job.hub_model_id if subject.job and subject.job.hub_model_id else hub_ref(subject.ref)

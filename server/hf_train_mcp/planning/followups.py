@@ -12,8 +12,8 @@ from hf_train_mcp.planning.subjects import Subject
 from hf_train_mcp.planning.training import RunPlan, expects_gpu
 
 
-def place(req, kind: str, options: list[JobEstimate], on_flavor, catalog: Catalog, backend: str,
-           warnings: list[str]) -> tuple[str, JobEstimate | None, float]:
+def place(req, kind: str, options: list[JobEstimate], on_flavor, *, catalog: Catalog, backend: str,
+          warnings: list[str]) -> tuple[str, JobEstimate | None, float]:
     """(flavor, estimate, $/hour): the caller's flavor, else the cheapest that fits."""
     where = backends.traits(backend)
     if not where.catalog_from_hub:  # one hardware of its own
@@ -41,8 +41,8 @@ def place(req, kind: str, options: list[JobEstimate], on_flavor, catalog: Catalo
     return best.flavor, best, catalog.flavors[best.flavor].usd_per_hour
 
 
-def followup_timeout(req, estimate: JobEstimate | None, backend: str, flavor: str, price: float,
-             warnings: list[str]) -> int:
+def followup_timeout(req, estimate: JobEstimate | None, *, backend: str, flavor: str, price: float,
+                     warnings: list[str]) -> int:
     timeout = chosen_timeout(req.timeout, estimate, backends.traits(backend).default_timeout_s, warnings)
     return within_budget(req, flavor, price, timeout, estimate, warnings)
 
