@@ -44,20 +44,22 @@ class Core:
     def __init__(self, ledger: Ledger | None = None, access: Access = STDIO):
         self._ledger = ledger
         self.access = access
-        opened = lambda: self.ledger  # noqa: E731 (opened on first use)
-        self.launcher = Launcher(self, ledger=opened, backend=self.backend)
-        self.following = Following(access=access, ledger=opened, backend=self.backend,
+        self.launcher = Launcher(self, ledger=self._opened_ledger, backend=self.backend)
+        self.following = Following(access=access, ledger=self._opened_ledger, backend=self.backend,
                                    recover=self.launcher.recover_submissions)
-        self.planner = Planner(access=access, ledger=opened, job_stage=self.job_stage,
-                               measured=lambda key: self.estimator.finished_measurement(key), plan_sweep=plan_sweep)
-        self.estimator = Estimator(planner=self.planner, access=access, ledger=opened, report=self.following.report,
-                                   submit=self.submit_training)
+        self.planner = Planner(access=access, ledger=self._opened_ledger, job_stage=self.job_stage,
+                               measured=self.finished_measurement, plan_sweep=plan_sweep)
+        self.estimator = Estimator(planner=self.planner, access=access, ledger=self._opened_ledger,
+                                   report=self.following.report, submit=self.submit_training)
 
     @property
     def ledger(self) -> Ledger:
         if self._ledger is None:  # opened on first use: tools/list must not touch the disk
             self._ledger = Ledger()
         return self._ledger
+
+    def _opened_ledger(self) -> Ledger:
+        return self.ledger
 
     def backend(self, name: str) -> Backend:
         return backends.open(name, access=self.access, token=hub_token())
