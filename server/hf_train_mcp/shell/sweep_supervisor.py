@@ -13,7 +13,7 @@ from typing import IO
 
 from hf_train_mcp.detach import held_lock
 from hf_train_mcp.paths import data_home
-from hf_train_mcp.sweeps.supervision import supervise
+from hf_train_mcp.sweeps.supervision import say_gone, supervise
 from hf_train_mcp.sweeps.sweep import LOCK_FD_ENV
 
 
@@ -31,7 +31,11 @@ def run(sweep_id: str) -> int:
     if lock is None:
         return 0  # another supervisor has this sweep
     with lock:
-        (data_home() / "sweeps" / f"{sweep_id}.pid").write_text(str(os.getpid()))  # names the one that runs
+        try:  # names the one that runs
+            (data_home() / "sweeps" / f"{sweep_id}.pid").write_text(str(os.getpid()))
+        except FileNotFoundError:  # deleted while this process started: Core() would make an empty ledger
+            say_gone(sweep_id, data_home())
+            return 0
         return supervise(Core(), sweep_id)
 
 

@@ -25,9 +25,7 @@ def supervise(core: JobControl, sweep_id: str, *, sleep: Callable[[float], None]
     failing_since = None
     while True:
         if _identity(core.ledger.path) != ledger:  # before anything that would recreate the folder
-            log.warning("sweep %s: its ledger %s is gone (deleted or replaced), so nothing is left to "
-                        "supervise: this supervisor ends and starts no queued run; the jobs it launched run on "
-                        "to their own end (list_jobs, cancel_job)", sweep_id, core.ledger.path)
+            say_gone(sweep_id, core.ledger.path)
             return 0
         try:
             if not supervise_once(core, sweep_id):
@@ -41,6 +39,12 @@ def supervise(core: JobControl, sweep_id: str, *, sleep: Callable[[float], None]
                           "supervises it again", sweep_id, GIVE_UP_AFTER_S)
                 return 1
         sleep(poll_seconds())
+
+
+def say_gone(sweep_id: str, where: Path) -> None:
+    log.warning("sweep %s: its ledger %s is gone (deleted or replaced), so nothing is left to supervise: this "
+                "supervisor ends and starts no queued run; the jobs it launched run on to their own end (list_jobs, "
+                "cancel_job)", sweep_id, where)
 
 
 def _identity(path: Path) -> tuple[int, int] | None:

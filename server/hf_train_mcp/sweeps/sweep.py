@@ -135,7 +135,7 @@ def launch(core: JobControl, run: SweepRunRecord) -> None:
         return
     if not core.ledger.update_sweep_run(run.sweep_id, run.idx, only_if_state="launching", state="launched",
                                         job_id=submission.job_id):
-        adopted(core, request.idempotency_key, submission.job_id)  # a cancel marked it meanwhile: it keeps its job
+        adopted(core.ledger, request.idempotency_key, submission.job_id)  # a cancel marked it meanwhile: it keeps its job
     if core.ledger.sweep(run.sweep_id).state == "canceled":  # canceled while this run was being posted
         if cancel_runs(core, run.sweep_id).failed:  # its cancel failed: the supervisor retries it
             ensure_supervised(core, core.ledger.sweep(run.sweep_id))
