@@ -10,7 +10,7 @@ import pytest
 from mcp import Client
 
 from hf_train_mcp.shell.app import build_server
-from hf_train_mcp.planning.followups import LLAMA_CPP_REPO
+from hf_train_mcp.planning.export import LLAMA_CPP_REPO
 from hf_train_mcp.service import Core
 from tests.conftest import READ_TOKEN, WRITE_TOKEN, needs_training
 from tests.emulator import Emulator, JobPlan, ViewerDataset

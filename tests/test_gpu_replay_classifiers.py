@@ -176,7 +176,7 @@ def test_the_trained_head_is_in_the_adapter_that_export_merges(family: str, enco
     from transformers import AutoModelForSequenceClassification
 
     from hf_train_mcp.estimate.sizing import model_size
-    from hf_train_mcp.planning.followups import Subject, plan_export
+    from hf_train_mcp.planning.export import Subject, plan_export
     from hf_train_mcp.contract.requests import ExportRequest
 
     model = build_text_encoder(encoders / family, family)

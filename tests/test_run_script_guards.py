@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from hf_train_mcp import credentials
 
-from hf_train_mcp.planning import user_script as script_jobs
+from hf_train_mcp.planning import user_script_source as script_jobs
 
 from hf_train_mcp.user_scripts import urls as script_urls
 

@@ -69,7 +69,7 @@ def test_a_config_without_vocab_size_is_sized_and_a_shapeless_one_refused_clearl
 
 
 def test_exporting_a_vision_model_is_refused_before_anything_runs(tmp_path: Path) -> None:
-    from hf_train_mcp.planning.followups import Subject, plan_export
+    from hf_train_mcp.planning.export import Subject, plan_export
     from hf_train_mcp.contract.requests import ExportRequest
 
     vit = tmp_path / "vit"
@@ -103,7 +103,7 @@ def test_a_distillation_teacher_with_another_vocab_size_is_refused_before_launch
 
 # --- 19: the GGUF converter: pinned, from a private folder, never a planted file --------------------------------
 def gguf_export_script(tmp_path: Path, tiny_model: Path) -> dict[str, Any]:
-    from hf_train_mcp.planning.followups import Subject, plan_export
+    from hf_train_mcp.planning.export import Subject, plan_export
     from hf_train_mcp.contract.requests import ExportRequest
 
     subject = Subject(ref=str(tiny_model), kind="full", base_model=None, method=None)
@@ -129,7 +129,7 @@ def fake_sdist(tmp_path: Path, root: str, marker: Path) -> Path:
 
 
 def test_the_gguf_converter_is_pinned_and_a_planted_one_never_runs(tmp_path: Path, monkeypatch) -> None:
-    from hf_train_mcp.planning.followups import LLAMA_CPP_REPO
+    from hf_train_mcp.planning.export import LLAMA_CPP_REPO
 
     assert "0.3.36" in LLAMA_CPP_REPO["version"] and len(LLAMA_CPP_REPO["sha256"]) == 64
     assert LLAMA_CPP_REPO["url"].startswith("https://files.pythonhosted.org/") and "HEAD" not in str(LLAMA_CPP_REPO)
@@ -166,7 +166,7 @@ def test_the_gguf_converter_is_pinned_and_a_planted_one_never_runs(tmp_path: Pat
 
 
 def test_the_converter_folder_is_private(tmp_path: Path, monkeypatch) -> None:
-    from hf_train_mcp.planning.followups import LLAMA_CPP_REPO
+    from hf_train_mcp.planning.export import LLAMA_CPP_REPO
 
     monkeypatch.delenv("HFTM_LLAMA_CPP", raising=False)
     tiny = tmp_path / "tiny"
@@ -189,7 +189,7 @@ def test_a_full_fine_tune_is_exported_in_its_base_dtype_and_sized_so(tiny_model:
     from safetensors import safe_open
     from transformers import AutoModelForCausalLM
 
-    from hf_train_mcp.planning.followups import Subject, plan_export
+    from hf_train_mcp.planning.export import Subject, plan_export
     from hf_train_mcp.contract.requests import ExportRequest
 
     base = tmp_path / "base"  # the Hub base: saved in bf16, as most are

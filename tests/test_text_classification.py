@@ -98,7 +98,7 @@ async def test_a_bare_classifier_adapter_is_told_from_a_reward_model_by_its_labe
     """A sequence-classification adapter is a text classifier when it names its classes (labels.json, which the
     classifiers write beside it), else a reward model: in a folder and in a Hub repo alike."""
     from hf_train_mcp.access import STDIO
-    from hf_train_mcp.planning.followups import subject_from_ref
+    from hf_train_mcp.planning.subjects import subject_from_ref
     from hf_train_mcp.hub import adapter_config, repo_has_file
 
     config = json.dumps({"base_model_name_or_path": "org/encoder", "peft_type": "LORA", "task_type": "SEQ_CLS"})

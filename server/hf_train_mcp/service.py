@@ -1,8 +1,9 @@
 """The core both shells call: one short method per tool, plain pydantic in and out, TrainError for fixable problems.
 
-A facade over the rooms that do the work: submission (plan and render), launching (post once, recover),
-following (status, logs, cancel, list), estimating (time, money, memory, measurements) and sweeps. The rooms see
-the core as a host.Host; none imports this module.
+A facade over the rooms that do the work, wired here with what each needs passed in: the planner (plan and
+render), the launcher (post once, recover), following (status, logs, cancel, list), the estimator (time, money,
+memory, measurements) and sweeps. Sweeps see the core as sweeps.job_control.JobControl and a run's nodes as
+jobs.node_ranks.RunControl; no room imports this module.
 """
 
 from collections.abc import Callable
@@ -17,11 +18,12 @@ from hf_train_mcp.jobs import keys, retries
 from hf_train_mcp.sweeps import results as sweep_results
 
 from hf_train_mcp.sweeps import sweep as sweeps
-from hf_train_mcp.access import STDIO, Access, is_local
+from hf_train_mcp.sweeps.plan import plan_sweep
+from hf_train_mcp.access import STDIO, Access
 from hf_train_mcp.backends.base import Backend, SubmissionUnknown
 from hf_train_mcp.data.validate import validate_dataset
 from hf_train_mcp.planning.estimation import Estimator
-from hf_train_mcp.jobs.following import Following
+from hf_train_mcp.jobs.following import Following, Reading
 from hf_train_mcp.hub import hub_token
 from hf_train_mcp.jobs.launcher import Launcher, checked_run, claim_id, submission_of
 from hf_train_mcp.jobs.ledger import PENDING, JobRecord, KeyConflict, Ledger, SubmissionInProgress
@@ -29,7 +31,7 @@ from hf_train_mcp.jobs.prepared import Prepared, Progress
 from hf_train_mcp.contract.requests import CompareRequest, EstimateRequest, EvaluateRequest, ExportRequest, ScriptRequest
 from hf_train_mcp.contract.requests import SweepRequest
 from hf_train_mcp.contract.requests import TrainingRequest, ValidateRequest
-from hf_train_mcp.planning.user_script import local_content
+from hf_train_mcp.planning.user_script_source import local_content
 from hf_train_mcp.contract.results import (CancelResult, Comparison, CostEstimate, DatasetReport, HardwareList, JobList,
                                   JobReport, LogPage, Submission, SweepResult)
 from hf_train_mcp.planning.planner import Planner, default_backend, sweep_backend
@@ -42,14 +44,22 @@ class Core:
     def __init__(self, ledger: Ledger | None = None, access: Access = STDIO):
         self._ledger = ledger
         self.access = access
-        self.planner, self.launcher = Planner(self, plan_sweep=sweeps.plan_sweep), Launcher(self)
-        self.following, self.estimator = Following(self), Estimator(self)
+        self.launcher = Launcher(self, ledger=self._opened_ledger, backend=self.backend)
+        self.following = Following(access=access, ledger=self._opened_ledger, backend=self.backend,
+                                   recover=self.launcher.recover_submissions)
+        self.planner = Planner(access=access, ledger=self._opened_ledger, job_stage=self.job_stage,
+                               measured=self.finished_measurement, plan_sweep=plan_sweep)
+        self.estimator = Estimator(planner=self.planner, access=access, ledger=self._opened_ledger,
+                                   report=self.following.report, submit=self.submit_training)
 
     @property
     def ledger(self) -> Ledger:
         if self._ledger is None:  # opened on first use: tools/list must not touch the disk
             self._ledger = Ledger()
         return self._ledger
+
+    def _opened_ledger(self) -> Ledger:
+        return self.ledger
 
     def backend(self, name: str) -> Backend:
         return backends.open(name, access=self.access, token=hub_token())
@@ -103,7 +113,7 @@ class Core:
         return sweep_results.compare(self, req)
 
     def job_status(self, job_id: str, tail: int = 20) -> JobReport:
-        return self.report(job_id, tail)[0]
+        return self.report(job_id, tail).report
 
     def job_logs(self, job_id: str, offset: int = 0, limit: int = 200) -> LogPage:
         return self.following.job_logs(job_id, offset, limit)
@@ -122,9 +132,12 @@ class Core:
     def list_hardware(self) -> HardwareList:
         return self.estimator.list_hardware()
 
-    # --- what the rooms ask of each other through the host --------------------------------------------
+    # --- what sweeps and a run's nodes ask of the core (JobControl, RunControl), and the rooms' entry points ---
     def preview(self, req: Any, *, kind: str = "train", progress: Progress | None = None) -> Any:
-        """Everything a submission decides before it launches, kept for a confirmation asked in between."""
+        """Everything a submission decides before it launches, kept for a confirmation asked in between; kind
+        'probe': the measurement job estimate_cost(measure=True) would launch (None when it would launch none)."""
+        if kind == "probe":
+            return self.estimator.measurement_preview(req, progress=progress)
         return self.planner.preview(req, kind=kind, progress=progress)
 
     def prepare(self, req: Any, backend_name: str, *, kind: str = "train", progress: Progress | None = None) -> Any:
@@ -133,10 +146,10 @@ class Core:
     def job_stage(self, job_id: str) -> str:
         """Only the stage (what a subscription watches): no logs read; a run across nodes, the run's."""
         if node_runs.is_run(self.ledger.get(job_id.strip())):
-            return self.report(job_id, 0)[0].stage
-        return self.following.state(job_id)[4].stage
+            return self.report(job_id, 0).report.stage
+        return self.following.state(job_id).state.stage
 
-    def report(self, job_id: str, tail: int) -> tuple[JobReport, dict | None]:
+    def report(self, job_id: str, tail: int) -> Reading:
         return self.following.report(job_id, tail)
 
     def recover_submissions(self, *, now: bool = False) -> None:
@@ -156,9 +169,7 @@ class Core:
 
     def ledger_job(self, ref: str | None) -> JobRecord | None:
         """The job `ref` names, when it is a job id of this server's ledger (evaluate/export take either)."""
-        if not ref or "/" in ref.strip() or is_local(ref):
-            return None
-        return self.ledger.get(ref.strip())
+        return self.planner.ledger_job(ref)
 
     def existing_submission(self, req: Any) -> Any:
         """The job (or sweep) an idempotency key already names (a retry returns it instead of launching)."""
@@ -171,8 +182,7 @@ class Core:
 
     def check_sweep_access(self, sweep: Any) -> None:
         """A sweep on this machine is as out of reach as its jobs for a caller who may not run local jobs."""
-        if backends.traits(sweep.backend).needs_local_jobs_permission:
-            self.access.check_local_jobs()
+        sweeps.check_access(self.access, sweep)
 
     def _submit(self, req: Any, kind: str, progress: Progress | None, confirm: Confirm | None, *,
                 sweep_run: bool = False) -> Submission:
@@ -181,12 +191,10 @@ class Core:
         another kind of job would wedge the measurement or sweep run it belongs to."""
         keys.refuse_reserved_key(req.idempotency_key, probe=kind == "probe", sweep_run=sweep_run)
         backend_name = req.backend or default_backend()
-        self.planner.check_access(req, backend_name)
+        self.planner.check_access(req, backend_name)  # before a key is reserved
 
         def submit(claim: str | None) -> Submission:
-            prepared = self.prepare(req, backend_name, kind=kind, progress=progress)
-            prepared.asked = retries.asked_json(  # the call as sent (a retry is held to it)
-                req, backend_name, content=local_content(req, self.access, getattr(prepared.plan, "source", None)))
+            prepared = self.planner.prepare_submission(req, backend_name, kind=kind, progress=progress)
             if confirm is not None and not req.dry_run:
                 confirm(prepared)
             return self.launcher.launch(prepared, claim, progress)

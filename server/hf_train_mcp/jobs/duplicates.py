@@ -5,7 +5,7 @@ another (a 90 s POST was seen). Every POST of one submission carries its label, 
 the job kept is the oldest when the submission is posted (backends keep it), the one recorded afterwards; every
 other is recorded as its copy (kind COPY_KIND, canceled, never listed) and canceled. While a copy may still
 appear (LATE_JOB_MIN after a POST went unanswered: the record is `doubted`), each look at the job, and its
-watcher (node_watcher.py), looks the label up again; cancel_job always does.
+watcher (shell/node_supervisor.py), looks the label up again; cancel_job always does.
 """
 
 import logging
@@ -64,13 +64,13 @@ def awaited(ledger: Any, job: JobRecord) -> bool:
 def stop_copies(follow: Any, job: JobRecord | None, *, search: bool | None = None) -> tuple[list[str], list[str]]:
     """Cancel the copies of `job` still going: those recorded (a cancel that failed before is tried again) and,
     with `search` (default: while one may appear), any new one its label finds. (canceled ids, problems).
-    follow.cancel_one(job_id) cancels one job; follow.host has the ledger and the backends."""
+    follow.cancel_one(job_id) cancels one job; follow.ledger is the ledger, follow.backend(name) opens a backend."""
     if job is None or job.kind == COPY_KIND or not job.submission or job.job_id.startswith(SUBMITTING):
-        return [], []  # (a journal entry's job, if any, is recovery's to find: launching.py)
-    ledger, problems = follow.host.ledger, []
+        return [], []  # (a journal entry's job, if any, is recovery's to find: launcher.py)
+    ledger, problems = follow.ledger, []
     if awaited(ledger, job) if search is None else search:
         try:
-            record_copies(ledger, job, find_all(follow.host.backend(job.backend), job.submission, job.namespace))
+            record_copies(ledger, job, find_all(follow.backend(job.backend), job.submission, job.namespace))
         except TrainError as exc:
             problems.append(f"could not look for other jobs of its submission ({exc})")
     canceled = []

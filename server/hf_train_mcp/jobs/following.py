@@ -6,7 +6,8 @@ what to do next.
 
 import logging
 from collections import OrderedDict
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from hf_train_mcp import backends, credentials
 
@@ -17,10 +18,10 @@ from hf_train_mcp.backends.base import Backend, JobGone, JobState, LogRead
 from hf_train_mcp.stages import TERMINAL_STAGES
 from hf_train_mcp.errors import TrainError, NotFoundError
 from hf_train_mcp.estimate.hardware import get_catalog
-from hf_train_mcp.jobs.host import Host
 from hf_train_mcp.hub import HubUnreachable, hub_token, resolve_identity, scrub
 from hf_train_mcp.durations import minutes_since
-from hf_train_mcp.jobs.ledger import JobRecord
+from hf_train_mcp.access import Access
+from hf_train_mcp.jobs.ledger import JobRecord, Ledger
 from hf_train_mcp.stages import SETTLED_STAGES
 from hf_train_mcp.jobs.telemetry import memory_advice
 from hf_train_mcp.jobs.logs import OUT_OF_MEMORY, ParsedLog, parse_log, probe_metrics
@@ -33,36 +34,64 @@ SCHEDULING_ALERT_MIN = 15
 SETTLED_LOGS_CACHED = 256  # finished jobs whose last log lines are kept in memory (their logs never change)
 
 
+@dataclass(frozen=True)
+class Located:
+    """A job found: its backend, bare id, namespace, ledger record (None for a job this server did not launch) and
+    its state as the backend (or the ledger, once it has ended) says."""
+
+    backend: Backend
+    job_id: str
+    namespace: str | None
+    record: JobRecord | None
+    state: JobState
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A job's report and its preflight measurement (from its log, or the ledger once seen)."""
+
+    report: JobReport
+    measured: dict | None
+
+
 class Following:
-    def __init__(self, host: Host) -> None:
-        self.host = host
+    def __init__(self, *, access: Access, ledger: Callable[[], Ledger], backend: Callable[[str], Backend],
+                 recover: Callable[[], None]) -> None:
+        """ledger(): the ledger, opened on first use; backend(name) opens a backend; recover() looks up the
+        submissions whose server died mid-POST (the launcher's crash recovery), before any job is read."""
+        self.access, self.backend = access, backend
+        self._ledger, self._recover = ledger, recover
         self._settled_logs: OrderedDict[str, tuple[int, LogRead, ParsedLog]] = OrderedDict()
         self.telemetry = GpuTelemetry()
+
+    @property
+    def ledger(self) -> Ledger:
+        return self._ledger()
 
     def _locate(self, job_id: str) -> tuple[str, str, str | None, JobRecord | None]:
         """(backend, bare job id, namespace, ledger record) for a job id or 'namespace/job_id'."""
         job_id = job_id.strip()
-        record = self.host.ledger.get(job_id)
+        record = self.ledger.get(job_id)
         if record is not None:
             return record.backend, job_id, record.namespace, record
-        if self.host.access.remote:  # a remote caller reaches the jobs this server launched, not all of the token's
+        if self.access.remote:  # a remote caller reaches the jobs this server launched, not all of the token's
             raise NotFoundError(f"no job {job_id!r} was launched through this server: pass a job_id from list_jobs")
         owner = backends.owner_of(job_id)
         if not backends.traits(owner).has_namespace:
             return owner, job_id, None, None
         if "/" in job_id:
             namespace, bare = job_id.rsplit("/", 1)
-            return owner, bare, namespace, self.host.ledger.get(bare)
+            return owner, bare, namespace, self.ledger.get(bare)
         return owner, job_id, resolve_identity(hub_token()).name, None
 
-    def state(self, job_id: str) -> tuple[Backend, str, str | None, JobRecord | None, JobState]:
+    def state(self, job_id: str) -> Located:
         backend_name, bare, namespace, record = self._locate(job_id)
-        backend = self.host.backend(backend_name)
+        backend = self.backend(backend_name)
         # its stage can no longer change: no need to ask the backend, once an inspect has recorded how it ended
         if record is not None and record.settled and record.finished_at:
-            return backend, bare, namespace, record, JobState(
+            return Located(backend, bare, namespace, record, JobState(
                 stage=record.stage, message=record.message, created_at=record.created_at,
-                started_at=record.started_at, finished_at=record.finished_at, url=record.job_url)
+                started_at=record.started_at, finished_at=record.finished_at, url=record.job_url))
         try:
             state = backend.inspect(bare, namespace)
         except JobGone:
@@ -76,14 +105,15 @@ class Following:
             state = JobState(stage=record.stage, created_at=record.created_at, finished_at=record.finished_at,
                              url=record.job_url, stale=f"{exc} Showing the last known state from the ledger.")
         if record is not None and (record.stage != state.stage or state.stage in SETTLED_STAGES):
-            self.host.ledger.update_stage(bare, state.stage, state.finished_at, started_at=state.started_at,
+            self.ledger.update_stage(bare, state.stage, state.finished_at, started_at=state.started_at,
                                      message=state.message)
-        return backend, bare, namespace, record, state
+        return Located(backend, bare, namespace, record, state)
 
-    def report(self, job_id: str, tail: int) -> tuple[JobReport, dict | None]:
+    def report(self, job_id: str, tail: int) -> Reading:
         """The job's report and its preflight measurement (from the log, or the ledger once seen)."""
-        self.host.recover_submissions()
-        backend, bare, namespace, record, state = self.state(job_id)
+        self._recover()
+        found = self.state(job_id)
+        backend, bare, namespace, record, state = found.backend, found.job_id, found.namespace, found.record, found.state
         copies = duplicates.stop_copies(self, record) if record is not None and record.doubted else ([], [])
         # read in the background while the log is: a slow metrics stream then costs job_status no extra time
         gpus = self.telemetry.start(backend, bare, namespace, stage=None if state.stale else state.stage,
@@ -92,7 +122,7 @@ class Following:
         parsed = replace(parsed, metrics=dict(parsed.metrics))  # the cached parse stays as read
         measured = parsed.probe or (record.measured if record else None)
         if parsed.probe and record is not None and record.measured != parsed.probe:
-            self.host.ledger.set_measured(bare, parsed.probe)
+            self.ledger.set_measured(bare, parsed.probe)
         if measured and not parsed.probe:  # the preflight line has scrolled out of the tail
             parsed.metrics.update(probe_metrics(measured))
         error = None
@@ -116,7 +146,7 @@ class Following:
             last_metrics=parsed.metrics, log_tail=read.lines[-tail:] if tail else [], error=error,
             trackio_url=trackio_url, model_url=model_url, next_step=next_step, stale=bool(state.stale), gpu=gpu,
         )
-        return (self._as_run(report, record) if node_runs.is_run(record) else report), measured
+        return Reading(self._as_run(report, record) if node_runs.is_run(record) else report, measured)
 
     def _as_run(self, report: JobReport, run: JobRecord) -> JobReport:
         """Rank 0's report as the run's: its stage made of every node's, the first node error, each node's stage;
@@ -127,7 +157,7 @@ class Following:
         stage = node_runs.run_view(stop.states if stop else states, stop)
         failed = next((s for s in states if s.stage == "ERROR"), None)
         error = report.error or (f"node {failed.rank}: {failed.message or 'failed'}" if failed else None)
-        current = self.host.ledger.get(run.job_id) or run
+        current = self.ledger.get(run.job_id) or run
         message = halted[0] if halted else (current.message or report.message)
         if current.stopped and not (message or "").startswith(current.stopped):  # rank 0's own word replaced it
             message = f"{current.stopped}: the run was stopped"
@@ -141,7 +171,7 @@ class Following:
 
     def job_state(self, job_id: str) -> JobState:
         """One job's state (a node's, or rank 0's alone)."""
-        return self.state(job_id)[4]
+        return self.state(job_id).state
 
     def _status_logs(self, backend: Backend, job_id: str, namespace: str | None, record: JobRecord | None,
                      state: JobState, tail: int) -> tuple[LogRead, ParsedLog]:
@@ -226,7 +256,8 @@ class Following:
         return read
 
     def job_logs(self, job_id: str, offset: int = 0, limit: int = 200) -> LogPage:
-        backend, bare, namespace, record, state = self.state(job_id)
+        found = self.state(job_id)
+        backend, bare, namespace, record, state = found.backend, found.job_id, found.namespace, found.record, found.state
         if state.stale:
             raise HubUnreachable(state.stale.removesuffix(" Showing the last known state from the ledger.") +
                                  " The logs live on the Hub: try again in a minute.")
@@ -239,25 +270,25 @@ class Following:
                        finished=finished and read.complete and next_offset >= len(read.lines), note=read.note)
 
     def list_jobs(self, stage: str | None = None, limit: int = 20) -> JobList:
-        self.host.recover_submissions()
+        self._recover()
         jobs = []
         unreachable = set()  # backends that did not answer: the rest of the list comes from the ledger
         # Local jobs are this machine's; a caller who may not run them here may not read them either.
-        only = backends.permitted(local_jobs=self.host.access.local_jobs)
-        for record in self.host.ledger.list(limit=limit * 3 if stage else limit, backends=only):
+        only = backends.permitted(local_jobs=self.access.local_jobs)
+        for record in self.ledger.list(limit=limit * 3 if stage else limit, backends=only):
             current, stale = record.stage, False
             if current not in TERMINAL_STAGES:
                 try:
                     if record.backend in unreachable:
                         raise HubUnreachable("skipped")
-                    state = self.host.backend(record.backend).inspect(record.job_id, record.namespace)
+                    state = self.backend(record.backend).inspect(record.job_id, record.namespace)
                     current = state.stage
                     if current != record.stage:
-                        self.host.ledger.update_stage(record.job_id, current, state.finished_at,
+                        self.ledger.update_stage(record.job_id, current, state.finished_at,
                                                  started_at=state.started_at, message=state.message)
                 except JobGone:
                     current = "DELETED"
-                    self.host.ledger.update_stage(record.job_id, current)
+                    self.ledger.update_stage(record.job_id, current)
                 except HubUnreachable:
                     unreachable.add(record.backend)
                     stale = True
@@ -276,13 +307,13 @@ class Following:
     def cancel(self, job_id: str) -> CancelResult:
         """Cancel a job, or every node of a run, and every other job its submission's label names (a POST
         answered late made a copy). A node that could not be canceled is said, and its run's watcher retries."""
-        record = self.host.ledger.get(job_id.strip())
+        record = self.ledger.get(job_id.strip())
         if node_runs.is_run(record):
             rank0 = self.job_state(record.job_id)
             states = node_runs.node_states(self, record, rank0.stage, rank0.message)
             stop = node_runs.cancel_nodes(self, record, states)
             said, unsure = "", False
-            for node in (record, *node_runs.nodes_of(self.host.ledger, record)):
+            for node in (record, *node_runs.nodes_of(self.ledger, record)):
                 text, problem = self._cancel_copies(node, search=not unsure)  # a Hub that fails: not N times
                 said, unsure = said + text, unsure or problem
             if stop.failed or stop.unknown or unsure:
@@ -302,12 +333,13 @@ class Following:
         return duplicates.said(canceled, problems), bool(problems)
 
     def cancel_one(self, job_id: str) -> CancelResult:
-        backend, bare, namespace, record, state = self.state(job_id)
+        found = self.state(job_id)
+        backend, bare, namespace, record, state = found.backend, found.job_id, found.namespace, found.record, found.state
         if state.stage in TERMINAL_STAGES:
             return CancelResult(job_id=bare, stage=state.stage, message=f"already {state.stage}; nothing to cancel")
         backend.cancel(bare, namespace)
         after = backend.inspect(bare, namespace)
         if record is not None:  # the backend's word (the job may still be RUNNING while it stops)
-            self.host.ledger.update_stage(bare, after.stage, after.finished_at, started_at=after.started_at,
+            self.ledger.update_stage(bare, after.stage, after.finished_at, started_at=after.started_at,
                                           message=after.message)
         return CancelResult(job_id=bare, stage=after.stage, message=backend.cancel_note)

@@ -9,16 +9,16 @@ import logging
 import time
 import uuid
 from dataclasses import replace
+from collections.abc import Callable
 from typing import Any
 
 from hf_train_mcp.backends.base import Backend, SubmissionUnknown, submission_labels
 from hf_train_mcp.backends.local import process_alive
 from hf_train_mcp.errors import TrainError, ConflictError, HubError
-from hf_train_mcp.jobs.host import Host
 from hf_train_mcp.hub import needs_token, hub_token
 from hf_train_mcp.durations import minutes_since
 from hf_train_mcp.jobs import keys
-from hf_train_mcp.jobs.ledger import PENDING, SUBMITTING, UNKNOWN, JobRecord, KeyConflict, claim_id, now_iso
+from hf_train_mcp.jobs.ledger import PENDING, SUBMITTING, UNKNOWN, JobRecord, KeyConflict, Ledger, claim_id, now_iso
 from hf_train_mcp.jobs.prepared import Prepared, Progress
 from hf_train_mcp.contract.results import Submission
 from hf_train_mcp.jobs import duplicates
@@ -51,16 +51,16 @@ def submission_of(record: JobRecord, extra_warnings: list[str] | None = None, *,
     )
 
 
-def checked_run(host: Host, run: JobRecord) -> JobRecord:
+def checked_run(runs: node_runs.RunControl, run: JobRecord) -> JobRecord:
     """A run handed back without having been launched by this call (adopted, recovered, a keyed retry): the
     rule of node_runs applied now (a node never posted, with no server left to post it, stops the whole run and
     says so) and its watcher started, which applies it until every node has ended. The run as recorded then."""
     try:
-        host.job_stage(run.job_id)  # a run's stage is its job_status, which applies the rule
+        runs.job_stage(run.job_id)  # a run's stage is its job_status, which applies the rule
     except TrainError as exc:  # the watcher looks again
         log.info("could not look at run %s now: %s", run.job_id, exc)
     node_runs.ensure_watched(run)
-    return host.ledger.get(run.job_id) or run
+    return runs.ledger.get(run.job_id) or run
 
 
 def _planned_record(prepared: Prepared, submission: str, claim: str | None) -> JobRecord:
@@ -90,16 +90,23 @@ def _labelled(spec: Any, prepared: Prepared, submission: str) -> Any:
 
 
 class Launcher:
-    def __init__(self, host: Host) -> None:
-        self.host = host
+    def __init__(self, runs: node_runs.RunControl, *, ledger: Callable[[], Ledger],
+                 backend: Callable[[str], Backend]) -> None:
+        """runs: what a run's nodes need (their stage, a cancel); ledger(): the ledger, opened on first use;
+        backend(name) opens a backend."""
+        self.runs, self.backend, self._ledger = runs, backend, ledger
         self._recovery_tried: dict[str, float] = {}
         self._recovery_scanned = -RECOVERY_SCAN_S
+
+    @property
+    def ledger(self) -> Ledger:
+        return self._ledger()
 
     def launch(self, prepared: Prepared, claim: str | None, progress: Progress | None = None) -> Submission:
         req, backend_name, kind = prepared.req, prepared.backend_name, prepared.kind
         plan, script, spec, common = prepared.plan, prepared.script, prepared.spec, prepared.common
         model_url, trackio_url = prepared.model_url, prepared.trackio_url
-        backend = self.host.backend(backend_name)
+        backend = self.backend(backend_name)
         if req.dry_run:
             return Submission(job_id=None, stage=None, job_url=None, model_url=model_url, trackio_url=trackio_url,
                               script=script.text, command=backend.command(spec), **common)
@@ -107,7 +114,7 @@ class Launcher:
             progress(f"submitting to {backend.place}")
         if backend.reads_local_paths:  # a job on this machine reads the Hub with the server's token, if it must
             spec = replace(spec, read_token=self._local_job_reads_private(prepared.reads, plan.warnings))
-        if claim is not None and not self.host.ledger.renew(req.idempotency_key, claim):
+        if claim is not None and not self.ledger.renew(req.idempotency_key, claim):
             raise ConflictError(f"another server took over idempotency_key {req.idempotency_key!r} while this one was "
                              "preparing; nothing was submitted here: call again to get that server's job")
         submission = uuid.uuid4().hex[:12]
@@ -121,7 +128,7 @@ class Launcher:
             if adopted is not None:
                 return adopted
             spec = _labelled(spec, prepared, submission)
-            self.host.ledger.journal(planned)
+            self.ledger.journal(planned)
             journal = planned.job_id
         ref = self._submit(backend, script, spec, planned if journal else None)
         if not backend.pushes_to_hub and kind in ("train", "export"):  # the output stays in the job's folder
@@ -136,15 +143,15 @@ class Launcher:
             claim=claim_id() if spec.nodes > 1 else None,  # this server posts its other nodes (node_runs.posting)
             output_dir=f"{ref.job_dir}/output" if ref.job_dir else plan.config["output_dir"],
         )
-        if not self.host.ledger.record(record, claim, journal=journal):
+        if not self.ledger.record(record, claim, journal=journal):
             record.warnings_json = json.dumps([*plan.warnings, f"idempotency_key {req.idempotency_key!r} was taken "
                                                "over by another server while this slow submission ran"])
-        duplicates.record_copies(self.host.ledger, record, ref.copies)
+        duplicates.record_copies(self.ledger, record, ref.copies)
         if spec.nodes > 1:
             self._post_nodes(backend, script, node_spec, record)
         elif record.doubted:  # a copy may still appear: its watcher looks the label up, and cancels it
             node_runs.ensure_watched(record)
-        return submission_of(record, ledger=self.host.ledger)
+        return submission_of(record, ledger=self.ledger)
 
     def _submit(self, backend: Backend, script: Any, spec: Any, journal: JobRecord | None) -> Any:
         """POST the job (its journal entry written): a POST whose outcome cannot be told keeps the entry as
@@ -154,7 +161,7 @@ class Launcher:
             return backend.submit(script, spec)
         except SubmissionUnknown as exc:
             if journal is not None:  # no server posts it any more: the next look asks the Hub at once, and a watcher
-                self.host.ledger.update_stage(journal.job_id, UNKNOWN)
+                self.ledger.update_stage(journal.job_id, UNKNOWN)
                 node_runs.ensure_watched(journal)
             if spec.nodes > 1:  # recovery stops it if it appears (_recover)
                 raise SubmissionUnknown(f"{exc}. It is rank 0 of a run across {spec.nodes} machines whose other "
@@ -163,16 +170,16 @@ class Launcher:
             raise  # the job may exist: the journal entry lets the next call find it
         except BaseException:
             if journal is not None:
-                self.host.ledger.forget(journal.job_id)
+                self.ledger.forget(journal.job_id)
             raise
 
     def _post_nodes(self, backend: Backend, script: Any, spec: Any, run: JobRecord) -> None:
         """Ranks 1..N-1 of a run whose rank 0 is recorded, then the run's watcher; the claim this server holds on
         the run while it posts them is given up however that ends (a node missing then is missing for good)."""
         try:
-            node_runs.post_nodes(self.host, backend, script, spec, run)
+            node_runs.post_nodes(self.runs, backend, script, spec, run)
         finally:  # a run stopped on a node that could not be posted too: it cancels what is found later
-            self.host.ledger.set_claim(run.job_id, None)
+            self.ledger.set_claim(run.job_id, None)
             run.claim = None
             node_runs.ensure_watched(run)
 
@@ -199,11 +206,11 @@ class Launcher:
             raise KeyConflict(retries.conflict_message(key, f"job {ref.job_id} (found on the Hub by its label)",
                                                        ["arguments"]))
         note = f"idempotency_key matched job {ref.job_id}: returned it instead of submitting again"
-        known = self.host.ledger.get(ref.job_id)
+        known = self.ledger.get(ref.job_id)
         if known is not None:  # recorded without its key (a reservation taken over): the key stays free
             if claim is not None:
-                self.host.ledger.release(key, claim)
-            return submission_of(known, extra_warnings=[note], ledger=self.host.ledger)
+                self.ledger.release(key, claim)
+            return submission_of(known, extra_warnings=[note], ledger=self.ledger)
         record = replace(planned, job_id=ref.job_id, namespace=ref.namespace, stage=ref.stage, job_url=ref.url,
                          idempotency_key=key, created_at=ref.created_at or planned.created_at, claim=None,
                          submission=(ref.labels or {}).get("submission") or planned.submission)
@@ -215,12 +222,12 @@ class Launcher:
                 raise HubError(f"idempotency_key {key!r} names job {ref.job_id} on the Hub, rank 0 of a run across "
                                f"machines, but its other nodes could not be looked up ({exc}): nothing was "
                                "submitted; call again with the same idempotency_key to adopt the whole run") from None
-        self.host.ledger.record(record, claim)
+        self.ledger.record(record, claim)
         log.warning("adopted job %s: the Hub has it under idempotency_key %r, the ledger did not", ref.job_id, key)
         if node_runs.is_run(record):
-            node_runs.record_nodes(self.host.ledger, record, nodes)
-            record = checked_run(self.host, record)
-        return submission_of(record, ledger=self.host.ledger, extra_warnings=[
+            node_runs.record_nodes(self.ledger, record, nodes)
+            record = checked_run(self.runs, record)
+        return submission_of(record, ledger=self.ledger, extra_warnings=[
             note + " (found on the Hub by its label; the ledger had lost it)"])
 
     def recover_submissions(self, *, now: bool = False) -> None:
@@ -230,7 +237,7 @@ class Launcher:
         if not now and time.monotonic() - self._recovery_scanned < RECOVERY_SCAN_S:
             return
         self._recovery_scanned = time.monotonic()
-        for entry in self.host.ledger.submissions():
+        for entry in self.ledger.submissions():
             pid = int(entry.claim.split("-", 1)[0]) if entry.claim and entry.claim[0].isdigit() else None
             age = minutes_since(entry.created_at) or 0.0
             if pid is not None and process_alive(pid) and age < RECOVER_AFTER_MIN and entry.stage != UNKNOWN:
@@ -243,10 +250,10 @@ class Launcher:
     def recover_submission(self, key: str) -> JobRecord | None:
         """The job an idempotency key names, looking its unfinished submissions up on the Hub at once, whoever
         posts them (a sweep's cancel must find the job of a run whose launcher was killed mid-POST)."""
-        for entry in self.host.ledger.submissions():
+        for entry in self.ledger.submissions():
             if json.loads(entry.request_json).get("idempotency_key") == key:
                 self._recover(entry, abandon=False, cancel_canceled=False)
-        found = self.host.ledger.by_idempotency_key(key)
+        found = self.ledger.by_idempotency_key(key)
         return None if found is None or found.job_id.startswith((PENDING, SUBMITTING)) else found
 
     def _recover(self, entry: JobRecord, *, abandon: bool, cancel_canceled: bool) -> None:
@@ -256,34 +263,34 @@ class Launcher:
         canceled; jobs the label finds beyond the oldest are its copies, canceled."""
         key = json.loads(entry.request_json).get("idempotency_key")
         try:
-            found = duplicates.find_all(self.host.backend(entry.backend), entry.job_id.removeprefix(SUBMITTING),
+            found = duplicates.find_all(self.backend(entry.backend), entry.job_id.removeprefix(SUBMITTING),
                                         entry.namespace)
         except TrainError as exc:
             log.info("could not look up submission %s: %s", entry.job_id, exc)
             return
         if not found:
             if abandon:
-                self.host.ledger.forget(entry.job_id)
+                self.ledger.forget(entry.job_id)
                 if key:
-                    self.host.ledger.release(key, entry.claim)
+                    self.ledger.release(key, entry.claim)
             return
         ref = found[0]
         record = replace(entry, job_id=ref.job_id, namespace=ref.namespace, stage=ref.stage, job_url=ref.url,
                          created_at=ref.created_at or entry.created_at, idempotency_key=key, claim=None,
                          submission=entry.job_id.removeprefix(SUBMITTING),
                          doubted=int(entry.stage == UNKNOWN or len(found) > 1))
-        self.host.ledger.record(record, entry.claim, journal=entry.job_id)
+        self.ledger.record(record, entry.claim, journal=entry.job_id)
         log.warning("recorded job %s, submitted by a server that stopped before recording it", ref.job_id)
-        duplicates.record_copies(self.host.ledger, record, found[1:])
+        duplicates.record_copies(self.ledger, record, found[1:])
         for copy in found[1:]:
             self._cancel(copy.job_id, "a second job of one submission")
-        run = self.host.ledger.get(entry.parent_job_id) if entry.kind == multinode.NODE_KIND else None
+        run = self.ledger.get(entry.parent_job_id) if entry.kind == multinode.NODE_KIND else None
         if run is not None and (run.stopped or run.stage in TERMINAL_STAGES):
             self._cancel(ref.job_id, f"a node of run {run.job_id}, which has ended")
-        if key and keys.adopted(self.host.ledger, key, ref.job_id) and cancel_canceled:
+        if key and keys.adopted(self.ledger, key, ref.job_id) and cancel_canceled:
             self._cancel(ref.job_id, "a job of a canceled sweep")  # else the next look at the sweep cancels it
         if node_runs.is_run(record):  # rank 0, recorded only now: its launch never got to post the other nodes
-            node_runs.stop_run(self.host, record, f"its launch did not finish (the server stopped, or the Hub did "
+            node_runs.stop_run(self.runs, record, f"its launch did not finish (the server stopped, or the Hub did "
                                f"not answer, before the other {node_runs.expected_nodes(record) - 1} node(s) were "
                                "posted), so it could not train")
         elif record.doubted:  # a copy may still appear: its watcher looks the label up, and cancels it
@@ -291,7 +298,7 @@ class Launcher:
 
     def _cancel(self, job_id: str, what: str) -> None:
         try:
-            self.host.cancel_job(job_id)
+            self.runs.cancel_job(job_id)
         except TrainError as exc:  # the next look tries again (job_status, the watcher, the sweep's supervisor)
             log.warning("could not cancel job %s, %s: %s", job_id, what, exc)
 

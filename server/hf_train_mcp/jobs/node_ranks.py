@@ -1,10 +1,10 @@
-"""The nodes of a run across machines (multinode.py): ranks 1..N-1 posted after rank 0, whose record stands for
+"""The nodes of a run across machines (nodes/rules.py): ranks 1..N-1 posted after rank 0, whose record stands for
 the run, then read, cancelled and watched together so that no node bills on its own.
 
 A node that fails or is cancelled, a node that never got posted (its server stopped between the POSTs) or nodes
 that do not all start within multinode.START_BOUND_MIN stop the others. job_status applies this rule on every
 look, and a watcher started detached (`python -m hf_train_mcp.shell.node_supervisor RUN_ID`, one per run, holding the run's
-lock; node_watcher.py) applies it until every node has ended, after the server has exited too. A node whose POST
+lock; shell/node_supervisor.py) applies it until every node has ended, after the server has exited too. A node whose POST
 ended without an answer stops the run too; if the Hub made it after all, recovery records it by its label and the
 rule cancels it. The same watcher watches a single job whose POST went unanswered (duplicates.py).
 """
@@ -12,10 +12,12 @@ rule cancels it. The same watcher watches a single job whose POST went unanswere
 import json
 import logging
 import sys
+import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from hf_train_mcp.jobs import duplicates
 from hf_train_mcp.backends.base import JobRef, SubmissionUnknown, submission_labels
@@ -29,9 +31,27 @@ from hf_train_mcp.paths import data_home
 from hf_train_mcp.stages import TERMINAL_STAGES
 
 log = logging.getLogger(__name__)
+_watch_log = logging.getLogger("hf_train_mcp.shell.node_supervisor")  # the detached watcher's own log
 LOCK_ENV = "HF_TRAIN_NODES_LOCK_FD"
 MISSING_AFTER_MIN = 3.0  # a node still unrecorded this long after rank 0: its server stopped between the POSTs
 NO_JOB = ("MISSING", UNKNOWN)  # node stages without a job id: never posted; posted with no answer (or posting)
+
+
+class RunControl(Protocol):
+    """What the nodes of a run need of the core: the ledger, a run's status and stage (which apply the rule), a
+    cancel (every node of a run), and crash recovery of submissions whose POST went unanswered. service.Core is
+    one."""
+
+    @property
+    def ledger(self) -> Any: ...
+
+    def job_status(self, job_id: str, tail: int = 20) -> Any: ...
+
+    def job_stage(self, job_id: str) -> str: ...
+
+    def cancel_job(self, job_id: str) -> Any: ...
+
+    def recover_submissions(self, *, now: bool = False) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -56,14 +76,14 @@ def nodes_of(ledger: Any, run: JobRecord) -> list[JobRecord]:
     return sorted(ledger.children([run.job_id], NODE_KIND), key=lambda r: r.node_rank or 0)
 
 
-def post_nodes(host: Any, backend: Any, script: Any, spec: Any, run: JobRecord) -> list[str]:
+def post_nodes(jobs: RunControl, backend: Any, script: Any, spec: Any, run: JobRecord) -> list[str]:
     """Post ranks 1..N-1 of a run whose rank 0 is recorded. A node that cannot be posted, or whose POST ended
     without telling whether the Hub made its job, stops the run: every node posted so far is canceled, and the
     error names the run and says what was done (the run's watcher cancels the unknown node if it appears)."""
     ids = []
     for rank in range(1, spec.nodes):
         try:
-            ids.append(_post_node(host, backend, script, spec, run, rank))
+            ids.append(_post_node(jobs, backend, script, spec, run, rank))
         except BaseException as exc:
             if isinstance(exc, SubmissionUnknown):
                 what = (f"node {rank} of {spec.nodes} may or may not have been created (its submission got no answer "
@@ -72,27 +92,27 @@ def post_nodes(host: Any, backend: Any, script: Any, spec: Any, run: JobRecord) 
                 why = str(exc) if isinstance(exc, TrainError) else type(exc).__name__
                 what = f"node {rank} of {spec.nodes} could not be submitted ({why})"
             unknown = isinstance(exc, SubmissionUnknown)
-            raise HubError(_stopped_at_post(host, run, rank, what, unknown=unknown)) from None
+            raise HubError(_stopped_at_post(jobs, run, rank, what, unknown=unknown)) from None
     return ids
 
 
-def _stopped_at_post(host: Any, run: JobRecord, rank: int, what: str, *, unknown: bool) -> str:
+def _stopped_at_post(jobs: RunControl, run: JobRecord, rank: int, what: str, *, unknown: bool) -> str:
     """Stop a run whose next node could not be posted: its record says why, every node posted so far is canceled.
     What the caller is told."""
-    done = stop_run(host, run, what)
+    done = stop_run(jobs, run, what)
     later = (f" If the Hub made node {rank} after all, the run's watcher finds it by its label and cancels it."
              if unknown else "")
     return (f"run {run.job_id} was stopped: {what}. {done}.{later} Submit again with a new idempotency_key (this "
             "one names the stopped run); job_status shows each node.")
 
 
-def stop_run(host: Any, run: JobRecord, why: str) -> str:
+def stop_run(jobs: RunControl, run: JobRecord, why: str) -> str:
     """Stop a run for good: its record keeps `why` (every later look says it, and cancels whatever of it still
     goes), every node posted so far is canceled, and its watcher retries what failed. What was done."""
-    host.ledger.set_stopped(run.job_id, why)
-    host.ledger.update_stage(run.job_id, run.stage, message=f"{why}: the run was stopped")
+    jobs.ledger.set_stopped(run.job_id, why)
+    jobs.ledger.update_stage(run.job_id, run.stage, message=f"{why}: the run was stopped")
     try:
-        done = host.cancel_job(run.job_id).message  # every node of the run posted so far (following.py)
+        done = jobs.cancel_job(run.job_id).message  # every node of the run posted so far (following.py)
     except TrainError as cancel_error:
         log.warning("could not cancel run %s: %s", run.job_id, cancel_error)
         done = f"canceling the nodes posted so far failed ({cancel_error}); the run's watcher retries until they are"
@@ -100,7 +120,7 @@ def stop_run(host: Any, run: JobRecord, why: str) -> str:
     return done
 
 
-def _post_node(host: Any, backend: Any, script: Any, spec: Any, run: JobRecord, rank: int) -> str:
+def _post_node(jobs: RunControl, backend: Any, script: Any, spec: Any, run: JobRecord, rank: int) -> str:
     """One node, journalled before its POST like any job (crash recovery records it by its label)."""
     submission = uuid.uuid4().hex[:12]
     planned = replace(run, job_id=SUBMITTING + submission, kind=NODE_KIND, parent_job_id=run.job_id,
@@ -108,19 +128,19 @@ def _post_node(host: Any, backend: Any, script: Any, spec: Any, run: JobRecord, 
                       message=f"node {rank} of run {run.job_id}", created_at=now_iso(), submission=submission,
                       doubted=0)
     labels = submission_labels({**spec.labels, "kind": NODE_KIND, "node-rank": str(rank)}, submission, None)
-    host.ledger.journal(planned)
+    jobs.ledger.journal(planned)
     try:
         ref = backend.submit(script, replace(spec, node_rank=rank, labels=labels))
     except SubmissionUnknown:
-        host.ledger.update_stage(planned.job_id, UNKNOWN)  # no server posts it any more: recovery asks at once
+        jobs.ledger.update_stage(planned.job_id, UNKNOWN)  # no server posts it any more: recovery asks at once
         raise
     except BaseException:
-        host.ledger.forget(planned.job_id)
+        jobs.ledger.forget(planned.job_id)
         raise
     record = replace(planned, job_id=ref.job_id, namespace=ref.namespace, stage=ref.stage, job_url=ref.url,
                      created_at=ref.created_at or planned.created_at, claim=None, doubted=int(ref.doubted))
-    host.ledger.record(record, None, journal=planned.job_id)
-    duplicates.record_copies(host.ledger, record, ref.copies)  # a second node of this rank: canceled
+    jobs.ledger.record(record, None, journal=planned.job_id)
+    duplicates.record_copies(jobs.ledger, record, ref.copies)  # a second node of this rank: canceled
     return ref.job_id
 
 
@@ -131,7 +151,7 @@ def find_nodes(backend: Any, run: JobRecord, rank0: JobRef) -> dict[int, JobRef]
     finder = getattr(backend, "find_group", None)
     if finder is None or not run.submission:
         return {}
-    request = (rank0.labels or {}).get("request")  # every job of the run carries it (planning.py)
+    request = (rank0.labels or {}).get("request")  # every job of the run carries it (planning/training.py)
     labels = {"kind": NODE_KIND, **({"request": request} if request else {})}
     found: dict[int, JobRef] = {}
     for ref in finder(group_name(run.submission), labels, run.namespace):
@@ -158,7 +178,7 @@ def node_states(follow: Any, run: JobRecord, rank0_stage: str, rank0_message: st
     A node whose POST went unanswered has its copies canceled. follow.job_state(job_id) -> JobState reads one
     job; follow.cancel_one(job_id) cancels one."""
     states = [NodeState(0, run.job_id, rank0_stage, rank0_message)]
-    recorded = {r.node_rank: r for r in nodes_of(follow.host.ledger, run)}
+    recorded = {r.node_rank: r for r in nodes_of(follow.ledger, run)}
     for rank in range(1, expected_nodes(run)):
         record = recorded.get(rank)
         if record is None:
@@ -201,7 +221,7 @@ def verdict(run: JobRecord, states: list[NodeState]) -> str | None:
 
 
 def posting(run: JobRecord) -> bool:
-    """Whether a live server is still posting the run's other nodes (its claim on the run's record, launching.py):
+    """Whether a live server is still posting the run's other nodes (its claim on the run's record, launcher.py):
     until it ends, a node not posted yet is not missing."""
     head = (run.claim or "").split("-", 1)[0]
     return head.isdigit() and process_alive(int(head))
@@ -272,10 +292,10 @@ def enforce(follow: Any, run: JobRecord, states: list[NodeState]) -> tuple[str, 
     if why is None:
         return None
     if not run.stopped:
-        follow.host.ledger.set_stopped(run.job_id, why)
+        follow.ledger.set_stopped(run.job_id, why)
     stop = cancel_nodes(follow, run, states)
     message = stopped(why, stop)
-    follow.host.ledger.update_stage(run.job_id, stop.states[0].stage, message=message)
+    follow.ledger.update_stage(run.job_id, stop.states[0].stage, message=message)
     return message, stop
 
 
@@ -304,18 +324,31 @@ def ensure_watched(run: JobRecord) -> None:
         log.warning("could not start the watcher of run %s: %s", run.job_id, exc)
 
 
-def watch_once(host: Any, job_id: str) -> bool:
+def watch(jobs: RunControl, run_id: str, *, poll: Callable[[], float],
+          sleep: Callable[[float], None] = time.sleep) -> int:
+    """The watcher's loop: one look (watch_once) every poll() seconds until nothing is left to watch. The clock
+    is passed in: the detached watcher (shell/node_supervisor.py) sleeps for real, a test need not."""
+    while True:
+        try:
+            if not watch_once(jobs, run_id):
+                return 0
+        except Exception:  # a Hub hiccup must not end the watch: look again next round
+            _watch_log.exception("run %s: look failed", run_id)
+        sleep(poll())
+
+
+def watch_once(jobs: RunControl, job_id: str) -> bool:
     """One look at a run, or at a job whose POST went unanswered (job_status applies the rules: a run's nodes, a
     submission's copies), or at a submission whose job is not known to exist (its journal entry); False once
     every node has ended and no copy is awaited (the journal entry is gone)."""
-    record = host.ledger.get(job_id)
+    record = jobs.ledger.get(job_id)
     if record is None:
         return False
     if record.job_id.startswith(SUBMITTING):  # a POST whose outcome could not be told: looked up until found
-        host.recover_submissions(now=True)  # (then recorded, and watched if it must be) or given up on
-        return host.ledger.get(job_id) is not None
-    report = host.job_status(job_id, tail=0)
-    ledger = host.ledger
+        jobs.recover_submissions(now=True)  # (then recorded, and watched if it must be) or given up on
+        return jobs.ledger.get(job_id) is not None
+    report = jobs.job_status(job_id, tail=0)
+    ledger = jobs.ledger
     if any(duplicates.awaited(ledger, r) for r in (ledger.get(job_id) or record, *nodes_of(ledger, record))):
         return True
     if not is_run(record):

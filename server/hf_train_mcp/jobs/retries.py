@@ -20,7 +20,7 @@ CONTENT_FIELDS = ("folder content", "file content")
 
 def asked_json(req: Any, backend_name: str | None = None, *, content: str | None = None) -> str:
     """The call as sent, canonical: the backend it runs on named, fields that do not change the job dropped;
-    `content`: the hash of the local folder or file it names (script_jobs.local_content)."""
+    `content`: the hash of the local folder or file it names (planning/user_script_source.local_content)."""
     fields = {name: value for name, value in json.loads(req.model_dump_json()).items() if name not in _NOT_THE_JOB}
     for name, value in {**_RESOLVED, "backend": backend_name}.items():
         if name in fields and fields[name] is None:

@@ -4,7 +4,7 @@ paid job)."""
 
 import logging
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hf_train_mcp.methods import defaults as D
@@ -19,34 +19,109 @@ from hf_train_mcp.errors import TrainError, NoFitError
 from hf_train_mcp.estimate import constants as EC
 from hf_train_mcp.estimate.cost import FlavorEstimate, Workload, how_to_fit, scaling, tokens_counted
 from hf_train_mcp.estimate.hardware import get_catalog
-from hf_train_mcp.jobs.host import Host
+from hf_train_mcp.access import Access
 from hf_train_mcp.hub import hub_token
-from hf_train_mcp.jobs.ledger import PENDING, JobRecord, SubmissionInProgress
+from hf_train_mcp.jobs.ledger import PENDING, JobRecord, Ledger, SubmissionInProgress
 from hf_train_mcp.estimate.measured import PROBE_STEPS, apply_measurement, attempt_key, probe_key, usable
 from hf_train_mcp.estimate.measured import prefix as measure_prefix
-from hf_train_mcp.planning.training import DataFacts, Hyper, check_models, estimate_flavors
+from hf_train_mcp.planning.hyperparameters import DataFacts, Hyper
+from hf_train_mcp.planning.placement import estimate_flavors
+from hf_train_mcp.planning.training import check_models
 from hf_train_mcp.jobs.prepared import Prepared, Progress
 from hf_train_mcp.contract.requests import EstimateRequest, RunShape, TrainingRequest
-from hf_train_mcp.contract.results import CostEstimate, FlavorOption, HardwareList, HardwareRow, Measurement
-from hf_train_mcp.planning.planner import default_backend
+from hf_train_mcp.contract.results import CostEstimate, FlavorOption, HardwareList, HardwareRow, Measurement, Submission
+from hf_train_mcp.planning.planner import Planner, default_backend
 
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class _Basis:
+    """What every answer of estimate_cost starts from: the model's size, the hyperparameters, the data's facts,
+    the catalog, every flavor ranked and the one chosen."""
+
+    size: Any
+    hyper: Hyper
+    data: DataFacts
+    token_source: str | None
+    catalog: Any
+    ranked: list[FlavorEstimate]
+    chosen: FlavorEstimate
+    warnings: list[str]
+
+    def workload(self, chosen: FlavorEstimate) -> Workload:
+        gpus = self.catalog.flavors[chosen.flavor].gpus if chosen.flavor in self.catalog.flavors else 1
+        return self.hyper.workload(self.size, gpus * self.hyper.nodes, self.data)
+
+
 class Estimator:
-    def __init__(self, host: Host) -> None:
-        self.host = host
+    def __init__(self, *, planner: Planner, access: Access, ledger: Callable[[], Ledger],
+                 report: Callable[[str, int], Any], submit: Callable[..., Submission]) -> None:
+        """planner: sizes models and plans the measurement job; ledger(): the ledger, opened on first use;
+        report(job_id, tail): a job's report and measurement (following.Reading); submit(req, kind=, confirm=):
+        a keyed submission (the core's submit_training)."""
+        self.planner, self.access = planner, access
+        self._ledger, self._report, self._submit = ledger, report, submit
+
+    @property
+    def ledger(self) -> Ledger:
+        return self._ledger()
 
     def estimate_cost(self, req: EstimateRequest, *, progress: Progress | None = None,
                       confirm: "Callable[[Prepared], None] | None" = None) -> CostEstimate:
         """confirm: called with the measurement job's plan before measure=True launches it; it raises to stop."""
+        basis = self._basis(req, progress)
+        chosen, measurement, warnings = basis.chosen, None, basis.warnings
+        if req.dataset:
+            chosen, measurement = self._measured(req, basis.workload(chosen), chosen, basis.catalog, req.measure,
+                                                 warnings, confirm)
+        size, hyper, data, catalog = basis.size, basis.hyper, basis.data, basis.catalog
+        fitting = [e for e in basis.ranked if e.fits]
+        gpus = (catalog.flavors[chosen.flavor].gpus if chosen.flavor in catalog.flavors else 1) * hyper.nodes
+        work = hyper.workload(size, gpus, data)
+        warnings += _warnings(chosen, work, fitting, size, hyper, req.model)
+        fastest = min(fitting, key=lambda e: e.hours) if fitting else None
+        return CostEstimate(
+            flavor=chosen.flavor, fits=chosen.fits, memory_gb_needed=chosen.memory.gb,
+            gpu_memory_gb=chosen.gpu_memory_gb, hours=round(chosen.hours, 2), cost_usd=chosen.cost_usd,
+            recommended_timeout=chosen.recommended_timeout, steps=chosen.steps,
+            effective_batch_size=hyper.schedule(size.billions, gpus).effective(gpus),
+            alternatives=[FlavorOption(flavor=e.flavor, fits=e.fits, hours=round(e.hours, 2), cost_usd=e.cost_usd)
+                          for e in basis.ranked if e.flavor != chosen.flavor][:8],
+            fastest=FlavorOption(flavor=fastest.flavor, fits=True, hours=round(fastest.hours, 2),
+                                 cost_usd=fastest.cost_usd) if fastest else None,
+            assumptions={**_assumptions(chosen, size, work, data, basis.token_source, catalog.source),
+                         **_scaling(size, work, catalog.flavors.get(chosen.flavor), hyper.nodes)},
+            warnings=warnings, measurement=measurement,
+        )
+
+    def measurement_preview(self, req: EstimateRequest, *, progress: Progress | None = None) -> Prepared | None:
+        """The measurement job estimate_cost(measure=True) would launch, planned (and kept, like any preview) but
+        not launched; None when it would launch none (a measurement of these settings ran or is running)."""
+        if not req.measure:
+            return None
+        basis = self._basis(req, progress)
+        work = basis.workload(basis.chosen)
+        backend_name, _, key = self._measurement_key(req, work, basis.chosen)
+        attempts = self._measurements(key)
+        report, probe = self._last_measurement(attempts)
+        if report is not None and not (report.stage in TERMINAL_STAGES and not usable(probe)):
+            return None  # running, or measured: nothing is launched
+        request = _probe_request(req, work, basis.chosen, backend_name, attempt_key(key, len(attempts) + 1))
+        if self.ledger.by_idempotency_key(request.idempotency_key) is not None:
+            return None  # its key already names a job (or one being submitted): a launch would return that one
+        prepared = self.planner.prepare_submission(request, backend_name, kind="probe", progress=progress)
+        self.planner.keep(prepared.req, prepared, kind="probe")
+        return prepared
+
+    def _basis(self, req: EstimateRequest, progress: Progress | None) -> _Basis:
         step = progress or (lambda message: None)
         if req.measure and not req.dataset:
             raise TrainError("measure=True runs a few training steps on the real data: pass dataset too")
         token = hub_token()
         step(f"reading the size of {req.model}")
-        size = self.host.model_size(req.model, token, offline=False)
-        teacher = self.host.teacher_size(req, token, offline=False)
+        size = self.planner.model_size(req.model, token, offline=False)
+        teacher = self.planner.teacher_size(req, token, offline=False)
         hyper = Hyper.of(req, teacher_params=teacher.params if teacher else None)
         warnings: list[str] = []
         if size.note:
@@ -59,29 +134,8 @@ class Estimator:
         if catalog.note:
             warnings.append(catalog.note)
         ranked = estimate_flavors(hyper, size, catalog, data)
-        chosen = _chosen(req.flavor, ranked, catalog, req.engine)
-        measurement = None
-        if req.dataset:
-            work = hyper.workload(size, catalog.flavors[chosen.flavor].gpus * hyper.nodes, data)
-            chosen, measurement = self._measured(req, work, chosen, catalog, req.measure, warnings, confirm)
-        fitting = [e for e in ranked if e.fits]
-        gpus = (catalog.flavors[chosen.flavor].gpus if chosen.flavor in catalog.flavors else 1) * hyper.nodes
-        work = hyper.workload(size, gpus, data)
-        warnings += _warnings(chosen, work, fitting, size, hyper, req.model)
-        fastest = min(fitting, key=lambda e: e.hours) if fitting else None
-        return CostEstimate(
-            flavor=chosen.flavor, fits=chosen.fits, memory_gb_needed=chosen.memory.gb,
-            gpu_memory_gb=chosen.gpu_memory_gb, hours=round(chosen.hours, 2), cost_usd=chosen.cost_usd,
-            recommended_timeout=chosen.recommended_timeout, steps=chosen.steps,
-            effective_batch_size=hyper.schedule(size.billions, gpus).effective(gpus),
-            alternatives=[FlavorOption(flavor=e.flavor, fits=e.fits, hours=round(e.hours, 2), cost_usd=e.cost_usd)
-                          for e in ranked if e.flavor != chosen.flavor][:8],
-            fastest=FlavorOption(flavor=fastest.flavor, fits=True, hours=round(fastest.hours, 2),
-                                 cost_usd=fastest.cost_usd) if fastest else None,
-            assumptions={**_assumptions(chosen, size, work, data, token_source, catalog.source),
-                         **_scaling(size, work, catalog.flavors.get(chosen.flavor), hyper.nodes)},
-            warnings=warnings, measurement=measurement,
-        )
+        return _Basis(size=size, hyper=hyper, data=data, token_source=token_source, catalog=catalog, ranked=ranked,
+                      chosen=_chosen(req.flavor, ranked, catalog, req.engine), warnings=warnings)
 
     def _data_facts(self, req: EstimateRequest, hyper: Hyper, token: str | None, warnings: list[str],
                     progress: Progress | None) -> tuple[DataFacts, str | None]:
@@ -91,7 +145,7 @@ class Estimator:
         token_source, images = ("stated" if mean else None), {}
         if req.dataset:  # also for the rows' images, which a stated token count leaves out
             report = validate_dataset(req.dataset, hyper.method, model=req.model, max_length=hyper.max_length,
-                                      token=token, access=self.host.access, progress=progress)
+                                      token=token, access=self.access, progress=progress)
             rows, images = rows or report.num_rows, image_facts(report)
             if mean is None and report.token_stats:
                 mean, token_source = report.token_stats.mean, f"{report.token_stats.sampled_rows} sampled rows"
@@ -108,30 +162,29 @@ class Estimator:
 
     def _measurements(self, key: str) -> list[JobRecord]:
         """The measurement jobs of these settings, newest first (kind 'probe' only: a key is not proof)."""
-        return [r for r in self.host.ledger.keyed(measure_prefix(key)) if r.kind == "probe" and not r.job_id.startswith(PENDING)]
+        return [r for r in self.ledger.keyed(measure_prefix(key)) if r.kind == "probe" and not r.job_id.startswith(PENDING)]
 
     def finished_measurement(self, key: str) -> dict | None:
         """The numbers of the newest measurement of these settings that measured something."""
         for record in self._measurements(key):
-            measured = record.measured or (self.host.report(record.job_id, 0)[1] if record.settled else None)
+            measured = record.measured or (self._report(record.job_id, 0).measured if record.settled else None)
             if usable(measured):
                 return measured
         return None
 
+    def _last_measurement(self, attempts: list[JobRecord]) -> tuple[Any, dict | None]:
+        """(the newest attempt's report, its numbers), or (None, None) before any attempt."""
+        if not attempts:
+            return None, None
+        reading = self._report(attempts[0].job_id, 0)
+        return reading.report, reading.measured
+
     def _measure(self, req: EstimateRequest, work: Workload, chosen: FlavorEstimate, backend_name: str, key: str,
                  warnings: list[str], confirm: "Callable[[Prepared], None] | None") -> Measurement | None:
         """Launch the measurement job of these settings (confirmed like any paid job)."""
-        if not chosen.fits:
-            raise NoFitError(f"no flavor fits this run ({chosen.reasons[0]}): measuring it would only run out of "
-                             "memory; " + how_to_fit(work, None) + " Nothing was launched.")
-        request = TrainingRequest(
-            model=req.model, dataset=req.dataset, backend=backend_name,
-            flavor=chosen.flavor if backends.traits(backend_name).catalog_from_hub else None, idempotency_key=key,
-            **{k: v for k, v in req.model_dump(include=set(RunShape.model_fields)).items()
-               if v is not None and k not in ("model", "backend", "flavor")},
-        )
+        request = _probe_request(req, work, chosen, backend_name, key)
         try:
-            sub = self.host.submit_training(request, kind="probe", confirm=confirm)
+            sub = self._submit(request, kind="probe", confirm=confirm)
         except SubmissionInProgress:
             warnings.append("a measurement of these settings is being submitted by another call; ask again shortly")
             return None
@@ -140,21 +193,26 @@ class Estimator:
                         "estimate_cost again with the same arguments once it has finished")
         return Measurement(job_id=sub.job_id, stage=sub.stage, job_url=sub.job_url)
 
-    def _measured(self, req: EstimateRequest, work: Workload, chosen: FlavorEstimate, catalog, measure: bool,
-                  warnings: list[str], confirm: "Callable[[Prepared], None] | None" = None
-                  ) -> tuple[FlavorEstimate, Measurement | None]:
-        """The modelled estimate, replaced by a finished measurement of the same step; with measure=True a
-        measurement job is launched unless one is running or has measured (a failed one is tried again)."""
+    def _measurement_key(self, req: EstimateRequest, work: Workload, chosen: FlavorEstimate) -> tuple[str, str, str]:
+        """(backend, the flavor measured on, the key of a measurement of these settings there)."""
         backend_name = req.backend or default_backend()
-        where = backends.traits(backend_name)
-        target = where.flavor(cuda=has_cuda()) or chosen.flavor
+        target = backends.traits(backend_name).flavor(cuda=has_cuda()) or chosen.flavor
         key = probe_key(model=req.model, dataset=req.dataset, dataset_config=req.dataset_config,
                         dataset_split=req.dataset_split, flavor=target, backend=backend_name, method=req.method,
                         peft=req.peft, per_device_batch_size=work.per_device_batch_size,
                         gradient_accumulation=work.gradient_accumulation, max_length=work.max_length,
                         options=methods.get(req.method).sizing_options(req), lora=D.LORA)
+        return backend_name, target, key
+
+    def _measured(self, req: EstimateRequest, work: Workload, chosen: FlavorEstimate, catalog, measure: bool,
+                  warnings: list[str], confirm: "Callable[[Prepared], None] | None" = None
+                  ) -> tuple[FlavorEstimate, Measurement | None]:
+        """The modelled estimate, replaced by a finished measurement of the same step; with measure=True a
+        measurement job is launched unless one is running or has measured (a failed one is tried again)."""
+        backend_name, target, key = self._measurement_key(req, work, chosen)
+        where = backends.traits(backend_name)
         attempts = self._measurements(key)
-        report, probe = self.host.report(attempts[0].job_id, 0) if attempts else (None, None)
+        report, probe = self._last_measurement(attempts)
         ended = report is not None and report.stage in TERMINAL_STAGES
         failed = ended and not usable(probe)  # an ended measurement that measured nothing is a failed one
         if measure and (report is None or failed):
@@ -199,6 +257,20 @@ class Estimator:
                             usd_per_hour=round(f.usd_per_hour, 2))
                 for f in catalog.flavors.values()]
         return HardwareList(source=catalog.source, flavors=sorted(rows, key=lambda r: r.usd_per_hour))
+
+
+def _probe_request(req: EstimateRequest, work: Workload, chosen: FlavorEstimate, backend_name: str,
+                   key: str) -> TrainingRequest:
+    """The measurement job's request: these settings' run, keyed, refused when no flavor fits it."""
+    if not chosen.fits:
+        raise NoFitError(f"no flavor fits this run ({chosen.reasons[0]}): measuring it would only run out of "
+                         "memory; " + how_to_fit(work, None) + " Nothing was launched.")
+    return TrainingRequest(
+        model=req.model, dataset=req.dataset, backend=backend_name,
+        flavor=chosen.flavor if backends.traits(backend_name).catalog_from_hub else None, idempotency_key=key,
+        **{k: v for k, v in req.model_dump(include=set(RunShape.model_fields)).items()
+           if v is not None and k not in ("model", "backend", "flavor")},
+    )
 
 
 def _chosen(flavor: str | None, ranked: list[FlavorEstimate], catalog: Any, engine: str | None) -> FlavorEstimate:

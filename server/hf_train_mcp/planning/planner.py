@@ -4,45 +4,42 @@ a Prepared job (training, measurement, evaluation, export) or a sweep plan, befo
 Previews are kept a few minutes, so that a spend confirmation asked in between does not plan twice.
 """
 
-import json
 import os
 import time
 from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
-from hf_train_mcp import backends, methods
+from hf_train_mcp import backends
 
 from hf_train_mcp.access import is_local
 from hf_train_mcp.backends.local import has_cuda
 from hf_train_mcp.models.chat_template import has_chat_template
-from hf_train_mcp.data import rules
-from hf_train_mcp.data.validate import image_facts, outside_images, validate_dataset
 from hf_train_mcp.durations import format_duration
-from hf_train_mcp.errors import TrainError, DatasetError
+from hf_train_mcp.errors import TrainError
 from hf_train_mcp.estimate.hardware import get_catalog
 from hf_train_mcp.estimate.sizing import ModelSize, model_size
-from hf_train_mcp.planning.followups import EvalData, Subject, job_data, method_for_format, plan_evaluation, plan_export
-from hf_train_mcp.planning.followups import check_job_inputs, for_family, subject_from_job, subject_from_ref
-from hf_train_mcp.jobs.host import Host
+from hf_train_mcp.planning.evaluation import plan_evaluation
+from hf_train_mcp.planning.export import plan_export
+from hf_train_mcp.planning.subjects import Subject, check_job_inputs, for_family, subject_from_job, subject_from_ref
+from hf_train_mcp.access import Access
+from hf_train_mcp.jobs.ledger import JobRecord, Ledger
 from hf_train_mcp.hub import adapter_config, hub_endpoint, hub_token, repo_has_file, resolve_identity
 from hf_train_mcp.estimate.measured import config_key
 from hf_train_mcp.models.family import custom_modules
-from hf_train_mcp.planning.training import DataFacts, plan_run
+from hf_train_mcp.planning.datasets import checked_dataset, eval_data
+from hf_train_mcp.planning.training import plan_run
 from hf_train_mcp.jobs.prepared import Prepared, Progress
-from hf_train_mcp.contract.requests import EstimateRequest, EvaluateRequest, ExportRequest, RunShape, ScriptRequest
+from hf_train_mcp.contract.requests import EvaluateRequest, ExportRequest, RunShape, ScriptRequest
 from hf_train_mcp.contract.requests import SweepRequest, TrainingRequest
-from hf_train_mcp.contract.results import DatasetReport
-from hf_train_mcp.planning.user_script import plan_script, read_source
+from hf_train_mcp.planning.user_script import plan_script
+from hf_train_mcp.planning.user_script_source import local_content, read_source
+from hf_train_mcp.jobs import retries
 from hf_train_mcp.user_scripts.source import source_kind
 from hf_train_mcp.planning.targets import check_push_target, check_trackio_space
 
 PREVIEW_TTL_S = 300.0
 PREVIEWS_KEPT = 16
-
-
-class Previewed(Exception):
-    """Raised by a preview's confirm hook: the plan is caught, nothing is launched."""
 
 
 def default_backend() -> str:
@@ -56,26 +53,30 @@ def sweep_backend(req: SweepRequest) -> str:
     return req.base.get("backend") or default_backend()
 
 
-def refusal(report: DatasetReport, dataset: str, problem: str) -> str:
-    """Why a dataset was refused, with the mapping that fixes it when there is one."""
-    errors = "; ".join(i.message + (f" (row {i.row})" if i.row is not None else "")
-                       for i in report.issues if i.severity == "error")
-    mapping = (f" Suggested column_mapping: {json.dumps(report.suggested_column_mapping)}."
-               if report.suggested_column_mapping else "")
-    return (f"dataset {dataset!r} {problem}: {errors}.{mapping} Fix the data or pass column_mapping; nothing was "
-            "launched.")
-
-
 class Planner:
-    def __init__(self, host: Host, *, plan_sweep: Callable[..., Any]) -> None:
-        self.host = host
-        self._plan_sweep = plan_sweep  # sweeps.sweep.plan_sweep: a sweep's runs are planned by the sweeps room
+    def __init__(self, *, access: Access, ledger: Callable[[], Ledger], job_stage: Callable[[str], str],
+                 measured: Callable[[str], dict | None], plan_sweep: Callable[..., Any]) -> None:
+        """ledger(): the ledger, opened on first use; job_stage(job_id): a job's stage (what a follow-up of it
+        needs); measured(key): the numbers of a finished measurement of these settings, or None."""
+        self.access = access
+        self._ledger, self._job_stage, self._measured = ledger, job_stage, measured
+        self._plan_sweep = plan_sweep  # sweeps.plan.plan_sweep: a sweep's runs are planned by the sweeps room
         self._previews: dict[str, tuple[float, Prepared]] = {}
 
+    @property
+    def ledger(self) -> Ledger:
+        return self._ledger()
+
+    def ledger_job(self, ref: str | None) -> JobRecord | None:
+        """The job `ref` names, when it is a job id of this server's ledger (evaluate/export take either)."""
+        if not ref or "/" in ref.strip() or is_local(ref):
+            return None
+        return self.ledger.get(ref.strip())
+
     def model_size(self, model: str, token: str | None, offline: bool) -> ModelSize:
-        self.host.access.check_ref(model, "model")
+        self.access.check_ref(model, "model")
         if is_local(model):  # the job would import the folder's own module classes (model_family.custom_modules)
-            self.host.access.check_model_code(model, custom_modules(Path(model).expanduser()))
+            self.access.check_model_code(model, custom_modules(Path(model).expanduser()))
         try:
             return model_size(model, token, offline=offline)
         except ValueError as exc:
@@ -90,7 +91,7 @@ class Planner:
         """(Hub repo, folder) that holds the checkpoint `resume_from` names; (None, None) without resume_from."""
         if not req.resume_from:
             return None, None
-        previous = self.host.ledger.get(req.resume_from)
+        previous = self.ledger.get(req.resume_from)
         if previous is None:
             if "/" in req.resume_from and not is_local(req.resume_from):
                 return req.resume_from, None
@@ -99,7 +100,7 @@ class Planner:
         if previous.kind != "train":
             raise TrainError(f"resume_from={req.resume_from!r} is a {previous.kind} job, not a training job: resume "
                              "from a submit_training job (list_jobs), or a Hub repo 'owner/name' with checkpoints")
-        check_job_inputs(self.host.access, previous, TrainingRequest.model_validate_json(previous.request_json))
+        check_job_inputs(self.access, previous, TrainingRequest.model_validate_json(previous.request_json))
         if not backends.traits(previous.backend).pushes_to_hub:
             if not backends.traits(backend_name).reads_local_paths:
                 raise TrainError(f"job {req.resume_from} ran on this machine: its checkpoints are not on the Hub; "
@@ -113,51 +114,19 @@ class Planner:
 
     def check_access(self, req: Any, backend_name: str) -> None:
         if backends.traits(backend_name).needs_local_jobs_permission:
-            self.host.access.check_local_jobs()
+            self.access.check_local_jobs()
         if getattr(req, "reward_code", None):
-            self.host.access.check_reward_code()
+            self.access.check_reward_code()
         if isinstance(req, ScriptRequest):
-            self.host.access.check_scripts()
+            self.access.check_scripts()
             if req.folder:
-                self.host.access.check_path(req.folder, "folder")
+                self.access.check_path(req.folder, "folder")
             elif req.script is not None and source_kind(req.script) == "path":
-                self.host.access.check_path(req.script, "script")
+                self.access.check_path(req.script, "script")
         for ref, what in ((getattr(req, "model", None), "model"), (getattr(req, "dataset", None), "dataset"),
                           (getattr(req, "teacher_model", None), "teacher model")):
-            if ref and self.host.ledger_job(ref) is None:  # a job id names this server's own output, not a caller's path
-                self.host.access.check_ref(ref, what)
-
-    def _checked_dataset(self, req: TrainingRequest, token: str | None
-                         ) -> tuple[TrainingRequest, DataFacts, list[str]]:
-        """Validate the dataset (unless skipped): refuse one with errors, adopt its suggested mapping and config."""
-        if req.skip_validation:  # the format goes unchecked, never what the job may open
-            outside = outside_images(req.dataset, req.column_mapping, self.host.access)
-            if outside is not None:
-                raise DatasetError(f"{outside.message}. Nothing was submitted.")
-            return req, DataFacts(), ["dataset validation skipped: format problems will surface in the job"]
-        report = validate_dataset(req.dataset, req.method, split=req.dataset_split, config=req.dataset_config,
-                                  column_mapping=req.column_mapping, token=token, max_length=req.max_length,
-                                  access=self.host.access, model=req.model)  # token lengths size the run
-        if not report.valid:
-            raise DatasetError(refusal(report, req.dataset, f"will not train with {req.method}"))
-        warnings = []
-        # The job gets exactly the mapping validation approved: a partial one completed by the suggestion.
-        if (report.suggested_column_mapping or {}) != (req.column_mapping or {}):
-            req = req.model_copy(update={"column_mapping": report.suggested_column_mapping})
-            warnings.append(f"applied column_mapping {json.dumps(report.suggested_column_mapping)} from validation")
-        if req.dataset_config is None and report.config and report.config != "default":
-            req = req.model_copy(update={"dataset_config": report.config})
-        first = report.sample_rows[0] if report.sample_rows else {}
-        conversational = report.detected_format in ("messages", "vision_messages",
-                                                    "conversational_prompt_completion") or any(
-            rules.is_conversation(first.get(c)) for c in ("prompt", "chosen", "rejected", "completion"))
-        if report.token_stats is None:
-            why = report.no_token_stats or "no tokenizer"
-            warnings.append(f"{why}: the estimate and default timeout assume "
-                            f"{methods.get(req.method).tokens_per_example} tokens per row; pass timeout= for longer rows")
-        data = DataFacts(num_rows=report.num_rows, mean_tokens=report.token_stats.mean if report.token_stats else None,
-                         conversational=conversational, **image_facts(report))
-        return req, data, warnings
+            if ref and self.ledger_job(ref) is None:  # a job id names this server's own output, not a caller's path
+                self.access.check_ref(ref, what)
 
     @staticmethod
     def _check_chat_template(req: TrainingRequest, token: str | None) -> None:
@@ -169,37 +138,30 @@ class Planner:
     def preview(self, req: Any, *, kind: str = "train", progress: Progress | None = None) -> Prepared:
         """Everything a submission decides before it launches (validated data, plan, script), kept for a few
         minutes so that a confirmation asked in between does not plan the same request twice."""
-        if kind == "probe":
-            return self._measurement_preview(req, progress)
         if kind == "sweep":  # each run is checked as it is planned
             backend_name = sweep_backend(req)
         else:
             backend_name = req.backend or default_backend()
             self.check_access(req, backend_name)
         prepared = self.prepare(req, backend_name, kind=kind, progress=progress)
+        self.keep(req, prepared, kind=kind)
+        return prepared
+
+    def keep(self, req: Any, prepared: Any, *, kind: str) -> None:
+        """Keep a preview of `req` for the submission that follows its confirmation."""
         self._previews[self._preview_key(req, kind)] = (time.monotonic(), prepared)
         while len(self._previews) > PREVIEWS_KEPT:
             self._previews.pop(next(iter(self._previews)))
+
+    def prepare_submission(self, req: Any, backend_name: str, *, kind: str,
+                           progress: Progress | None = None) -> Prepared:
+        """A job as it would be submitted: the caller's access checked, planned, and the call as sent kept on
+        it (a retry with the same key is held to it)."""
+        self.check_access(req, backend_name)
+        prepared = self.prepare(req, backend_name, kind=kind, progress=progress)
+        prepared.asked = retries.asked_json(
+            req, backend_name, content=local_content(req, self.access, getattr(prepared.plan, "source", None)))
         return prepared
-
-    def _measurement_preview(self, req: EstimateRequest, progress: Progress | None) -> Prepared | None:
-        """The measurement job estimate_cost(measure=True) would launch, planned and kept like any preview; None
-        when it would launch none (a measurement of these settings ran or is running)."""
-        if not req.measure:
-            return None
-        caught: list[Prepared] = []
-
-        def stop(prepared: Prepared) -> None:
-            caught.append(prepared)
-            raise Previewed
-
-        try:
-            self.host.estimate_cost(req, progress=progress, confirm=stop)
-        except Previewed:
-            prepared = caught[0]
-            self._previews[self._preview_key(prepared.req, "probe")] = (time.monotonic(), prepared)
-            return prepared
-        return None
 
     @staticmethod
     def _preview_key(req: Any, kind: str) -> str:
@@ -216,7 +178,7 @@ class Planner:
 
     def _prepare_sweep(self, req: SweepRequest, backend_name: str, *, kind: str,
                        progress: Progress) -> Any:
-        return self._plan_sweep(self.host, req, backend_name, progress)
+        return self._plan_sweep(lambda run: self.preview(run, kind="train"), req, backend_name, progress)
 
     def _prepare_script(self, req: ScriptRequest, backend_name: str, *, kind: str, progress: Progress) -> Prepared:
         """run_script: the caller's program read (a URL fetched, a folder hashed) and planned like any job."""
@@ -224,9 +186,9 @@ class Planner:
         token = hub_token() if where.catalog_from_hub else None
         namespace = self._namespace(req, backend_name, token)
         progress("reading the script")
-        source = read_source(req, self.host.access)
+        source = read_source(req, self.access)
         plan = plan_script(req, source, backend=backend_name, catalog=get_catalog(token, offline=not token),
-                           namespace=namespace, access=self.host.access)
+                           namespace=namespace, access=self.access)
         return self._package(req, backend_name, kind, namespace, plan, hub_model_id=None, model=source.label,
                              dataset=None, reads=[])
 
@@ -256,9 +218,9 @@ class Planner:
                                          for ref in ("model", "dataset", "teacher_model")
                                          if getattr(req, ref) and is_local(getattr(req, ref))})
         step(f"validating {req.dataset}")
-        req, data, warnings = self._checked_dataset(req, token or hub_token())
+        req, data, warnings = checked_dataset(req, token or hub_token(), self.access)
         if req.resume_from and not req.output_bucket:
-            previous = self.host.ledger.get(req.resume_from)
+            previous = self.ledger.get(req.resume_from)
             if previous is not None and previous.output_bucket:  # resume where its checkpoints are
                 req = req.model_copy(update={"output_bucket": previous.output_bucket})
         if data.conversational and req.chat_template is None:
@@ -274,14 +236,14 @@ class Planner:
                          teacher=teacher)
         plan = plan_run(req, **plan_args)
         if kind == "train" and where.bills and plan.estimate is not None:
-            measured = self.host.finished_measurement(config_key(plan.config, flavor=plan.flavor, backend=backend_name))
+            measured = self._measured(config_key(plan.config, flavor=plan.flavor, backend=backend_name))
             if measured:  # a measurement of this run's steps on this flavor: its time, not the model's
                 plan = plan_run(req.model_copy(update={"flavor": plan.flavor}), **plan_args, measured=measured)
         plan.warnings[:0] = warnings
         pushes = where.pushes_to_hub and kind == "train"
         if pushes and req.hub_model_id:
-            check_push_target(req.hub_model_id, token=token, access=self.host.access, warnings=plan.warnings,
-                              pushed_before=self.host.ledger.pushed_to(req.hub_model_id), dry_run=req.dry_run)
+            check_push_target(req.hub_model_id, token=token, access=self.access, warnings=plan.warnings,
+                              pushed_before=self.ledger.pushed_to(req.hub_model_id), dry_run=req.dry_run)
         reads = [("model", req.model), ("dataset", req.dataset), ("model", req.teacher_model),
                  *([("model", resume_repo)] if resume_repo else [])]
         return self._package(req, backend_name, kind, namespace, plan, hub_model_id=req.hub_model_id if pushes else None,
@@ -294,7 +256,7 @@ class Planner:
         """The rendered script, the job spec and what the Submission will say, for any kind of job."""
         if plan.trackio_space_id:  # trackio hands the Space the token
             check_trackio_space(plan.trackio_space_id, namespace=namespace, token=hub_token(),
-                                access=self.host.access, warnings=plan.warnings)
+                                access=self.access, warnings=plan.warnings)
         script = plan.render()
         spec = plan.job_spec(kind)
         endpoint = hub_endpoint()
@@ -317,12 +279,12 @@ class Planner:
                         parent_job_id=parent_job_id)
 
     def _subject(self, ref: str, backend_name: str, token: str | None) -> Subject:
-        record = self.host.ledger_job(ref)
+        record = self.ledger_job(ref)
         if record is not None:
             if backends.traits(record.backend).needs_local_jobs_permission:
-                self.host.access.check_local_jobs()
-            return subject_from_job(record, self.host.job_stage(record.job_id), backend_name, self.host.access)
-        return subject_from_ref(ref.strip(), access=self.host.access, backend_name=backend_name,
+                self.access.check_local_jobs()
+            return subject_from_job(record, self._job_stage(record.job_id), backend_name, self.access)
+        return subject_from_ref(ref.strip(), access=self.access, backend_name=backend_name,
                                 adapter_config=lambda repo: adapter_config(repo, token),
                                 labelled=lambda repo: repo_has_file(repo, "labels.json", token))
 
@@ -335,59 +297,25 @@ class Planner:
         progress(f"finding {req.model}")
         subject = self._subject(req.model, backend_name, token or hub_token())
         if subject.training and subject.training.reward_code:
-            self.host.access.check_reward_code()  # the evaluation runs the job's reward code again
+            self.access.check_reward_code()  # the evaluation runs the job's reward code again
         progress(f"sizing {subject.sized_by}")
         size = self.model_size(subject.sized_by, token, offline=here)
         subject = for_family(subject, size.family, "evaluation" if isinstance(req, EvaluateRequest) else "export")
         return token, namespace, subject, size, get_catalog(token, offline=here)
-
-    def _eval_data(self, req: EvaluateRequest, subject: Subject, backend_name: str, token: str | None,
-                   warnings: list[str]) -> tuple[EvalData | None, DataFacts]:
-        if req.dataset:
-            if not backends.traits(backend_name).reads_local_paths and is_local(req.dataset):
-                raise TrainError(f"dataset {req.dataset!r} is a local path, which a Hugging Face job cannot read: "
-                                 "push it to the Hub first, or use backend='local'")
-            dataset = str(Path(req.dataset).expanduser().resolve()) if is_local(req.dataset) else req.dataset
-            split = req.split or ("train" if is_local(dataset) else "test")
-            tokenizer = subject.ref if subject.kind == "full" or subject.card_folder else subject.base_model
-            if tokenizer and is_local(tokenizer) and self.host.access.remote:
-                tokenizer = None  # token counts only: not worth opening a path to a remote caller
-            check = lambda method: validate_dataset(dataset, method, split=split, token=token, model=tokenizer,
-                                                    access=self.host.access)  # noqa: E731
-            # a model of unknown training: the data says what to measure (prompts with reference answers:
-            # rewards; pairs: preference accuracy; anything else: loss on the answers)
-            report = check(subject.method or "grpo")
-            method = subject.method or method_for_format(report)
-            if method != (subject.method or "grpo"):
-                report = check(method)
-            if not report.valid:
-                raise DatasetError(refusal(report, dataset, f"cannot be evaluated as {method} data"))
-            data = EvalData(dataset=dataset, split=split,
-                            config=report.config if report.config not in (None, "default") else None,
-                            column_mapping=report.suggested_column_mapping or {}, eval_split=None, seed=42,
-                            method=method, held_out=f"split `{split}`")
-            return data, DataFacts(num_rows=report.num_rows,
-                                   mean_tokens=report.token_stats.mean if report.token_stats else None)
-        if subject.training is not None:
-            return job_data(subject, req.num_samples, warnings), DataFacts()
-        if not req.tasks:
-            raise TrainError("nothing to evaluate on: pass dataset (and split) with held-out rows, tasks (benchmark "
-                             "names such as hellaswag), or the job_id of a training job. Nothing was launched.")
-        return None, DataFacts()
 
     def _prepare_evaluation(self, req: EvaluateRequest, backend_name: str, *, kind: str,
                             progress: Progress) -> Prepared:
         token, namespace, subject, size, catalog = self._followup_start(req, backend_name, progress)
         warnings: list[str] = []
         progress("reading the held-out data")
-        data, facts = self._eval_data(req, subject, backend_name, token or hub_token(), warnings)
+        data, facts = eval_data(req, subject, backend_name, token or hub_token(), warnings, self.access)
         progress("planning and rendering the script")
         plan = plan_evaluation(req, subject, data, facts, backend=backend_name, size=size, catalog=catalog,
                                namespace=namespace, warnings=warnings)
         card = plan.config.get("card_repo")
-        if card and self.host.access.remote and not self.host.ledger.pushed_to(card):  # targets.py: HTTP's pushes
+        if card and self.access.remote and not self.ledger.pushed_to(card):  # targets.py: HTTP's pushes
             plan.config["card_repo"] = None
-            plan.warnings.append(f"the results are not written to {card}'s card: over {self.host.access.over} only a "
+            plan.warnings.append(f"the results are not written to {card}'s card: over {self.access.over} only a "
                                  "repo a job of this server pushed to is written to; they are in the job's output")
         job = subject.job
         return self._package(
@@ -409,8 +337,8 @@ class Planner:
             warnings.append(f"backend={backend_name!r} keeps the export in the job folder; hub_model_id is not pushed")
         target = plan.config["hub_model_id"]
         if target:
-            check_push_target(target, token=token or hub_token(), access=self.host.access, warnings=plan.warnings,
-                              pushed_before=self.host.ledger.pushed_to(target), dry_run=req.dry_run,
+            check_push_target(target, token=token or hub_token(), access=self.access, warnings=plan.warnings,
+                              pushed_before=self.ledger.pushed_to(target), dry_run=req.dry_run,
                               what="the export", export=True)
         return self._package(
             req, backend_name, kind, namespace, plan, hub_model_id=plan.config["hub_model_id"], model=subject.ref,

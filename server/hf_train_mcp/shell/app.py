@@ -79,7 +79,7 @@ def spend_terms(prepared: Any) -> tuple:
     """What a spend question binds: the script(s) by sha256, the flavor, the machines and the worst case. A plan
     launched on other terms was never asked about (a script URL edited, a preview planned again)."""
     runs = getattr(prepared, "runs", None)  # a sweep: each of its runs
-    scripts = tuple(p.script.sha256 for _, _, p in runs) if runs is not None else (prepared.script.sha256,)
+    scripts = tuple(run.prepared.script.sha256 for run in runs) if runs is not None else (prepared.script.sha256,)
     return scripts, prepared.common["flavor"], prepared.nodes, round(prepared.worst_case_cost_usd, 2)
 
 

@@ -4,17 +4,25 @@ caller, hyperparameters only)."""
 
 import json
 import math
+from dataclasses import dataclass, field
 from typing import Any
 
 from hf_train_mcp.errors import TrainError, NotFoundError
-from hf_train_mcp.jobs.host import Host
-from hf_train_mcp.jobs.ledger import SweepRecord
+from hf_train_mcp.jobs.ledger import SweepRecord, SweepRunRecord
 from hf_train_mcp.stages import SETTLED_STAGES
 from hf_train_mcp.contract.requests import CompareRequest, TrainingRequest
 from hf_train_mcp.contract.results import Comparison, RunRow, SweepResult, SweepRun
-from hf_train_mcp.sweeps.sweep import NOT_PARAMS, SweepPlan, ensure_supervised, read_all, watched
+from hf_train_mcp.sweeps.job_control import JobControl
+from hf_train_mcp.sweeps.plan import SweepPlan
+from hf_train_mcp.sweeps.pruning import watched
+from hf_train_mcp.sweeps.sweep import check_access, ensure_supervised, read_all
 
-def sweep_result(core: Host, sweep: SweepRecord, warnings: list[str]) -> SweepResult:
+# request fields that differ between runs without being what was compared
+NOT_PARAMS = frozenset({"idempotency_key", "run_name", "project", "hub_model_id", "dry_run", "timeout", "flavor",
+                        "max_cost_usd", "trackio_space_id", "output_bucket"})
+
+
+def sweep_result(core: JobControl, sweep: SweepRecord, warnings: list[str]) -> SweepResult:
     jobs = []
     for run in core.ledger.sweep_runs(sweep.sweep_id):
         job = core.ledger.get(run.job_id) if run.job_id else None
@@ -34,13 +42,14 @@ def sweep_result(core: Host, sweep: SweepRecord, warnings: list[str]) -> SweepRe
 
 
 def dry_run_result(plan: SweepPlan) -> SweepResult:
-    jobs = [SweepRun(index=index, params=params, state="queued", worst_case_cost_usd=prepared.worst_case_cost_usd,
-                     note=f"{prepared.common['flavor']}, timeout {prepared.common['timeout']}")
-            for index, (params, _, prepared) in enumerate(plan.runs)]
+    jobs = [SweepRun(index=index, params=run.params, state="queued",
+                     worst_case_cost_usd=run.prepared.worst_case_cost_usd,
+                     note=f"{run.prepared.common['flavor']}, timeout {run.prepared.common['timeout']}")
+            for index, run in enumerate(plan.runs)]
     return SweepResult(
         sweep_id=None, backend=plan.backend_name, jobs=jobs, estimated_cost_usd=plan.estimated_cost_usd,
         worst_case_cost_usd=plan.worst_case_cost_usd, max_parallel=plan.req.max_parallel,
-        trackio_url=plan.runs[0][2].trackio_url, warnings=plan.warnings,
+        trackio_url=plan.runs[0].prepared.trackio_url, warnings=plan.warnings,
         next_step="dry run: nothing was launched. Call again without dry_run (with an idempotency_key) to start it.")
 
 
@@ -59,33 +68,14 @@ DEFAULT_METRICS = (EVALUATION + "eval_loss", EVALUATION + "preference_accuracy",
 def default_metric(measured: list[dict[str, float]], method: str) -> str:
     """The first of DEFAULT_METRICS that every measured run reports, else what the method's runs are watched by."""
     return next((m for m in DEFAULT_METRICS if measured and all(m in metrics for metrics in measured)),
-                watched(method)[0])
+                watched(method).metric)
 
 
-def compare(core: Host, req: CompareRequest) -> Comparison:
+def compare(core: JobControl, req: CompareRequest) -> Comparison:
     warnings: list[str] = []
-    sweep = None
-    if req.sweep_id:
-        sweep = core.ledger.sweep(req.sweep_id)
-        if sweep is None:
-            raise NotFoundError(f"no sweep {req.sweep_id!r} in this server's ledger: pass a sweep_id from submit_sweep")
-        core.check_sweep_access(sweep)
-        ensure_supervised(core, sweep)
-        runs = core.ledger.sweep_runs(sweep.sweep_id)
-        entries = [(run.job_id, shown_params(run.params, core.access.remote), run.state) for run in runs]
-        method = json.loads(sweep.request_json)["base"].get("method") or "sft"
-    else:
-        records = []
-        for job_id in dict.fromkeys(req.job_ids or []):
-            record = core.ledger.get(job_id)
-            if record is None:
-                raise NotFoundError(f"job {job_id!r} is not in this server's ledger: compare_runs compares jobs it "
-                                 "launched (list_jobs lists them)")
-            records.append(record)
-        entries = [(record.job_id, shown_params(params, core.access.remote), None)
-                   for record, params in zip(records, differing(records))]
-        method = records[0].method or "sft"
-    rows = read_all(lambda entry: _row(core, *entry), entries)  # at once: each silent job's log read waits
+    compared = _compared(core, req)
+    sweep = compared.sweep
+    rows = read_all(lambda entry: _row(core, *entry), compared.entries)  # at once: each silent job's log read waits
     failed = next((row for row in rows if isinstance(row, TrainError)), None)
     if failed is not None:
         raise failed
@@ -95,7 +85,7 @@ def compare(core: Host, req: CompareRequest) -> Comparison:
         core.ledger.set_sweep_state(sweep.sweep_id, "finished", only_if_state="running")
         sweep = core.ledger.sweep(sweep.sweep_id)
     measured = [row for row in rows if row.metrics]
-    metric = req.metric or default_metric([row.metrics for row in measured], method)
+    metric = req.metric or default_metric([row.metrics for row in measured], compared.method)
     lower = lower_is_better(metric)
     scored = [row for row in rows if metric in row.metrics and math.isfinite(row.metrics[metric])]
     scored.sort(key=lambda row: row.metrics[metric] if lower else -row.metrics[metric])
@@ -108,7 +98,7 @@ def compare(core: Host, req: CompareRequest) -> Comparison:
         warnings.append("no run has completed yet: best_job_id is the best so far")
     if not scored:
         warnings.append(f"no run reports {metric!r} yet")
-    saved = round(sum(run.saved_usd or 0.0 for run in runs), 2) if sweep else None
+    saved = round(sum(run.saved_usd or 0.0 for run in compared.runs), 2) if sweep else None
     winner = best.job_id if best else None
     return Comparison(
         metric=metric, lower_is_better=lower, best_job_id=winner,
@@ -118,7 +108,40 @@ def compare(core: Host, req: CompareRequest) -> Comparison:
                    if winner and finished else "call again when the runs have trained further"))
 
 
-def _row(core: Host, job_id: str | None, params: dict[str, Any], state: str | None) -> RunRow:
+@dataclass(frozen=True)
+class _Compared:
+    """What compare_runs ranks: the sweep (None for job ids), each entry's job id, shown settings and run state,
+    the runs' method, and the sweep's runs as read first."""
+
+    sweep: SweepRecord | None
+    entries: list[tuple[str | None, dict[str, Any], str | None]]
+    method: str
+    runs: list[SweepRunRecord] = field(default_factory=list)
+
+
+def _compared(core: JobControl, req: CompareRequest) -> _Compared:
+    if req.sweep_id:
+        sweep = core.ledger.sweep(req.sweep_id)
+        if sweep is None:
+            raise NotFoundError(f"no sweep {req.sweep_id!r} in this server's ledger: pass a sweep_id from submit_sweep")
+        check_access(core.access, sweep)
+        ensure_supervised(core, sweep)
+        runs = core.ledger.sweep_runs(sweep.sweep_id)
+        entries = [(run.job_id, shown_params(run.params, core.access.remote), run.state) for run in runs]
+        return _Compared(sweep, entries, json.loads(sweep.request_json)["base"].get("method") or "sft", runs)
+    records = []
+    for job_id in dict.fromkeys(req.job_ids or []):
+        record = core.ledger.get(job_id)
+        if record is None:
+            raise NotFoundError(f"job {job_id!r} is not in this server's ledger: compare_runs compares jobs it "
+                             "launched (list_jobs lists them)")
+        records.append(record)
+    entries = [(record.job_id, shown_params(params, core.access.remote), None)
+               for record, params in zip(records, differing(records))]
+    return _Compared(None, entries, records[0].method or "sft")
+
+
+def _row(core: JobControl, job_id: str | None, params: dict[str, Any], state: str | None) -> RunRow:
     if job_id is None:
         return RunRow(job_id=None, stage=None, params=params, metrics={}, state=state)
     report = core.job_status(job_id, tail=0)
@@ -127,7 +150,7 @@ def _row(core: Host, job_id: str | None, params: dict[str, Any], state: str | No
                   progress_percent=report.progress.percent)
 
 
-def evaluated(core: Host, job_id: str) -> dict[str, float]:
+def evaluated(core: JobControl, job_id: str) -> dict[str, float]:
     """The metrics of the job's latest completed evaluation, as evaluation/<name>."""
     for child in reversed(core.ledger.children([job_id], "evaluate")):
         if child.stage == "COMPLETED":

@@ -1,0 +1,94 @@
+"""The data a job reads, checked before it is planned: a training set validated (refused with the mapping that
+fixes it, or its suggested mapping and config adopted), and an evaluation's held-out rows."""
+
+import json
+from pathlib import Path
+
+from hf_train_mcp import backends, methods
+from hf_train_mcp.access import Access, is_local
+from hf_train_mcp.data import rules
+from hf_train_mcp.data.validate import image_facts, outside_images, validate_dataset
+from hf_train_mcp.errors import DatasetError, TrainError
+from hf_train_mcp.contract.requests import EvaluateRequest, TrainingRequest
+from hf_train_mcp.contract.results import DatasetReport
+from hf_train_mcp.planning.evaluation import EvalData, job_data, method_for_format
+from hf_train_mcp.planning.hyperparameters import DataFacts
+from hf_train_mcp.planning.subjects import Subject
+
+
+def refusal(report: DatasetReport, dataset: str, problem: str) -> str:
+    """Why a dataset was refused, with the mapping that fixes it when there is one."""
+    errors = "; ".join(i.message + (f" (row {i.row})" if i.row is not None else "")
+                       for i in report.issues if i.severity == "error")
+    mapping = (f" Suggested column_mapping: {json.dumps(report.suggested_column_mapping)}."
+               if report.suggested_column_mapping else "")
+    return (f"dataset {dataset!r} {problem}: {errors}.{mapping} Fix the data or pass column_mapping; nothing was "
+            "launched.")
+
+
+def checked_dataset(req: TrainingRequest, token: str | None,
+                    access: Access) -> tuple[TrainingRequest, DataFacts, list[str]]:
+    """Validate the dataset (unless skipped): refuse one with errors, adopt its suggested mapping and config."""
+    if req.skip_validation:  # the format goes unchecked, never what the job may open
+        outside = outside_images(req.dataset, req.column_mapping, access)
+        if outside is not None:
+            raise DatasetError(f"{outside.message}. Nothing was submitted.")
+        return req, DataFacts(), ["dataset validation skipped: format problems will surface in the job"]
+    report = validate_dataset(req.dataset, req.method, split=req.dataset_split, config=req.dataset_config,
+                              column_mapping=req.column_mapping, token=token, max_length=req.max_length,
+                              access=access, model=req.model)  # token lengths size the run
+    if not report.valid:
+        raise DatasetError(refusal(report, req.dataset, f"will not train with {req.method}"))
+    warnings = []
+    # The job gets exactly the mapping validation approved: a partial one completed by the suggestion.
+    if (report.suggested_column_mapping or {}) != (req.column_mapping or {}):
+        req = req.model_copy(update={"column_mapping": report.suggested_column_mapping})
+        warnings.append(f"applied column_mapping {json.dumps(report.suggested_column_mapping)} from validation")
+    if req.dataset_config is None and report.config and report.config != "default":
+        req = req.model_copy(update={"dataset_config": report.config})
+    first = report.sample_rows[0] if report.sample_rows else {}
+    conversational = report.detected_format in ("messages", "vision_messages",
+                                                "conversational_prompt_completion") or any(
+        rules.is_conversation(first.get(c)) for c in ("prompt", "chosen", "rejected", "completion"))
+    if report.token_stats is None:
+        why = report.no_token_stats or "no tokenizer"
+        warnings.append(f"{why}: the estimate and default timeout assume "
+                        f"{methods.get(req.method).tokens_per_example} tokens per row; pass timeout= for longer rows")
+    data = DataFacts(num_rows=report.num_rows, mean_tokens=report.token_stats.mean if report.token_stats else None,
+                     conversational=conversational, **image_facts(report))
+    return req, data, warnings
+
+
+def eval_data(req: EvaluateRequest, subject: Subject, backend_name: str, token: str | None, warnings: list[str],
+              access: Access) -> tuple[EvalData | None, DataFacts]:
+    if req.dataset:
+        if not backends.traits(backend_name).reads_local_paths and is_local(req.dataset):
+            raise TrainError(f"dataset {req.dataset!r} is a local path, which a Hugging Face job cannot read: "
+                             "push it to the Hub first, or use backend='local'")
+        dataset = str(Path(req.dataset).expanduser().resolve()) if is_local(req.dataset) else req.dataset
+        split = req.split or ("train" if is_local(dataset) else "test")
+        tokenizer = subject.ref if subject.kind == "full" or subject.card_folder else subject.base_model
+        if tokenizer and is_local(tokenizer) and access.remote:
+            tokenizer = None  # token counts only: not worth opening a path to a remote caller
+        check = lambda method: validate_dataset(dataset, method, split=split, token=token, model=tokenizer,
+                                                access=access)  # noqa: E731
+        # a model of unknown training: the data says what to measure (prompts with reference answers:
+        # rewards; pairs: preference accuracy; anything else: loss on the answers)
+        report = check(subject.method or "grpo")
+        method = subject.method or method_for_format(report)
+        if method != (subject.method or "grpo"):
+            report = check(method)
+        if not report.valid:
+            raise DatasetError(refusal(report, dataset, f"cannot be evaluated as {method} data"))
+        data = EvalData(dataset=dataset, split=split,
+                        config=report.config if report.config not in (None, "default") else None,
+                        column_mapping=report.suggested_column_mapping or {}, eval_split=None, seed=42,
+                        method=method, held_out=f"split `{split}`")
+        return data, DataFacts(num_rows=report.num_rows,
+                               mean_tokens=report.token_stats.mean if report.token_stats else None)
+    if subject.training is not None:
+        return job_data(subject, req.num_samples, warnings), DataFacts()
+    if not req.tasks:
+        raise TrainError("nothing to evaluate on: pass dataset (and split) with held-out rows, tasks (benchmark "
+                         "names such as hellaswag), or the job_id of a training job. Nothing was launched.")
+    return None, DataFacts()
