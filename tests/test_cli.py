@@ -14,7 +14,7 @@ import pytest
 from mcp import Client
 
 from hf_train_mcp.shell.app import build_server
-from hf_train_mcp.shell.cli import build_parser
+from hf_train_mcp.shell.cli_parser import build_parser
 from hf_train_mcp_demo.tiny import example_rows, write_jsonl
 from hf_train_mcp.shell.tools import TOOLS
 

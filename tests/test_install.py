@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from mcp import Client, StdioServerParameters
 
-from hf_train_mcp.shell.cli import connect, launch_command
+from hf_train_mcp.shell.client_setup import connect, launch_command
 from hf_train_mcp.credentials import unexpanded
 from hf_train_mcp.hub import hub_token
 

@@ -10,7 +10,7 @@ import pytest
 from mcp import Client
 
 from hf_train_mcp.shell.app import build_server
-from hf_train_mcp.shell.cli import http_warnings
+from hf_train_mcp.shell.serving import http_warnings
 from tests.helpers import call, finished
 
 pytestmark = pytest.mark.anyio

@@ -94,14 +94,18 @@ async def test_the_http_server_refuses_requests_without_the_bearer_token(http_ur
 
 
 def after_listing_tools(*prints: str) -> list[str]:
-    """What a fresh interpreter prints (one line per expression) once it has built the server and listed tools."""
+    """What a fresh interpreter prints (one line per expression) once it has read `serve`'s command line, built
+    the server and listed tools; `listed` is sys.modules as it stood then (before the expressions' imports)."""
     code = ("import sys, anyio\n"
             "from mcp import Client\n"
+            "from hf_train_mcp.shell.cli import _parsed\n"
             "from hf_train_mcp.shell.app import build_server\n"
+            "_parsed(['serve'])\n"
             "async def main():\n"
             "    async with Client(build_server()) as c:\n"
             "        await c.list_tools()\n"
             "anyio.run(main)\n"
+            "listed = set(sys.modules)\n"
             "from hf_train_mcp.contract.requests import TrainingRequest, SweepRequest\n"
             "from hf_train_mcp.rendering.config import TrainingConfig, EvaluateConfig\n"
             + "".join(f"print({expression})\n" for expression in prints))
@@ -112,17 +116,61 @@ def after_listing_tools(*prints: str) -> list[str]:
 
 def test_listing_tools_imports_no_training_library() -> None:
     assert after_listing_tools("sorted(m for m in ('torch', 'transformers', 'trl', 'datasets', 'peft') "
-                               "if m in sys.modules)") == ["[]"]
+                               "if m in listed)") == ["[]"]
 
 
 def test_listing_tools_leaves_what_waits_for_a_call_unbuilt() -> None:
-    """Cold start: the Hub client, Jinja, the ledger's sqlite3 and the requests' and scripts' validators wait for
-    the first call that needs them (benchmarks/startup.py times it; this holds that nothing pulls them forward)."""
+    """Cold start: the Hub client, Jinja, the ledger's sqlite3, the requests' and scripts' validators, and the
+    models the tool list is made of (with the methods, backends and results they read) wait for the first call
+    that needs them: a fresh server lists tools from shell/tools_list.json (benchmarks/startup.py times it; this
+    holds that nothing pulls them forward)."""
     assert after_listing_tools(
         "sorted(m for m in ('huggingface_hub', 'httpx', 'jinja2', 'sqlite3', 'hf_train_mcp.jobs.ledger', "
-        "'hf_train_mcp.service') if m in sys.modules)",
+        "'hf_train_mcp.service', 'hf_train_mcp.contract.requests', 'hf_train_mcp.contract.request_fields', "
+        "'hf_train_mcp.contract.results', 'hf_train_mcp.methods', 'hf_train_mcp.backends', 'hf_train_mcp.engines', "
+        "'hf_train_mcp.rendering.config', 'hf_train_mcp.shell.tools', 'hf_train_mcp.shell.tool_handlers', "
+        "'hf_train_mcp.shell.spend') if m in listed)",
         "sorted(m.__name__ for m in (TrainingRequest, SweepRequest, TrainingConfig, EvaluateConfig) "
         "if m.__pydantic_complete__)") == ["[]", "[]"]
+
+
+UPDATE_SNAPSHOT = "HFTM_UPDATE_SNAPSHOT"
+
+
+async def test_the_stored_tool_list_is_what_the_models_make() -> None:
+    """shell/tools_list.json (what a fresh server lists) is, byte for byte, what the request and result models,
+    the prompt and the resource templates make: a change to any of them shows in its diff."""
+    from hf_train_mcp.shell.app import build_server
+    from hf_train_mcp.shell.listing import STORED, generated_listing
+    from hf_train_mcp.shell.prompts import instructions
+
+    made = await generated_listing(build_server(), instructions())
+    if os.environ.get(UPDATE_SNAPSHOT) == "1":
+        STORED.write_text(made, encoding="utf-8")
+    assert STORED.read_text(encoding="utf-8") == made, (
+        f"{STORED} differs from what the models make. If the change is meant, write it again and review its diff: "
+        f"{UPDATE_SNAPSHOT}=1 python -m pytest tests/test_transports.py -k stored_tool_list")
+
+
+async def test_a_fresh_server_lists_the_stored_tools_and_validates_calls_with_the_models() -> None:
+    from hf_train_mcp.shell.listing import STORED
+
+    stored = json.loads(STORED.read_text(encoding="utf-8"))
+    params = StdioServerParameters(command=sys.executable, args=["-m", "hf_train_mcp", "serve"], env=server_env())
+    async with Client(params) as client:
+        def dumped(items: list) -> list[dict]:
+            return [item.model_dump(mode="json", by_alias=True, exclude_none=True) for item in items]
+
+        assert client.instructions == stored["instructions"]
+        assert dumped((await client.list_tools()).tools) == stored["tools"]
+        assert dumped((await client.list_prompts()).prompts) == stored["prompts"]
+        assert dumped((await client.list_resource_templates()).resource_templates) == stored["resource_templates"]
+        wrong = await client.call_tool("estimate_cost", {"model": "org/Model-7B", "num_examples": 0})
+        assert wrong.is_error and wrong.content[0].text.startswith("invalid arguments for estimate_cost")
+        options = await client.call_tool("submit_training", {"model": "m", "dataset": "d", "options": {"beta": "x"}})
+        assert options.is_error and "beta" in options.content[0].text
+        unknown = await client.call_tool("job_status", {"job_id": "j", "tial": 3})
+        assert unknown.is_error and "tial is not a parameter" in unknown.content[0].text
 
 
 async def test_the_tool_list_stays_small_enough_for_every_agent_turn() -> None:

@@ -1,5 +1,6 @@
 """Every tool once: its name, CLI command, title, the description the agent reads, request and result models,
-and the core call. The MCP shell (app.py) and the CLI (cli.py) are both generated from this list."""
+and the core call. The MCP shell (app.py, its tools registered by tool_handlers.py) and the CLI (cli_parser.py,
+cli.py) are both generated from this list; shell/tools_list.json stores what the MCP shell lists."""
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -64,7 +65,7 @@ class ToolSpec:
     aliases: tuple[str, ...] = field(default=())
 
     def call(self, core: Any, req: Any, hooks: Hooks) -> BaseModel:
-        """The tool's work, each model file it needs read once however many steps ask (model_files.py)."""
+        """The tool's work, each model file it needs read once however many steps ask (models/files.py)."""
         with one_read_each():
             return self.run(core, req, hooks)
 
