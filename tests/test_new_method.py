@@ -157,9 +157,10 @@ def test_the_new_formats_tokens_are_counted_with_the_models_tokenizer(declared: 
     assert stats and stats["sampled_rows"] == 8 and stats["max"] >= 2  # "the sea" is two words, both counted
 
 
-def test_the_new_method_renders_a_script_from_its_own_template(declared: dict) -> None:
+def test_the_new_method_renders_a_script_from_its_own_template_with_its_own_card(declared: dict) -> None:
     text = declared["script"]  # render_script compiled it and checked its CONFIG keys
     assert "AutoModelForTokenClassification" in text and "'method': 'token-classification'" in text
+    assert "'pipeline_tag': 'token-classification'" in text  # the card's task, as the method module names it
     compile(text, "train.py", "exec")
 
 
