@@ -27,10 +27,10 @@ def example_rows(method: str, n: int = 16, seed: int = 0, data_format: str | Non
     if data_format not in FORMATS or FORMATS[data_format].example is None or \
             data_format not in methods.get(method).formats:
         raise ValueError(f"no tiny rows for the {data_format} format of method {method!r}")
-    return _rows(data_format, n, seed)
+    return format_rows(data_format, n, seed)
 
 
-def _rows(data_format: str, n: int, seed: int) -> list[dict]:
+def format_rows(data_format: str, n: int, seed: int = 0) -> list[dict]:
     """n rows made by the format's own example (data/formats.py), each from a topic and a sum to answer."""
     example = FORMATS[data_format].example
     rng = random.Random(seed)
@@ -90,7 +90,8 @@ def build_tiny_bert(folder: Path) -> Path:
     if (folder / "config.json").exists():
         return folder
     folder.mkdir(parents=True, exist_ok=True)
-    corpus = [json.dumps(r) for f in ("sentence_triplets", "sentence_pairs", "scored_pairs") for r in _rows(f, 64, 0)]
+    corpus = [json.dumps(r) for f in ("sentence_triplets", "sentence_pairs", "scored_pairs")
+              for r in format_rows(f, 64)]
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
@@ -151,7 +152,7 @@ def build_tiny_model(folder: Path) -> Path:
     if (folder / "config.json").exists():
         return folder
     folder.mkdir(parents=True, exist_ok=True)
-    corpus = [json.dumps(r) for f in ("messages", "preference", "prompt_only") for r in _rows(f, 64, 0)]
+    corpus = [json.dumps(r) for f in ("messages", "preference", "prompt_only") for r in format_rows(f, 64)]
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()

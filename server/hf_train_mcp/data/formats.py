@@ -264,7 +264,8 @@ declare(DataFormat("scored_pairs", ("sentence1", "sentence2", "score"), _sentenc
                    _longest_of("sentence1", "sentence2"), label="score", example=_scored_example))
 declare(DataFormat("sentence_pairs", ("anchor", "positive"), _sentences("anchor", "positive"),
                    _longest_of("anchor", "positive"),
-                   example=lambda seed: {"anchor": f"Tell me about {seed.topic}.", "positive": _note(seed, seed.topic)}))
+                   example=lambda seed: {"anchor": f"Tell me about {seed.topic}.",
+                                         "positive": _note(seed, seed.topic)}))
 declare(DataFormat("conversational_prompt_completion", ("prompt", "completion"), _texts("prompt", "completion"),
                    prompt_and_completion, conversational_prompt=True))
 declare(DataFormat("prompt_completion", ("prompt", "completion"), _texts("prompt", "completion"),
