@@ -24,7 +24,7 @@ from hf_train_mcp.estimate.hardware import fallback_catalog
 from hf_train_mcp.estimate.sizing import image_grid
 from hf_train_mcp.planning.training import LANGUAGE_TOWER, DataFacts, plan_run
 from hf_train_mcp.contract.requests import TrainingRequest
-from hf_train_mcp_demo.tiny import ROWS, TOPICS, build_tiny_vlm, write_images, write_jsonl
+from hf_train_mcp_demo.tiny import build_tiny_vlm, format_rows, write_images, write_jsonl
 from tests.conftest import needs_training
 from tests.helpers import RENDER_SIZE, free_port
 from tests.tiny_vlms import FAMILIES, QWEN2_VL_HUB_PIXELS, save_idefics3, save_qwen2_vl_images
@@ -99,7 +99,7 @@ def test_a_hub_qwen2_vl_processor_is_capped_at_the_image_budget_the_estimate_cou
 
 # --- replays of the rendered scripts, in-process --------------------------------------------------------------
 def vision_data(folder: Path, data_format: str = "vision_messages", n: int = 8) -> Path:
-    rows = [ROWS[data_format](i, TOPICS[0], "", "") for i in range(n)]
+    rows = format_rows(data_format, n)  # a vision row is drawn from its index alone
     write_images(folder, rows)
     return write_jsonl(folder / "data.jsonl", rows)
 

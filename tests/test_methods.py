@@ -13,7 +13,7 @@ from mcp import Client
 from pydantic import ValidationError
 
 from hf_train_mcp import backends, methods
-from hf_train_mcp.data.rules import FORMAT_COLUMNS
+from hf_train_mcp.data.formats import FORMATS
 from hf_train_mcp.shell.app import build_server
 from hf_train_mcp.data.validate import validate_dataset
 from hf_train_mcp.estimate.cost import Workload, estimate_on
@@ -36,9 +36,9 @@ def test_the_method_literal_and_every_template_come_from_the_registry() -> None:
     assert {"sft", "dpo", "grpo", "reward", "kto", "distill"} <= set(methods.NAMES)
     for name, spec in methods.REGISTRY.items():
         assert (TEMPLATES / f"{spec.template_name}.py.j2").is_file(), name
-        assert set(spec.formats) <= set(FORMAT_COLUMNS), name  # every format a method reads is declared once
+        assert set(spec.formats) <= set(FORMATS), name  # every format a method reads is declared once
     reported = typing.get_args(DatasetReport.model_fields["detected_format"].annotation)
-    assert set(FORMAT_COLUMNS) | {"unknown"} == set(reported)  # and validate_dataset can report each
+    assert set(FORMATS) | {"unknown"} == set(reported)  # and validate_dataset can report each
 
 
 @pytest.mark.parametrize("option", sorted(methods.options()))

@@ -8,7 +8,7 @@ import pytest
 
 from hf_train_mcp import methods
 from hf_train_mcp.shell.app import finetune_prompt
-from hf_train_mcp.data.rules import FORMAT_COLUMNS
+from hf_train_mcp.data.formats import FORMATS
 from hf_train_mcp.estimate.measured import config_key
 from hf_train_mcp.methods.base import MethodSpec, Option
 from hf_train_mcp.contract.requests import PRUNE_INCOMPARABLE, EstimateRequest
@@ -20,13 +20,13 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_the_finetune_prompt_names_every_method_by_its_data() -> None:
     text = finetune_prompt("m", "d")
     for name, spec in methods.REGISTRY.items():
-        assert f"{'+'.join(FORMAT_COLUMNS[spec.formats[0]])}: {name} " in text
+        assert f"{'+'.join(FORMATS[spec.formats[0]].columns)}: {name} " in text
 
 
 @pytest.mark.parametrize("method", methods.NAMES)
 def test_tiny_rows_exist_for_every_method_in_its_first_format(method: str) -> None:
     rows = example_rows(method, 3)
-    assert len(rows) == 3 and set(FORMAT_COLUMNS[methods.get(method).formats[0]]) <= set(rows[0])
+    assert len(rows) == 3 and set(FORMATS[methods.get(method).formats[0]].columns) <= set(rows[0])
 
 
 def test_the_gpu_benchmark_runs_every_method_with_the_options_each_takes() -> None:

@@ -23,9 +23,9 @@ pytestmark = pytest.mark.anyio
 
 def vision_rows(folder: Path, n: int = 8, data_format: str = "vision_messages") -> list[dict]:
     """Tiny rows of a vision format, their PNGs drawn under `folder`."""
-    from hf_train_mcp_demo.tiny import ROWS, TOPICS
+    from hf_train_mcp_demo.tiny import format_rows
 
-    rows = [ROWS[data_format](i, TOPICS[0], "", "") for i in range(n)]
+    rows = format_rows(data_format, n)  # a vision row is drawn from its index alone
     write_images(folder, rows)
     return rows
 

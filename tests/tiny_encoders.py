@@ -11,7 +11,7 @@ absolute positions and no token types, ALBERT factorises its embeddings, ResNet'
 import json
 from pathlib import Path
 
-from hf_train_mcp_demo.tiny import _rows
+from hf_train_mcp_demo.tiny import format_rows
 
 WIDTH = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
 POSITIONS = 64  # the longest input of the BERT-style tiny encoders (BERT's 512)
@@ -28,7 +28,7 @@ def _tokenizer(folder: Path, specials: dict[str, str], input_names: list[str], e
     from transformers import PreTrainedTokenizerFast
 
     formats = ("text_classification", "sentence_triplets", "scored_pairs")
-    corpus = [json.dumps(r) for f in formats for r in _rows(f, 64, 0)]
+    corpus = [json.dumps(r) for f in formats for r in format_rows(f, 64, 0)]
     tok = Tokenizer(models.WordPiece(unk_token=specials["unk"]))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()

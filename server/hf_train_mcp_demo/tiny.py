@@ -7,6 +7,7 @@ import json
 import random
 from pathlib import Path
 
+from hf_train_mcp.data.formats import FORMATS, ExampleSeed
 from hf_train_mcp.models.chat_template import CHATML
 
 TOPICS = ["the sea", "a robot", "bread", "the moon", "rain", "a library", "trains", "music"]
@@ -17,100 +18,29 @@ def _question(rng: random.Random) -> tuple[str, str]:
     return f"What is {a} plus {b}?", str(a + b)
 
 
-def _messages(i: int, topic: str, question: str, answer: str) -> dict:
-    return {"messages": [{"role": "user", "content": f"Write one sentence about {topic}."},
-                         {"role": "assistant", "content": f"Here is a short sentence about {topic}, number {i}."}]}
-
-
-def _preference(i: int, topic: str, question: str, answer: str) -> dict:
-    return {"prompt": f"Say something kind about {topic}.",
-            "chosen": f"{topic.capitalize()} is lovely and worth a visit.",
-            "rejected": f"I do not care about {topic} at all."}
-
-
-def _prompt_only(i: int, topic: str, question: str, answer: str) -> dict:
-    return {"prompt": question, "answer": answer}  # the reference column accuracy rewards read
-
-
-def _unpaired_preference(i: int, topic: str, question: str, answer: str) -> dict:
-    kind = i % 2 == 0
-    return {"prompt": f"Say something about {topic}.",
-            "completion": f"{topic.capitalize()} is lovely." if kind else f"I hate {topic}.", "label": kind}
-
-
-def _text_classification(i: int, topic: str, question: str, answer: str) -> dict:
-    kind = i % 2 == 0
-    return {"text": f"{topic.capitalize()} is lovely, I enjoy it." if kind else f"I hate {topic}, it is awful.",
-            "label": "positive" if kind else "negative"}
-
-
-def _image_classification(i: int, topic: str, question: str, answer: str) -> dict:
-    label = "red" if i % 2 == 0 else "blue"
-    return {"image": f"images/{label}/{i}.png", "label": label}  # write_images() draws them
-
-
-def _vision_messages(i: int, topic: str, question: str, answer: str) -> dict:
-    colour = "red" if i % 2 == 0 else "blue"
-    return {"messages": [{"role": "user", "content": "What colour is this picture?"},
-                         {"role": "assistant", "content": f"It is {colour}."}],
-            "images": [f"images/{colour}/{i}.png"]}  # write_images() draws them
-
-
-def _vision_preference(i: int, topic: str, question: str, answer: str) -> dict:
-    colour, other = ("red", "blue") if i % 2 == 0 else ("blue", "red")
-    return {"prompt": [{"role": "user", "content": "What colour is this picture?"}],
-            "chosen": [{"role": "assistant", "content": f"It is {colour}."}],
-            "rejected": [{"role": "assistant", "content": f"It is {other}."}],
-            "images": [f"images/{colour}/{i}.png"]}
-
-
-def _vision_prompt_only(i: int, topic: str, question: str, answer: str) -> dict:
-    colour = "red" if i % 2 == 0 else "blue"
-    return {"prompt": "What colour is this picture? Answer in one word.", "answer": colour,
-            "images": [f"images/{colour}/{i}.png"]}
-
-
-def _other(topic: str) -> str:
-    return TOPICS[(TOPICS.index(topic) + 3) % len(TOPICS)]
-
-
-def _sentence_triplets(i: int, topic: str, question: str, answer: str) -> dict:
-    return {"anchor": f"Tell me about {topic}.", "positive": f"A short note on {topic}, number {i}.",
-            "negative": f"A short note on {_other(topic)}, number {i}."}
-
-
-def _sentence_pairs(i: int, topic: str, question: str, answer: str) -> dict:
-    return {"anchor": f"Tell me about {topic}.", "positive": f"A short note on {topic}, number {i}."}
-
-
-def _scored_pairs(i: int, topic: str, question: str, answer: str) -> dict:
-    same = i % 2 == 0
-    return {"sentence1": f"A short note on {topic}.",
-            "sentence2": f"Something about {topic if same else _other(topic)}, number {i}.",
-            "score": 0.9 if same else 0.1}
-
-
-ROWS = {"image_classification": _image_classification, "vision_messages": _vision_messages, "messages": _messages,
-        "vision_preference": _vision_preference, "vision_prompt_only": _vision_prompt_only,
-        "preference": _preference, "prompt_only": _prompt_only, "unpaired_preference": _unpaired_preference,
-        "text_classification": _text_classification, "sentence_triplets": _sentence_triplets,
-        "sentence_pairs": _sentence_pairs, "scored_pairs": _scored_pairs}  # by dataset format (data/rules.py)
-
-
 def example_rows(method: str, n: int = 16, seed: int = 0, data_format: str | None = None) -> list[dict]:
     """Small, well-formed rows in the first format a method accepts (its registry entry says which), or in
     `data_format`, another one it accepts."""
     from hf_train_mcp import methods
 
     data_format = data_format or methods.get(method).formats[0]
-    if data_format not in ROWS or data_format not in methods.get(method).formats:
+    if data_format not in FORMATS or FORMATS[data_format].example is None or \
+            data_format not in methods.get(method).formats:
         raise ValueError(f"no tiny rows for the {data_format} format of method {method!r}")
-    return _rows(data_format, n, seed)
+    return format_rows(data_format, n, seed)
 
 
-def _rows(data_format: str, n: int, seed: int) -> list[dict]:
+def format_rows(data_format: str, n: int, seed: int = 0) -> list[dict]:
+    """n rows made by the format's own example (data/formats.py), each from a topic and a sum to answer."""
+    example = FORMATS[data_format].example
     rng = random.Random(seed)
-    return [ROWS[data_format](i, TOPICS[i % len(TOPICS)], *_question(rng)) for i in range(n)]
+    rows = []
+    for i in range(n):
+        question, answer = _question(rng)
+        seeded = ExampleSeed(index=i, topic=TOPICS[i % len(TOPICS)], other_topic=TOPICS[(i + 3) % len(TOPICS)],
+                             question=question, answer=answer)
+        rows.append(example(seeded))
+    return rows
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
@@ -160,7 +90,8 @@ def build_tiny_bert(folder: Path) -> Path:
     if (folder / "config.json").exists():
         return folder
     folder.mkdir(parents=True, exist_ok=True)
-    corpus = [json.dumps(r) for f in ("sentence_triplets", "sentence_pairs", "scored_pairs") for r in _rows(f, 64, 0)]
+    corpus = [json.dumps(r) for f in ("sentence_triplets", "sentence_pairs", "scored_pairs")
+              for r in format_rows(f, 64)]
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
@@ -221,7 +152,7 @@ def build_tiny_model(folder: Path) -> Path:
     if (folder / "config.json").exists():
         return folder
     folder.mkdir(parents=True, exist_ok=True)
-    corpus = [json.dumps(r) for f in ("messages", "preference", "prompt_only") for r in _rows(f, 64, 0)]
+    corpus = [json.dumps(r) for f in ("messages", "preference", "prompt_only") for r in format_rows(f, 64)]
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()

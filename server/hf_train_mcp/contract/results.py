@@ -2,10 +2,11 @@
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, PrivateAttr
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field
 
 from hf_train_mcp import backends, methods
 from hf_train_mcp.access import check_reference
+from hf_train_mcp.data.report import DatasetIssue, DatasetReport, TokenStats  # noqa: F401  (the contract's)
 from hf_train_mcp.durations import parse_duration
 from hf_train_mcp.estimate.constants import FALLBACK_FLAVORS
 from hf_train_mcp.stages import Stage
@@ -207,50 +208,6 @@ class HardwareRow(BaseModel):
 class HardwareList(BaseModel):
     source: str = Field(description="'live' (Hub API) or 'built-in' (offline table)")
     flavors: list[HardwareRow]
-
-
-class DatasetIssue(BaseModel):
-    severity: Literal["error", "warning"]
-    message: str
-    column: str | None = None
-    row: int | None = Field(default=None, description="1-based; for JSONL, the line number")
-
-
-class TokenStats(BaseModel):
-    tokenizer: str
-    sampled_rows: int
-    p50: int
-    p95: int
-    max: int
-    mean: float
-    share_over_max_length: float
-    max_length: int
-    estimated_total_tokens: int | None = None
-
-
-class DatasetReport(BaseModel):
-    valid: bool
-    dataset: str
-    config: str | None = None
-    split: str
-    num_rows: int | None = None
-    columns: list[str]
-    detected_format: Literal[
-        "messages", "text", "prompt_completion", "conversational_prompt_completion", "preference",
-        "implicit_preference", "unpaired_preference", "prompt_only", "text_classification", "image_classification",
-        "vision_messages", "vision_preference", "vision_prompt_only", "sentence_triplets", "scored_pairs", "sentence_pairs", "unknown",
-    ]
-    issues: list[DatasetIssue]
-    suggested_column_mapping: dict[str, str] | None = None
-    sample_rows: list[dict[str, Any]] = Field(default_factory=list)
-    token_stats: TokenStats | None = None
-    labels: list[str] | None = None  # class names, when the rows have classes
-    # why token_stats is None, for the submission's own warning (not part of the tool's result)
-    _no_token_stats: str | None = PrivateAttr(default=None)
-
-    @property
-    def no_token_stats(self) -> str | None:
-        return self._no_token_stats
 
 
 SweepRunState = Literal["queued", "launching", "launched", "pruned", "failed", "canceled"]

@@ -5,8 +5,9 @@ import math
 import os
 from typing import Any
 
-from hf_train_mcp.data.rules import FORMAT_COLUMNS, SENTENCE_FORMATS, is_conversation
-from hf_train_mcp.contract.results import TokenStats
+from hf_train_mcp.data.checks import is_conversation
+from hf_train_mcp.data.formats import FORMATS, prompt_and_completion
+from hf_train_mcp.data.report import TokenStats
 
 log = logging.getLogger(__name__)
 TOKENIZER_DEADLINE_S = 8.0
@@ -20,26 +21,10 @@ def _as_text(tokenizer: Any, value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def _part_text(content: Any) -> str:
-    if isinstance(content, list):
-        return " ".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
-    return "" if content is None else str(content).replace("<image>", "")
-
-
-def _row_text(tokenizer: Any, row: dict, fmt: str) -> str:
-    if fmt == "messages":
-        return _as_text(tokenizer, row.get("messages"))
-    if fmt == "vision_messages":  # the text alone: an image's tokens come from the model's patch grid
-        return "\n".join(_part_text(m.get("content")) for m in row.get("messages") or [] if isinstance(m, dict))
-    if fmt in ("text", "text_classification"):
-        return _as_text(tokenizer, row.get("text"))
-    if fmt in SENTENCE_FORMATS:  # each text is its own sequence: the longest is what max_length cuts
-        return max((_as_text(tokenizer, row.get(c)) for c in FORMAT_COLUMNS[fmt] if c != "score"), key=len)
-    if fmt in ("preference", "implicit_preference", "vision_preference"):  # images: the model's patch grid
-        prompt = _as_text(tokenizer, row.get("prompt"))
-        longer = max((_as_text(tokenizer, row.get(k)) for k in ("chosen", "rejected")), key=len)
-        return prompt + longer
-    return _as_text(tokenizer, row.get("prompt")) + _as_text(tokenizer, row.get("completion"))
+def counted_text(tokenizer: Any, row: dict, fmt: str) -> str:
+    """The text of a row whose tokens are counted, as its format says (an unknown one: prompt and completion)."""
+    counted = FORMATS[fmt].counted if fmt in FORMATS else prompt_and_completion
+    return counted(lambda value: _as_text(tokenizer, value), row)
 
 
 TOKENIZER_FILES = ["tokenizer*", "*.model", "vocab*", "merges.txt", "special_tokens_map.json", "added_tokens.json",
@@ -73,7 +58,7 @@ def token_stats(model: str, token: str | None, rows: list[dict], fmt: str, max_l
     except Exception as exc:  # stats are optional; the reason goes into the report
         log.info("no tokenizer for %s: %s", model, exc)
         return None, str(exc).splitlines()[0]
-    lengths = sorted(len(tokenizer(_row_text(tokenizer, r, fmt))["input_ids"]) for r in rows)
+    lengths = sorted(len(tokenizer(counted_text(tokenizer, r, fmt))["input_ids"]) for r in rows)
     if not lengths:
         return None, "no rows to count"
     mean = sum(lengths) / len(lengths)

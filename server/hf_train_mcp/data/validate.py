@@ -7,6 +7,8 @@ from typing import Any
 from hf_train_mcp import methods
 from hf_train_mcp.access import STDIO, Access, is_local
 from hf_train_mcp.data import rules
+from hf_train_mcp.data.checks import LISTED_LABELS, DatasetIssue, is_conversation, label_names
+from hf_train_mcp.data.formats import has_classes, reads_images
 from hf_train_mcp.models.chat_template import SHAREGPT_ROLES
 from hf_train_mcp.data.images import OUTSIDE, image_folder_classes, part_problem, path_problem, sample_image_folder
 from hf_train_mcp.data.layout import layout_problem
@@ -15,7 +17,7 @@ from hf_train_mcp.data.rows import every_row
 from hf_train_mcp.data.tokens import token_stats
 from hf_train_mcp.data.viewer import sample_hub
 from hf_train_mcp.errors import NotFoundError, TrainError
-from hf_train_mcp.contract.results import DatasetIssue, DatasetReport, TokenStats
+from hf_train_mcp.data.report import DatasetReport, TokenStats
 
 SAMPLE_CELL_CHARS = 300
 CONVERSATIONS = ("messages", "prompt", "chosen", "rejected", "completion")  # turns whose parts may name images
@@ -54,9 +56,9 @@ def validate_dataset(dataset: str, method: str, *, split: str = "train", config:
     issues += _row_issues(dataset, method, fmt, rows, sample.offsets, suggested, access)
     if not sample.rows:
         issues.append(DatasetIssue(severity="error", message="the dataset has no rows"))
-    if model and (fmt in rules.VISION_FORMATS or methods.get(method).classifier):
+    if model and (reads_images(fmt) or methods.get(method).classifier):
         step(f"reading {model}'s config.json")
-        issues += _model_issues(model, method, token, vision=fmt in rules.VISION_FORMATS)
+        issues += _model_issues(model, method, token, vision=reads_images(fmt))
     stats, no_stats = None, None
     if model and rows and methods.get(method).inputs == "text":  # an image's tokens are its patch grid
         step(f"counting tokens with {model}'s tokenizer")
@@ -185,23 +187,23 @@ def _named_outside(files: list[Path], mapping: dict[str, str] | None, base: Path
 
 def _from_sharegpt(rows: list[dict]) -> list[dict]:
     """ShareGPT turns ({from, value}) as the script converts them ({role, content})."""
-    if not any(rules.is_conversation(r.get("messages")) and "from" in r["messages"][0] for r in rows):
+    if not any(is_conversation(r.get("messages")) and "from" in r["messages"][0] for r in rows):
         return rows
     return [{**r, "messages": [{"role": SHAREGPT_ROLES.get(str(m.get("from")).lower(), m.get("from")),
                                 "content": m.get("value")} for m in r["messages"]]}
-            if rules.is_conversation(r.get("messages")) else r for r in rows]
+            if is_conversation(r.get("messages")) else r for r in rows]
 
 
 def _labels(fmt: str, rows: list[dict], feature: dict | None, issues: list[DatasetIssue]) -> list[str] | None:
     """The class names of classification data (a ClassLabel's, else those the sample shows): every one up to
-    rules.LISTED_LABELS; past it the first ones, and a warning that says how many there are."""
-    if fmt not in rules.CLASS_FORMATS:
+    LISTED_LABELS; past it the first ones, and a warning that says how many there are."""
+    if not has_classes(fmt):
         return None
-    names = rules.label_names([r.get("label") for r in rows], feature)
-    if len(names) > rules.LISTED_LABELS:
+    names = label_names([r.get("label") for r in rows], feature)
+    if len(names) > LISTED_LABELS:
         issues.append(DatasetIssue(severity="warning", column="label", message=f"{len(names)} classes: labels "
-                                   f"lists the first {rules.LISTED_LABELS} of them; the job trains all {len(names)}"))
-    return names[:rules.LISTED_LABELS] or None
+                                   f"lists the first {LISTED_LABELS} of them; the job trains all {len(names)}"))
+    return names[:LISTED_LABELS] or None
 
 
 def _token_stats(model: str, token: str | None, rows: list[dict], fmt: str, limit: int, num_rows: int | None,
@@ -223,7 +225,7 @@ def _token_stats(model: str, token: str | None, rows: list[dict], fmt: str, limi
 def image_facts(report: Any) -> dict[str, Any]:
     """What a report says of the rows' images, as DataFacts fields: whether the rows hold images beside their text,
     how many a sampled row holds on average (in the column its mapping names `images`), and their mean size."""
-    if report.detected_format not in rules.VISION_FORMATS:
+    if not reads_images(report.detected_format):
         return {"vision": False, "images_per_row": 0.0, "image_pixels": None}
     column = (report.suggested_column_mapping or {}).get("images", "images")
     cells = [value if isinstance(value, list) else [] if value is None else [value]

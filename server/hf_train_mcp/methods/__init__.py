@@ -1,6 +1,8 @@
 """The training methods, one module each; every other layer asks this registry (see methods/base.py).
 
-Adding a method: a module here with its MethodSpec, a templates/<name>.py.j2, and its name in MODULES.
+Adding a method: a module here with its MethodSpec (its formats, evaluation kind and pipeline tag), a
+templates/<name>.py.j2, an entry in data/formats.py for a format no method read before, and its name in MODULES
+(`register` adds one from elsewhere: a test's own method).
 """
 
 from importlib import import_module
@@ -12,6 +14,17 @@ MODULES = ("sft", "dpo", "grpo", "reward", "kto", "distill", "text_classificatio
 REGISTRY: dict[str, MethodSpec] = {spec.name: spec for spec in (
     import_module(f"hf_train_mcp.methods.{module}").METHOD for module in MODULES)}
 NAMES: tuple[str, ...] = tuple(REGISTRY)
+
+
+def register(spec: MethodSpec) -> MethodSpec:
+    """Add a method declared outside MODULES; the request and result models name it when they are imported
+    after this (their Literal of methods is read once)."""
+    global NAMES
+    if spec.name in REGISTRY:
+        raise ValueError(f"method {spec.name!r} is declared twice")
+    REGISTRY[spec.name] = spec
+    NAMES = tuple(REGISTRY)
+    return spec
 
 
 def get(name: str) -> MethodSpec:
@@ -56,4 +69,4 @@ def check_request(req) -> None:
     get(req.method).check(req)
 
 
-__all__ = ["MethodSpec", "Option", "REGISTRY", "NAMES", "get", "options", "takers", "check_request"]
+__all__ = ["MethodSpec", "Option", "REGISTRY", "NAMES", "get", "register", "options", "takers", "check_request"]

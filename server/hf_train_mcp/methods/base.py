@@ -1,16 +1,17 @@
 """What a training method is, for every layer that needs to know: one MethodSpec per method module.
 
 A method module declares its request options (the submit_training parameters only it takes), the dataset formats
-it accepts and how to map common layouts onto them, its defaults, the factors the estimator needs, the CONFIG
-keys its template reads, and its template. Nothing else names a method: the request models, validation, the
-planner, the estimator, the cards and the evaluation ask the registry (methods/__init__.py).
+it accepts (data/formats.py declares each) and how to map common layouts onto them, what its evaluation measures,
+the Hub's task for what it trains, its defaults, the factors the estimator needs, the CONFIG keys its template
+reads, and its template. Nothing else names a method: the request models, validation, the planner, the
+estimator, the cards and the evaluation ask the registry (methods/__init__.py).
 """
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hf_train_mcp.rendering.config import TrainingConfig
+from hf_train_mcp.rendering.config import EvalKind, TrainingConfig
 
 Mapping = dict[str, str]
 
@@ -47,12 +48,14 @@ class MethodSpec:
     name: str
     title: str  # "SFT", "DPO", ...
     summary: str  # what the model card calls the result ("a supervised fine-tune")
-    formats: tuple[str, ...]  # accepted dataset formats, in the order a layout is read as one (see data/rules.py)
+    formats: tuple[str, ...]  # accepted dataset formats, in the order a layout is read as one (data/formats.py)
     needs: str  # what the data must hold, for error messages
     learning_rate: tuple[float, float]  # (full fine-tune, LoRA/QLoRA)
     epochs: float
     max_length: int
     tokens_per_example: int  # the estimate's assumption when the data has no token statistics
+    eval_metric: EvalKind  # what evaluate measures (rendering/config.py: each kind its own template partial)
+    pipeline_tag: str  # the Hub's task for the trained model (its card's pipeline_tag)
     aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)  # target column <- layouts seen in the wild
     options: tuple[Option, ...] = ()
     keep_columns: tuple[str, ...] | None = None  # the columns the trainer is given (None: all)
@@ -75,9 +78,6 @@ class MethodSpec:
     # SentenceTransformer: its modules and pooling beside the weights; evaluation and export load it so)
     model_library: str = "transformers"
     peft_task: str = "CAUSAL_LM"
-    # evaluation: loss (and perplexity) | preference (accuracy) | reward (mean) | accuracy (a classifier's) |
-    # embedding (cosine accuracy of triplets, Spearman of scored pairs, the loss)
-    eval_metric: str = "loss"
     prompt_required: bool = False  # preference rows need a prompt (DPO), or the shared turns are the prompt
     template: str = ""  # templates/<template>.py.j2; the method's name by default
     config: Callable[[Any], dict[str, Any]] = no_config  # the CONFIG keys only this method's template reads
@@ -91,15 +91,6 @@ class MethodSpec:
     data_notes: Callable[[set[str]], list[tuple[str, str, str | None]]] = lambda columns: []  # (severity, text, col)
     dependencies: tuple[str, ...] = ()
     request_dependencies: Callable[[Any], list[str]] = lambda req: []  # PyPI names the request's own code imports
-
-    @property
-    def pipeline_tag(self) -> str:
-        """The Hub's task for the trained model (its card's pipeline_tag)."""
-        if self.inputs == "image":
-            return "image-classification"
-        if self.model_library == "sentence-transformers":
-            return "sentence-similarity"
-        return "text-classification" if self.classifier else "text-generation"
 
     @property
     def template_name(self) -> str:

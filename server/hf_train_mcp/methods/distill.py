@@ -50,6 +50,7 @@ METHOD = MethodSpec(
     formats=("prompt_only", "prompt_completion", "conversational_prompt_completion"),
     needs="'prompt' (string or list of messages): the student answers them and the teacher grades every token",
     learning_rate=(1e-6, 1e-5), epochs=1.0, max_length=512, tokens_per_example=512,
+    eval_metric="loss", pipeline_tag="text-generation",
     aliases={"prompt": PROMPT_ALIASES},
     options=(TEACHER_MODEL, BETA, MAX_COMPLETION_LENGTH), keep_columns=("prompt",),
     generates=True, prompt_length=True, check=check, check_sizes=same_vocabulary,

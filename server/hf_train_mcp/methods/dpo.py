@@ -44,9 +44,10 @@ METHOD = MethodSpec(
           "with 'images' for a vision-language model",
     # a policy moved away from its reference diverges at SFT rates: TRL's 1e-6, ~5x for LoRA
     learning_rate=(1e-6, 5e-6), epochs=1.0, max_length=1024, tokens_per_example=640,
+    eval_metric="preference", pipeline_tag="text-generation",
     aliases={**PAIR_ALIASES, "images": IMAGE_ALIASES}, options=(BETA,),
     keep_columns=("prompt", "chosen", "rejected", "images"),
-    sequences_per_example=2, reference_passes=1.0, full_reference_copy=True, eval_metric="preference",
+    sequences_per_example=2, reference_passes=1.0, full_reference_copy=True,
     prompt_required=True, check=positive_beta,
     config=lambda req: {"beta": BETA_DEFAULT if req.beta is None else req.beta}, config_schema=DpoConfig,
     data_config=vision_config,

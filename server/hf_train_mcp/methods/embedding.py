@@ -11,7 +11,7 @@ transformers checkpoint gets sentence-transformers' default pooling (mean for en
 decoders). LoRA goes on its transformer through PEFT.
 
 Sizing, stated as assumptions (no published embedding runs to calibrate against yet):
-- two sequences per row: a pair's two texts; a triplet's three are sized as two of its longest (data/tokens.py
+- two sequences per row: a pair's two texts; a triplet's three are sized as two of its longest (data/formats.py
   counts a row by its longest text, and the query of a pair is usually the short one, so the two roughly cancel);
 - no language-model head (`classifier`): the embedding is pooled from the last hidden states;
 - ~64 tokens per text when the data has no token statistics (queries, titles and passages of retrieval sets).
@@ -37,6 +37,7 @@ METHOD = MethodSpec(
     # sentence-transformers' training examples: 2e-5 for a full fine-tune, ~10x for LoRA; one epoch (their sets
     # are large, and contrastive losses overfit small ones quickly)
     learning_rate=(2e-5, 2e-4), epochs=1.0, max_length=256, tokens_per_example=64,
+    eval_metric="embedding", pipeline_tag="sentence-similarity",
     aliases={
         "anchor": ("query", "question", "queries", "search_query", "sentence", "text"),
         "positive": ("pos", "answer", "document", "passage", "context", "response", "positive_passage",
@@ -52,7 +53,7 @@ METHOD = MethodSpec(
     # handful of rows per device makes the task too easy (sentence-transformers' examples use 32-128); accumulation
     # adds none
     min_batch=16,
-    classifier=True, peft_task="FEATURE_EXTRACTION", eval_metric="embedding", check=check,
+    classifier=True, peft_task="FEATURE_EXTRACTION", check=check,
     template="embedding", library="sentence-transformers", model_library="sentence-transformers",
     dependencies=("sentence-transformers>=5,<6",),
 )

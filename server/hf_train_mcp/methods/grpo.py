@@ -168,9 +168,10 @@ METHOD = MethodSpec(
     needs="'prompt' (string or list of messages; with 'images' for a vision-language model), plus a reference "
           "column such as 'answer' for accuracy rewards",
     learning_rate=(1e-6, 1e-5), epochs=1.0, max_length=512, tokens_per_example=160,
+    eval_metric="reward", pipeline_tag="text-generation",
     aliases={"prompt": PROMPT_ALIASES, "images": IMAGE_ALIASES},
     options=(NUM_GENERATIONS, MAX_COMPLETION_LENGTH, REWARD_FUNCS, REWARD_CODE),
-    generates=True, grouped=True, prompt_length=True, eval_metric="reward", data_notes=notes,
+    generates=True, grouped=True, prompt_length=True, data_notes=notes,
     config=lambda req: {**METHOD.sizing_options(req), "reward_funcs": reward_functions(req)}, config_schema=GrpoConfig,
     data_config=vision_config,
     request_dependencies=lambda req: reward_code_dependencies(getattr(req, "reward_code", None)),

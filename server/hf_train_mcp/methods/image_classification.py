@@ -16,11 +16,12 @@ METHOD = MethodSpec(
     needs="'image' + 'label' (an image per row and its class), or an image folder <folder>/<label>/*.jpg",
     # the Hub's ViT-on-Food-101 recipe: 5e-5 full; LoRA trains few weights from zero: ~10x
     learning_rate=(5e-5, 5e-4), epochs=3.0, max_length=512, tokens_per_example=PATCH_TOKENS,
+    eval_metric="accuracy", pipeline_tag="image-classification",
     aliases={
         "image": ("img", "picture", "photo", "image_file", "image_path", "file", "path", "pixel_values"),
         "label": ("labels", "fine_label", "coarse_label", "class", "category", "target", "species"),
     },
-    keep_columns=("image", "label"), classifier=True, peft_task="IMAGE_CLS", eval_metric="accuracy",
+    keep_columns=("image", "label"), classifier=True, peft_task="IMAGE_CLS",
     template="image-classification", library="transformers Trainer", inputs="image",
     auto_class="AutoModelForImageClassification", processor="AutoImageProcessor",
 )

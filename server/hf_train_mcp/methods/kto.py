@@ -39,11 +39,12 @@ METHOD = MethodSpec(
     formats=("unpaired_preference", "preference", "implicit_preference"),
     needs="'prompt' + 'completion' + boolean 'label' (desirable or not), or prompt/chosen/rejected pairs",
     learning_rate=(1e-6, 5e-6), epochs=1.0, max_length=1024, tokens_per_example=512,
+    eval_metric="preference", pipeline_tag="text-generation",
     aliases={**PAIR_ALIASES, "completion": ("response", "output", "answer", "completion_text"),
              "label": ("is_desirable", "desirable", "thumbs_up", "kto_label", "is_good", "good")},
     options=(BETA, DESIRABLE_WEIGHT),
     # the KL batch runs the policy once more, and the reference scores both: ~3 extra forwards per token
-    reference_passes=3.0, full_reference_copy=True, min_batch=2, eval_metric="preference", check=check, data_notes=notes,
+    reference_passes=3.0, full_reference_copy=True, min_batch=2, check=check, data_notes=notes,
     config=lambda req: {"beta": BETA_DEFAULT if req.beta is None else req.beta,
                         "desirable_weight": req.desirable_weight or 1.0}, config_schema=KtoConfig,
     card_settings=lambda config: {"beta": config["beta"], "desirable weight": config["desirable_weight"]},

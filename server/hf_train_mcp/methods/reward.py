@@ -16,7 +16,8 @@ METHOD = MethodSpec(
     needs="'chosen' + 'rejected' (optionally 'prompt')",
     # a fresh scalar head: TRL defaults to 1e-4 with LoRA
     learning_rate=(1e-5, 1e-4), epochs=1.0, max_length=1024, tokens_per_example=512,
+    eval_metric="preference", pipeline_tag="text-classification",
     aliases=PAIR_ALIASES, keep_columns=("prompt", "chosen", "rejected"), sequences_per_example=2,
-    classifier=True, appends_eos=True, peft_task="SEQ_CLS", eval_metric="preference", check=no_liger,
+    classifier=True, appends_eos=True, peft_task="SEQ_CLS", check=no_liger,
     auto_class="AutoModelForSequenceClassification",
 )

@@ -38,6 +38,7 @@ METHOD = MethodSpec(
     needs="'messages' (list of {role, content}), 'text', or 'prompt' + 'completion'",
     # LoRA trains few parameters from zero-initialised adapters: ~10x the full rate (TRL's PEFT examples 1e-4..2e-4)
     learning_rate=(2e-5, 2e-4), epochs=3.0, max_length=1024, tokens_per_example=512,
+    eval_metric="loss", pipeline_tag="text-generation",
     aliases={
         "messages": ("conversations", "conversation", "chat", "dialogue", "dialog", "turns"),
         "prompt": ("instruction", "question", "input", "query", "problem", "prompt_text"),

@@ -27,11 +27,12 @@ METHOD = MethodSpec(
     needs="'text' + 'label' (a class name or id per row)",
     # a fresh head on a pretrained encoder: the GLUE recipes' 2e-5 full, ~10x for LoRA
     learning_rate=(2e-5, 2e-4), epochs=3.0, max_length=512, tokens_per_example=128,
+    eval_metric="accuracy", pipeline_tag="text-classification",
     aliases={
         "text": ("sentence", "content", "review", "document", "comment", "tweet", "input", "body", "utterance"),
         "label": ("labels", "class", "category", "sentiment", "target", "fine_label", "coarse_label", "intent"),
     },
-    keep_columns=("text", "label"), classifier=True, peft_task="SEQ_CLS", eval_metric="accuracy",
+    keep_columns=("text", "label"), classifier=True, peft_task="SEQ_CLS",
     template="text-classification", library="transformers Trainer",
     auto_class="AutoModelForSequenceClassification", check_sizes=no_qlora_overflow,
 )

@@ -14,6 +14,10 @@ from pydantic import BaseModel, ConfigDict
 from hf_train_mcp.rendering import pysource
 
 Peft = Literal["lora", "qlora", "full"]
+# What an evaluation measures, a closed set: each kind is its own templates/_eval_<kind>.py.j2, included by name, so
+# a kind without one fails at render. loss (and perplexity) | preference (accuracy) | reward (mean) | accuracy (a
+# classifier's, and macro F1) | embedding (cosine accuracy of triplets, Spearman of scored pairs, the loss)
+EvalKind = Literal["loss", "preference", "reward", "accuracy", "embedding"]
 
 
 class ProbeConfig(BaseModel):
@@ -105,8 +109,9 @@ class FollowupConfig(ScriptConfig):
     processor: str  # and its preprocessing
     vision: bool  # a vision-language model: images go through its processor
 
+
 class EvaluateConfig(DataConfig, FollowupConfig):
-    eval_metric: str
+    eval_metric: EvalKind  # its method's (MethodSpec.eval_metric): which templates/_eval_<kind>.py.j2 is included
     classifier: bool
     held_out: str | None
     num_samples: int | None

@@ -20,9 +20,9 @@ prompt walks through the whole loop."""
 def _method_hints() -> str:
     """Each method by the columns of the first format it reads, from the registry."""
     from hf_train_mcp import methods
-    from hf_train_mcp.data.rules import FORMAT_COLUMNS
+    from hf_train_mcp.data.formats import FORMATS
 
-    return "; ".join(f"{'+'.join(FORMAT_COLUMNS[spec.formats[0]])}: {name} ({spec.summary})"
+    return "; ".join(f"{'+'.join(FORMATS[spec.formats[0]].columns)}: {name} ({spec.summary})"
                      for name, spec in methods.REGISTRY.items())
 
 
