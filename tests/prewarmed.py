@@ -77,10 +77,12 @@ def serve(path: str) -> None:
         except TimeoutError:
             continue
         if os.fork() == 0:
-            listener.close()
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            _runner(conn, os.path.join(os.path.dirname(path), LOG_NAME))
-            os._exit(0)
+            try:
+                listener.close()
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                _runner(conn, os.path.join(os.path.dirname(path), LOG_NAME))
+            finally:  # a runner never goes back to the server's loop
+                os._exit(0)
         conn.close()
 
 
@@ -106,8 +108,19 @@ def _runner(conn: socket.socket, log: str) -> None:
         return
     pid = os.fork()
     if pid == 0:
-        conn.close()
-        _become(request, fds)
+        try:
+            conn.close()
+            _become(request, fds)
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()  # on the client's stderr once _become has put it in place
+        finally:
+            os._exit(1)
+    try:
+        os.setpgid(pid, pid)  # here too: a signal passed on at once must find the child's group
+    except (PermissionError, ProcessLookupError):
+        pass  # the child did it first, or is already gone
     for fd in fds:
         os.close(fd)
     with open(log, "a") as out:  # whose run it is: a test's HF_HOME lies in its own tmp_path
