@@ -2,12 +2,14 @@
 
 import importlib.util
 import os
+import shlex
 import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests import prewarmed
 from tests.emulator import TOKENS, Emulator, ViewerDataset
 
 pytest_plugins = ["tests.marks", "pytester"]  # the slow marks, checked against what each test starts
@@ -38,6 +40,60 @@ def _loopback_only(self: socket.socket, address) -> None:
 
 
 socket.socket.connect = _loopback_only  # any test reaching past this machine fails loudly
+
+
+def _signature_models_built_once() -> None:
+    """The SDK builds each tool's argument model (pydantic, from the function's signature) anew for every server,
+    ~40 ms of each of the hundreds of servers the tests start. The model depends on nothing but what the key
+    holds (the parameters' names, kinds, annotations and defaults, the return annotation, what is skipped), so a
+    server built later gets the same model that a first build made from the same signature."""
+    import inspect
+
+    from mcp.server.mcpserver.tools import base
+
+    real, built = base.func_metadata, {}
+
+    def func_metadata(func, skip_names=(), structured_output=None):
+        signature = inspect.signature(func)
+        key = (func.__module__, func.__qualname__, tuple(skip_names), structured_output,
+               repr(signature.return_annotation),
+               tuple((p.name, p.kind, repr(p.annotation), repr(p.default)) for p in signature.parameters.values()
+                     if p.name not in skip_names))
+        if key not in built:
+            built[key] = real(func, skip_names=skip_names, structured_output=structured_output)
+        return built[key]
+
+    base.func_metadata = func_metadata
+
+
+_signature_models_built_once()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow tests first (training, then detached), each group in its files' order: two workers that draw
+    from this list finish together instead of one running the last long test alone."""
+    def weight(item: pytest.Item) -> int:
+        return 0 if item.get_closest_marker("training") else 1 if item.get_closest_marker("detached") else 2
+
+    items.sort(key=weight)  # stable, and the same on every worker (xdist checks that they collected alike)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A worker that will run training tests starts its pre-warmed Python now: its imports overlap the first
+    tests, not a training test's start."""
+    if HAS_TRAINING_STACK and any(item.get_closest_marker("training") for item in session.items):
+        prewarmed.WORKER = prewarmed.Server()
+
+
+@pytest.fixture(autouse=True)
+def prewarmed_python(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A training test runs its scripts in the worker's pre-warmed Python (tests/prewarmed.py): the local
+    backend's supervisor through HFTM_PYTHON, tests' own runs through tests.helpers.python_command()."""
+    if prewarmed.WORKER is None or request.node.get_closest_marker("training") is None:
+        return
+    command = prewarmed.WORKER.command()
+    if command is not None:
+        monkeypatch.setenv("HFTM_PYTHON", shlex.join(command))
 
 
 @pytest.fixture
@@ -209,8 +265,11 @@ def _fetch_llama_cpp(cache: Path) -> None:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """No sweep supervisor or run watcher of this session outlives it (each would poll a Hub emulator that is
-    gone)."""
+    gone), nor does the worker's pre-warmed Python."""
     import signal
+
+    if prewarmed.WORKER is not None:
+        prewarmed.WORKER.stop()
 
     base = str(session.config._tmp_path_factory.getbasetemp())  # type: ignore[attr-defined]
     for entry in Path("/proc").iterdir():

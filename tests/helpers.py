@@ -5,6 +5,7 @@ import ast
 import base64
 import os
 import runpy
+import shlex
 import socket
 import subprocess
 import sys
@@ -150,13 +151,27 @@ def submit_script(core: Core, text: str) -> str:
 RENDER_SIZE = ModelSize(494_000_000, 24, 896, 151_936, 4864, "test")
 
 
+def python_command() -> list[str]:
+    """How a test starts a training script's Python: this one, or in a training test the worker's pre-warmed one
+    (tests/prewarmed.py), which takes the same arguments."""
+    given = os.environ.get("HFTM_PYTHON")
+    return shlex.split(given) if given else [sys.executable]
+
+
+def torchrun_command(*options: str, script: str, args: tuple[str, ...] = ()) -> list[str]:
+    """torchrun with these options, each rank `python -u SCRIPT ARGS` as torchrun starts one, in the Python of
+    python_command() (--no-python: the command is given whole)."""
+    torchrun = str(Path(sys.executable).with_name("torchrun"))
+    return [torchrun, *options, "--no-python", *python_command(), "-u", script, *args]
+
+
 def run_script(tmp_path: Path, text: str, **extra_env: str) -> subprocess.CompletedProcess:
     """Run a rendered script with this Python, offline, as the local backend does."""
     (tmp_path / "train.py").write_text(text)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRACKIO_DIR": str(tmp_path / "trackio"), "PYTHONUNBUFFERED": "1",
            "TOKENIZERS_PARALLELISM": "false", "HF_HUB_DISABLE_PROGRESS_BARS": "1", **extra_env}
     env.pop("PYTHONWARNINGS", None)
-    return subprocess.run([sys.executable, "train.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+    return subprocess.run([*python_command(), "train.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=600)
 
 

@@ -5,7 +5,8 @@ hide a fast test from it.
 
 Seen here: every process this interpreter starts (the `subprocess.Popen` audit event, so helpers and libraries are
 covered alike), a Trainer's `train()` run in process, and what a test's own HF_TRAIN_HOME holds at its end: the
-local jobs and detached supervisors that a server or a child interpreter of the test started."""
+local jobs and detached supervisors that a server or a child interpreter of the test started, and the scripts that
+the worker's pre-warmed Python (tests/prewarmed.py) forked for it."""
 
 import json
 import os
@@ -14,6 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests import prewarmed
 
 _TRAINING = ("train.py", "torchrun", "torch.distributed.run", "rendezvous.py", "Trainer.train", "training stack")
 _DETACHED = ("hf_train_mcp.detach",)
@@ -92,6 +95,13 @@ def _left_in_home(home: Path) -> list[str]:
     return found
 
 
+def _forked_for(test_dir: Path, skipped: int) -> list[str]:
+    """What the worker's pre-warmed Python forked for this test (a run whose HF_HOME is in its tmp_path): a
+    training interpreter, whatever the script is called. A job a previous test left running is not this test's."""
+    return [f"{command} (in the pre-warmed training stack)" for hf_home, command in prewarmed.WORKER.runs()[skipped:]
+            if hf_home.startswith(f"{test_dir}{os.sep}")]
+
+
 def _lacking(item: pytest.Item, started: list[str]) -> list[str]:
     lacking = []
     if any(word in s for s in started for word in _TRAINING) and item.get_closest_marker("training") is None:
@@ -105,11 +115,13 @@ def _lacking(item: pytest.Item, started: list[str]) -> list[str]:
 def pytest_runtest_call(item: pytest.Item):
     global _seen
     _seen = []
+    forked = len(prewarmed.WORKER.runs()) if prewarmed.WORKER else 0
     try:
         result = yield
     finally:
         started, _seen = _seen, None
     home = os.environ.get("HF_TRAIN_HOME")
+    started += _forked_for(Path(home).parent, forked) if home and prewarmed.WORKER else []
     started += _left_in_home(Path(home)) if home else []
     lacking = _lacking(item, started)
     if lacking:

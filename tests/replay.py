@@ -71,9 +71,8 @@ def two_ranks(tmp_path: Path, model: Path, data: Path, precision: str = "bf16", 
     tmp_path/output."""
     import os
     import subprocess
-    import sys
 
-    from tests.helpers import free_port
+    from tests.helpers import free_port, torchrun_command
 
     request = TrainingRequest(**{"model": str(model), "dataset": str(data), "backend": "local", "max_steps": 2,
                                  "per_device_batch_size": 2, "gradient_accumulation": 1, "save_steps": 100,
@@ -85,6 +84,6 @@ def two_ranks(tmp_path: Path, model: Path, data: Path, precision: str = "bf16", 
            "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
            "HFTM_PRECISION": precision}
     env.pop("PYTHONWARNINGS", None)
-    return subprocess.run([str(Path(sys.executable).with_name("torchrun")), "--nproc_per_node", "2",
-                           "--master_addr", "127.0.0.1", "--master_port", str(free_port()), "train.py"],
+    return subprocess.run(torchrun_command("--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port",
+                                           str(free_port()), script="train.py"),
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=420)

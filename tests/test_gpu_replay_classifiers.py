@@ -415,17 +415,16 @@ def test_two_ranks_rank_each_anchor_against_both_ranks_rows(encoders: Path, tmp_
     2 anchors are ranked against both ranks' 2 positives and 2 negatives (8 candidates, not its own 4)."""
     import os
     import subprocess
-    import sys
 
-    from tests.helpers import free_port
+    from tests.helpers import free_port, torchrun_command
 
     model = build_text_encoder(encoders / "bert-base", "bert")
     data = write_jsonl(tmp_path / "triplets.jsonl", example_rows("embedding", 16))
     replay_script(tmp_path, model, data, method="embedding", peft="lora")  # writes train.py
     (tmp_path / "rank.py").write_text(RANK)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                           "--master_port", str(free_port()), "rank.py", "train.py"], cwd=tmp_path, env=env,
+    proc = subprocess.run(torchrun_command("--nproc_per_node", "2", "--master_port", str(free_port()),
+                                           script="rank.py", args=("train.py",)), cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in (0, 1)]

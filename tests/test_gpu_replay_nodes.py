@@ -23,7 +23,7 @@ from hf_train_mcp.estimate.sizing import ModelSize
 from hf_train_mcp.planning.training import DataFacts, plan_run
 from hf_train_mcp.contract.requests import TrainingRequest
 from tests.conftest import needs_training
-from tests.helpers import free_port
+from tests.helpers import free_port, torchrun_command
 
 # Llama-3.1-8B's config.json (meta-llama/Llama-3.1-8B): 32 layers, hidden 4096, vocab 128256, MLP 14336, 8.03B
 LLAMA_8B = ModelSize(8_030_261_248, 32, 4096, 128_256, 14_336, "config.json", dtype="bfloat16", model_type="llama")
@@ -122,8 +122,8 @@ def torchrun(tmp_path: Path, script: str, *args: str, env: dict[str, str] | None
     full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
                 "HF_HUB_DISABLE_PROGRESS_BARS": "1", **(env or {})}
     full_env.pop("PYTHONWARNINGS", None)
-    return subprocess.run([str(Path(sys.executable).with_name("torchrun")), "--nproc_per_node", "2", "--master_addr",
-                           "127.0.0.1", "--master_port", str(free_port()), "worker.py", *args], cwd=tmp_path,
+    return subprocess.run(torchrun_command("--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port",
+                                           str(free_port()), script="worker.py", args=args), cwd=tmp_path,
                           env=full_env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -297,20 +297,21 @@ def test_a_node_that_starts_late_joins_within_the_rendezvous_timeout_and_not_aft
                                                                                     monkeypatch) -> None:
     """Two `accelerate launch` nodes with the launcher's own arguments, the start bound shrunk to seconds through
     the same code path: node 1 starting 20 s after node 0 joins when the rendezvous waits 90 s, while node 0 alone
-    gives up with torch's DistStoreError once a 6 s rendezvous has passed."""
+    gives up with torch's DistStoreError once a 6 s rendezvous has passed (the two runs side by side, on two
+    ports: the lone node's wait overlaps the late node's 20 s)."""
     (tmp_path / "rendezvous.py").write_text(RENDEZVOUS)
     monkeypatch.setattr(multinode, "INSTALL_MARGIN_MIN", 0.0)
     monkeypatch.setattr(multinode, "START_BOUND_MIN", 0.1)  # 6 s
-    port = free_port()
-    alone = launch_node(tmp_path, multinode.launcher_args(nodes=2, rank=0, gpus=1, full=True), port)
-    out, _ = alone.communicate(timeout=240)
-    assert alone.returncode != 0 and "DistStoreError" in out and "1/2 clients joined" in out, out[-3000:]
+    lone_port = free_port()
+    alone = launch_node(tmp_path, multinode.launcher_args(nodes=2, rank=0, gpus=1, full=True), lone_port)
 
     monkeypatch.setattr(multinode, "START_BOUND_MIN", 1.5)  # 90 s
-    port = free_port()
+    port = next(p for p in iter(free_port, None) if p != lone_port)
     first = launch_node(tmp_path, multinode.launcher_args(nodes=2, rank=0, gpus=1, full=True), port)
     time.sleep(20)
     late = launch_node(tmp_path, multinode.launcher_args(nodes=2, rank=1, gpus=1, full=True), port)
+    out, _ = alone.communicate(timeout=240)
+    assert alone.returncode != 0 and "DistStoreError" in out and "1/2 clients joined" in out, out[-3000:]
     outs = [p.communicate(timeout=240)[0] for p in (first, late)]
     assert [p.returncode for p in (first, late)] == [0, 0], outs[0][-2000:] + outs[1][-2000:]
     assert "JOINED rank 0 of 2" in outs[0] and "JOINED rank 1 of 2" in outs[1]

@@ -13,7 +13,6 @@ import math
 import os
 import runpy
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from hf_train_mcp.planning.training import LANGUAGE_TOWER, DataFacts, plan_run
 from hf_train_mcp.contract.requests import TrainingRequest
 from hf_train_mcp_demo.tiny import build_tiny_vlm, format_rows, write_images, write_jsonl
 from tests.conftest import needs_training
-from tests.helpers import RENDER_SIZE, free_port
+from tests.helpers import RENDER_SIZE, free_port, torchrun_command
 from tests.tiny_vlms import FAMILIES, QWEN2_VL_HUB_PIXELS, save_idefics3, save_qwen2_vl_images
 
 pytestmark = needs_training
@@ -269,8 +268,8 @@ def test_a_vlm_lora_run_trains_on_two_gloo_ranks(tiny_model: Path, tmp_path: Pat
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRACKIO_DIR": str(tmp_path / "trackio"), "PYTHONUNBUFFERED": "1",
            "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
     env.pop("PYTHONWARNINGS", None)
-    proc = subprocess.run([str(Path(sys.executable).with_name("torchrun")), "--nproc_per_node", "2", "--master_addr",
-                           "127.0.0.1", "--master_port", str(free_port()), "train.py"], cwd=tmp_path, env=env,
+    proc = subprocess.run(torchrun_command("--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port",
+                                           str(free_port()), script="train.py"), cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=420)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]

@@ -22,7 +22,7 @@ from hf_train_mcp.estimate.sizing import ModelSize, model_size
 from hf_train_mcp.planning.training import DataFacts, plan_run
 from hf_train_mcp.contract.requests import TrainingRequest
 from tests.conftest import needs_training
-from tests.helpers import free_port, load_rendered
+from tests.helpers import free_port, load_rendered, torchrun_command
 
 QWEN_SMALL = ModelSize(494_000_000, 24, 896, 151_936, 4864, "test", config_vocab=151_936)
 
@@ -436,10 +436,9 @@ def test_two_ranks_free_the_trainer_before_the_process_group_and_exit(method: st
     (tmp_path / "instrument.py").write_text(INSTRUMENT)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRACKIO_DIR": str(tmp_path / "trackio"), "PYTHONUNBUFFERED": "1",
            "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
-    torchrun = Path(sys.executable).with_name("torchrun")
-    proc = subprocess.run([str(torchrun), "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port",
-                           str(free_port()), "instrument.py"], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=420)
+    proc = subprocess.run(torchrun_command("--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port",
+                                           str(free_port()), script="instrument.py"), cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=420)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     assert "HFTM_DONE" in proc.stdout

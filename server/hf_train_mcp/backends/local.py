@@ -31,6 +31,7 @@ _INHERITED = frozenset({
     "LD_LIBRARY_PATH", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "HTTP_PROXY",
     "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy", "CUDA_VISIBLE_DEVICES", "CUDA_HOME",
     "HFTM_LLAMA_CPP",  # a llama.cpp checkout for GGUF exports (else the job clones one)
+    "HFTM_PYTHON",  # a pre-warmed Python that the supervisor runs the script with (tests; backends/local_supervisor.py)
 })  # fmt: skip
 _INHERITED_PREFIXES = ("LC_", "XDG_", "HF_", "TRANSFORMERS_", "TORCH", "PYTORCH_", "NCCL_", "NVIDIA_", "OMP_",
                        "MKL_", "OPENBLAS_", "UV_", "PIP_")
