@@ -172,7 +172,7 @@ def test_the_live_catalog_is_used_when_the_hub_answers(hub: Emulator) -> None:
 
 
 def test_a_live_l40s_is_an_l40s_not_an_l4() -> None:
-    from hf_train_mcp.estimate.hardware import _gpu_for
+    from hf_train_mcp.backends.jobs_hardware import _gpu_for
 
     assert _gpu_for("L40S", "48 GB").model == "L40S" and _gpu_for("NVIDIA L4", "24 GB").model == "L4"
     assert _gpu_for("A10G", "24 GB").model == "A10G" and _gpu_for("H200", "141 GB").memory_gb == 141

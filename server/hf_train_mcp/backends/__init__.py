@@ -1,8 +1,9 @@
 """The backends, one module each behind backends.base.Backend, and the one place that opens them.
 
 Nothing outside this package constructs a backend: callers `open` one by name and ask its traits, never its
-name. A new place to run jobs is one module here plus `register` (before the schemas are imported: the tools'
-`backend` parameter is a Literal of NAMES).
+name; they price and place its jobs on its own catalog (Backend.catalog) and word what it cannot do in its own
+words (Backend.words). A new place to run jobs is one module here plus `register` (before the schemas are
+imported: the tools' `backend` parameter is a Literal of NAMES).
 """
 
 import sys
@@ -74,5 +75,10 @@ def gpuless_flavors() -> set[str]:
     return {f for cls in BACKENDS.values() if (f := cls.flavor(cuda=False))}
 
 
+def catalog_flavors() -> set[str]:
+    """Every flavor a backend's built-in catalog lists (what a request's `flavor` may name)."""
+    return {name for cls in BACKENDS.values() for name in cls.catalog(None, offline=True).flavors}
+
+
 __all__ = ["Backend", "BACKENDS", "NAMES", "register", "traits", "open", "default", "owner_of", "permitted",
-           "gpuless_flavors"]
+           "gpuless_flavors", "catalog_flavors"]

@@ -20,7 +20,7 @@ FLAVORS: tuple[str, ...] = tuple(name for name, *_ in FALLBACK_FLAVORS)
 
 
 def _check_flavor(value: str) -> str:
-    if value not in FLAVORS:
+    if value not in FLAVORS and value not in backends.catalog_flavors():
         raise ValueError(f"unknown flavor {value!r}; send one of: {', '.join(FLAVORS)}")
     return value
 

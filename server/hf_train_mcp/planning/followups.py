@@ -127,7 +127,8 @@ def subject_from_job(record: JobRecord, stage: str, backend_name: str, access: A
     kind = "full" if training.peft == "full" else "adapter"
     if not backends.traits(record.backend).pushes_to_hub:
         if not backends.traits(backend_name).reads_local_paths:
-            raise TrainError(f"job {record.job_id} ran on this machine, so its model is not on the Hub: use "
+            raise TrainError(f"job {record.job_id} ran on {backends.traits(record.backend).place}, so its model is "
+                             "not on the Hub: use "
                              f"backend={record.backend!r}, or push its output folder to the Hub and pass that repo id")
         folder = Path(record.output_dir or "")
         if not folder.is_dir():
@@ -147,8 +148,9 @@ def subject_from_ref(ref: str, *, access: Access, backend_name: str, adapter_con
     access.check_ref(ref, "model")
     if is_local(ref):
         if not backends.traits(backend_name).reads_local_paths:
-            raise TrainError(f"model {ref!r} is a local path, which a Hugging Face job cannot read: push it to the "
-                             "Hub first, or use backend='local'")
+            words = backends.traits(backend_name).words
+            raise TrainError(f"model {ref!r} is a local path, which {words.job} cannot read: push it to the "
+                             f"Hub first, or use {words.instead}")
         folder = Path(ref).expanduser().resolve()
         if not folder.is_dir():
             raise NotFoundError(f"model {ref!r} is neither a folder on this machine nor a job_id from list_jobs")
@@ -231,7 +233,7 @@ def _place(req, kind: str, options: list[JobEstimate], on_flavor, catalog: Catal
            warnings: list[str]) -> tuple[str, JobEstimate | None, float]:
     """(flavor, estimate, $/hour): the caller's flavor, else the cheapest that fits."""
     where = backends.traits(backend)
-    if not where.catalog_from_hub:  # one hardware of its own
+    if not where.chooses_flavor:  # one hardware of its own
         if req.flavor:
             warnings.append(f"flavor {req.flavor!r} is ignored by backend={backend!r}")
         from hf_train_mcp.backends.local import has_cuda
@@ -240,7 +242,7 @@ def _place(req, kind: str, options: list[JobEstimate], on_flavor, catalog: Catal
     if req.flavor:
         info = catalog.flavors.get(req.flavor)
         if info is None:
-            raise TrainError(f"flavor {req.flavor!r} is not in the Jobs hardware catalog; list_hardware lists them")
+            raise TrainError(f"flavor {req.flavor!r} is not in {where.words.catalog}; list_hardware lists them")
         try:
             estimate = on_flavor(info)
         except ValueError:  # a CPU flavor for an evaluation: allowed for tiny models, not estimated
@@ -252,7 +254,7 @@ def _place(req, kind: str, options: list[JobEstimate], on_flavor, catalog: Catal
     best = cheapest(options)
     if best is None:
         largest = max(options, key=lambda e: e.available_gb)
-        raise NoFitError(f"no Jobs flavor fits this {kind}: {largest.reasons[0]}. Nothing was launched.")
+        raise NoFitError(f"no {where.words.flavor} fits this {kind}: {largest.reasons[0]}. Nothing was launched.")
     return best.flavor, best, catalog.flavors[best.flavor].usd_per_hour
 
 

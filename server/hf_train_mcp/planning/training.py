@@ -94,7 +94,7 @@ class RunPlan:
             "config": self.config,
             "dependencies": self.dependencies,
             "flavor": self.flavor,
-            "jobs_table": backends.traits(self.backend).catalog_from_hub,  # the header's [tool.hf-jobs] table
+            "jobs_table": backends.traits(self.backend).chooses_flavor,  # the header's [tool.hf-jobs] table
             "timeout": header_duration(self.timeout_seconds),
             "method_title": methods.get(self.method).title,
             "reward_code": self.reward_code,
@@ -255,16 +255,15 @@ def _placement(req: TrainingRequest, where: type, hyper: "Hyper", size: ModelSiz
                warnings: list[str]) -> tuple[str, int, FlavorEstimate | None]:
     """(flavor, GPUs, estimate): this machine's own hardware, a CPU flavor, the caller's GPU flavor, or the
     cheapest that fits; a finished measurement replaces the modelled time."""
-    if not where.catalog_from_hub:  # this machine's own hardware
+    if not where.chooses_flavor:  # this machine's own hardware
         if hyper.nodes > 1:
-            raise TrainError("nodes spans several Jobs machines in a network group: send backend='hf', or drop "
-                             "nodes to train on this machine")
+            raise TrainError(where.words.no_nodes)
         _check_engine(req, where.flavor(cuda=local_cuda), 1, local_cuda)
         if req.peft == "qlora" and not local_cuda:
-            raise TrainError("peft='qlora' needs a CUDA GPU (bitsandbytes 4-bit) and this machine has none: "
-                             "send peft='lora', or backend='hf' with a GPU flavor")
+            raise TrainError(f"peft='qlora' needs a CUDA GPU (bitsandbytes 4-bit) and {where.place} has none: "
+                             f"send peft='lora', or {where.words.instead} with a GPU flavor")
         if req.flavor:
-            warnings.append(f"flavor {req.flavor!r} is ignored by the local backend")
+            warnings.append(f"flavor {req.flavor!r} is ignored by {where.words.the_backend}")
         return where.flavor(cuda=local_cuda), 1, None
     else:
         if req.flavor and req.flavor.startswith("cpu-"):
@@ -277,7 +276,8 @@ def _placement(req: TrainingRequest, where: type, hyper: "Hyper", size: ModelSiz
             if req.flavor:
                 info = catalog.flavors.get(req.flavor)
                 if info is None or info.gpu is None:
-                    raise TrainError(f"flavor {req.flavor!r} is not in the Jobs hardware catalog; estimate_cost lists the flavors that exist")
+                    raise TrainError(f"flavor {req.flavor!r} is not in {where.words.catalog}; estimate_cost lists "
+                                     "the flavors that exist")
                 if hyper.nodes > 1 and info.gpus < 2:
                     raise TrainError(f"nodes={hyper.nodes} runs on a multi-GPU flavor (each node's GPUs first, "
                                      f"then the network between them); {req.flavor} has one GPU: pick e.g. "
@@ -472,7 +472,7 @@ def plan_run(req: TrainingRequest, *, backend: str, size: ModelSize, catalog: Ca
                             estimate, warnings)
 
     if not where.pushes_to_hub and req.hub_model_id:
-        warnings.append("the local backend keeps the model in the job folder; hub_model_id is not pushed")
+        warnings.append(f"{where.words.the_backend} keeps the model in the job folder; hub_model_id is not pushed")
     trackio_space = None
     if push:
         trackio_space = req.trackio_space_id or f"{namespace or req.hub_model_id.split('/')[0]}/trackio"
