@@ -8,9 +8,11 @@ from mcp import Client
 
 from hf_train_mcp.shell.app import build_server
 from hf_train_mcp.estimate import constants as C
-from hf_train_mcp.estimate.cost import Workload, estimate_on, optimizer_steps
+from hf_train_mcp.estimate.cost import estimate_on
+from hf_train_mcp.estimate.workload import Workload, optimizer_steps
 from hf_train_mcp.estimate.hardware import fallback_catalog, get_catalog
-from hf_train_mcp.estimate.sizing import ModelSize, memory_need, model_size, params_from_config, params_from_name
+from hf_train_mcp.estimate.memory import memory_need
+from hf_train_mcp.estimate.sizing import ModelSize, model_size, params_from_config, params_from_name
 from tests.emulator import Emulator
 from tests.helpers import CAPYBARA_WORKLOAD as CAPYBARA
 from tests.helpers import QWEN_05B
@@ -86,7 +88,7 @@ def test_lora_needs_less_compute_than_full_and_qlora_pays_for_dequantising() -> 
 
 
 def test_padding_grows_with_the_batch_and_packing_removes_it() -> None:
-    from hf_train_mcp.estimate.cost import padded_length
+    from hf_train_mcp.estimate.workload import padded_length
 
     work = Workload(**CAPYBARA)
     assert padded_length(work, 1) == padded_length(work, 8) == 1024  # rows longer than max_length are cut anyway
@@ -97,7 +99,7 @@ def test_padding_grows_with_the_batch_and_packing_removes_it() -> None:
 
 
 def test_the_padding_term_grows_smoothly_with_the_batch() -> None:
-    from hf_train_mcp.estimate.cost import expected_max_normal
+    from hf_train_mcp.estimate.workload import expected_max_normal
 
     values = [expected_max_normal(b) for b in range(1, 600)]
     assert all(0 <= later - earlier <= 0.564 for earlier, later in zip(values, values[1:]))  # 1 -> 2 rows is the most

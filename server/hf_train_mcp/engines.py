@@ -33,7 +33,7 @@ class Engine:
     single_gpu: bool = False  # only flavors with one GPU
     needs_gpu: bool = False  # no CPU flavor, no local run without CUDA
     pins: dict[str, str] | None = None  # package -> requirement, replacing the base pins of the same package
-    # Peak-memory factors against TRL on the same run (estimate/sizing.py memory_need)
+    # Peak-memory factors against TRL on the same run (estimate/memory.py memory_need)
     checkpoint_share: float = 1.0  # checkpointed hidden states kept on the GPU (Unsloth offloads them to RAM)
     offloads_from_seq_len: int = 0  # ... only for sequences this long (shorter: plain checkpointing, share 1)
     logits_share: float = 1.0  # the LM head's logits and their fp32 upcast (Unsloth's chunked, fused loss)

@@ -38,7 +38,7 @@ class UserRun:
     secrets: tuple[str, ...] = ("HF_TOKEN",)
     folder: str | None = None  # a local project folder, synced to the account's bucket and mounted
     folder_name: str | None = None  # its place in the bucket: one per content, so two versions never mix
-    withheld: tuple[str, ...] = ()  # the folder's credential files, left out of its copy (scripts.copy_ignore)
+    withheld: tuple[str, ...] = ()  # the folder's credential files, left out of its copy (source.py copy_ignore)
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class JobSpec:
     output_mount: str | None = None
     read_token: bool = False  # a local job reads gated/private Hub data, so it gets HF_TOKEN
     run: UserRun | None = None  # run_script: the caller's program (the script passed to submit is its source)
-    # a run across machines (multinode.py): this job is node `node_rank` of `nodes` in `network_group`
+    # a run across machines (nodes/): this job is node `node_rank` of `nodes` in `network_group`
     nodes: int = 1
     node_rank: int = 0
     network_group: str | None = None

@@ -7,7 +7,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, PrivateA
 from hf_train_mcp import backends, methods
 from hf_train_mcp.access import check_reference
 from hf_train_mcp.durations import parse_duration
-from hf_train_mcp.estimate.constants import FALLBACK_FLAVORS
+from hf_train_mcp.backends.jobs_hardware import FALLBACK_FLAVORS
 from hf_train_mcp.stages import Stage
 
 Method = Literal[methods.NAMES]  # type: ignore[valid-type]  # the registry's methods (methods/)

@@ -2,10 +2,8 @@
 
 from dataclasses import dataclass
 
-# The GPUs' datasheet facts and the Jobs flavors' built-in table live with the backends whose catalogs they make
-# (backends/catalog.py, backends/jobs_hardware.py); the estimator reads them from there.
-from hf_train_mcp.backends.catalog import GPU_FACTS, GpuFacts  # noqa: F401
-from hf_train_mcp.backends.jobs_hardware import FALLBACK_FLAVORS, FALLBACK_HOSTS  # noqa: F401
+# The GPUs' datasheet facts and the Jobs flavors' prices are the backends' (backends/catalog.py GPU_FACTS,
+# backends/jobs_hardware.py): each backend's catalog (Backend.catalog) carries them to the estimator.
 
 # --- Throughput: see estimate/cost.py for the model and estimate/calibration/ for the fit ------------------
 # FLOPs per parameter per token: forward 2, backward 4 (2 for activation gradients, 2 for weight gradients);

@@ -17,7 +17,8 @@ from hf_train_mcp.data.validate import image_facts, validate_dataset
 from hf_train_mcp.durations import MAX_TIMEOUT_S
 from hf_train_mcp.errors import TrainError, NoFitError
 from hf_train_mcp.estimate import constants as EC
-from hf_train_mcp.estimate.cost import FlavorEstimate, Workload, how_to_fit, scaling, tokens_counted
+from hf_train_mcp.estimate.cost import FlavorEstimate, how_to_fit, scaling, tokens_counted
+from hf_train_mcp.estimate.workload import Workload
 from hf_train_mcp.estimate.hardware import get_catalog
 from hf_train_mcp.jobs.host import Host
 from hf_train_mcp.hub import hub_token

@@ -18,7 +18,8 @@ from hf_train_mcp.durations import format_duration, header_duration
 from hf_train_mcp.errors import DatasetError, NoFitError, TrainError
 from hf_train_mcp.estimate import constants as EC
 from hf_train_mcp.estimate.advice import flavor_warnings, model_warnings
-from hf_train_mcp.estimate.cost import FlavorEstimate, Workload, estimate_on, how_to_fit
+from hf_train_mcp.estimate.cost import FlavorEstimate, estimate_on, how_to_fit
+from hf_train_mcp.estimate.workload import Workload
 from hf_train_mcp.estimate.hardware import Catalog
 from hf_train_mcp.estimate.measured import apply_measurement, probe_config, probe_timeout
 from hf_train_mcp.models.family import (UNKNOWN, Family, lora_reaches_experts, lora_target_refusal,
