@@ -29,7 +29,7 @@ JOBS = {}
 class FakeBackend:
     name = "fake"
     place = "a fake cluster"
-    words = Words(job="a fake-cluster job", the_backend="the fake cluster", flavor="fake flavor",
+    words = Words(job="a fake-cluster job", the_backend="the fake cluster", flavor_kind="fake flavor",
                   catalog="the fake cluster's hardware", instead="backend='priced'",
                   no_nodes="the fake cluster is one machine: send backend='priced', or drop nodes")
     reads_local_paths = True
@@ -103,8 +103,9 @@ PRICES = Catalog({"small-l4": FlavorInfo("small-l4", GPU_FACTS["L4"], 1, 0.25, r
 class PricedBackend(FakeBackend):
     name = "priced"
     place = "a priced cluster"
-    words = Words(job="a priced-cluster job", the_backend="the priced cluster", flavor="priced-cluster flavor",
-                  catalog="the priced cluster's price list", instead="backend='fake'")
+    words = Words(job="a priced-cluster job", the_backend="the priced cluster",
+                  flavor_kind="priced-cluster flavor", catalog="the priced cluster's price list",
+                  instead="backend='fake'")
     bills = True
     chooses_flavor = True
     runs_images = False
@@ -128,7 +129,7 @@ backends.register(PricedBackend)
 from dataclasses import replace
 
 from hf_train_mcp.jobs.ledger import SUBMITTING, JobRecord, now_iso
-from hf_train_mcp.contract.requests import EstimateRequest, TrainingRequest
+from hf_train_mcp.contract.requests import EstimateRequest, ScriptRequest, TrainingRequest
 from hf_train_mcp.errors import TrainError
 from hf_train_mcp.service import Core
 
@@ -176,6 +177,8 @@ out["refused"] = {
                                                                   nodes=2, max_steps=2))),
     "qlora": refusal(lambda: core.submit_training(TrainingRequest(model=model, dataset=dataset, backend="fake",
                                                                   peft="qlora", max_steps=2))),
+    "image": refusal(lambda: core.run_script(ScriptRequest(command=["python", "-c", "print(1)"],
+                                                           image="python:3.12", backend="priced"))),
     "ignored": core.submit_training(TrainingRequest(model=model, dataset=dataset, backend="fake", flavor="a10g-small",
                                                     max_steps=2)).warnings,
 }
@@ -217,3 +220,5 @@ def test_a_registered_third_backend_gets_submit_status_logs_cancel_list_and_reco
     assert refused["nodes"] == "the fake cluster is one machine: send backend='priced', or drop nodes"
     assert "and a fake cluster has none: send peft='lora', or backend='priced' with a GPU flavor" in refused["qlora"]
     assert "flavor 'a10g-small' is ignored by the fake cluster" in refused["ignored"]
+    assert refused["image"] == ("backend='priced' runs scripts, not Docker images: drop image, or send backend='fake'. "
+                                "Nothing was launched.")

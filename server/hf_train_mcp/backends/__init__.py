@@ -46,10 +46,16 @@ def traits(name: str) -> type:
 
 def open(name: str, *, access, token: str | None) -> Backend:  # noqa: A001 - backends.open reads as what it does
     """The backend of a name, ready to use; one that runs code on this machine only for callers allowed to."""
+    check_permission(name, access)
+    return traits(name)(token=token)
+
+
+def check_permission(name: str, access) -> None:
+    """Refuse, in the backend's words, a caller who may not reach it (it runs code on this machine, and the
+    operator did not allow that)."""
     cls = traits(name)
     if cls.needs_local_jobs_permission:
-        access.check_local_jobs()
-    return cls(token=token)
+        access.check_local_jobs(backend=cls.name, instead=cls.words.instead)
 
 
 def default(*, token: str | None) -> str:
@@ -63,6 +69,14 @@ def owner_of(job_id: str) -> str:
             return name
     raise NotFoundError(f"{job_id!r} is not a job id of any backend ({', '.join(NAMES)}): pass a job_id from "
                      "submit_training or list_jobs")
+
+
+def lost_ledger_note() -> str:
+    """What a retry finds of the jobs of each backend once the ledger is lost: those that label their submissions
+    find them again, the others' are said apart."""
+    found = [cls.words.lost_ledger for cls in BACKENDS.values() if cls.labels_submissions and cls.words.lost_ledger]
+    lost = [cls.words.lost_ledger for cls in BACKENDS.values() if not cls.labels_submissions and cls.words.lost_ledger]
+    return "; ".join(found) + (f" ({'; '.join(lost)})" if lost else "")
 
 
 def permitted(*, local_jobs: bool) -> tuple[str, ...]:
@@ -80,5 +94,6 @@ def catalog_flavors() -> set[str]:
     return {name for cls in BACKENDS.values() for name in cls.catalog(None, offline=True).flavors}
 
 
-__all__ = ["Backend", "BACKENDS", "NAMES", "register", "traits", "open", "default", "owner_of", "permitted",
+__all__ = ["Backend", "BACKENDS", "NAMES", "register", "traits", "open", "check_permission", "default", "owner_of",
+           "permitted", "lost_ledger_note",
            "gpuless_flavors", "catalog_flavors"]

@@ -16,10 +16,12 @@ class Words:
 
     job: str  # one of its jobs, as a sentence names it ("a Hugging Face job")
     the_backend: str  # the backend itself, as a sentence's subject ("the local backend")
-    flavor: str  # what its catalog lists, as in "no Jobs flavor fits"
+    flavor_kind: str  # what its catalog lists, as in "no Jobs flavor fits"
     catalog: str  # its catalog, as in "not in the Jobs hardware catalog"
     instead: str  # the argument that sends a job to a backend that can do what this one cannot ("backend='hf'")
     no_nodes: str | None = None  # why a run across machines cannot run here; None when it can
+    # what a retry of its jobs finds once the ledger is lost (backends.lost_ledger_note); None: say nothing
+    lost_ledger: str | None = None
 
 
 @dataclass(frozen=True)

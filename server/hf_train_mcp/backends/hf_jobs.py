@@ -38,8 +38,10 @@ METRICS_DEADLINE_S = 2.0
 class HfJobsBackend:
     name = "hf"
     place = "Hugging Face Jobs"
-    words = Words(job="a Hugging Face job", the_backend="the hf backend", flavor="Jobs flavor",
-                  catalog="the Jobs hardware catalog", instead="backend='local'")
+    words = Words(job="a Hugging Face job", the_backend="the hf backend", flavor_kind="Jobs flavor",
+                  catalog="the Jobs hardware catalog", instead="backend='local'",
+                  lost_ledger="a retry of a Hugging Face job or sweep with the same idempotency_key finds its jobs "
+                              "on the Hub again")
     reads_local_paths = False
     bills = True
     chooses_flavor = True

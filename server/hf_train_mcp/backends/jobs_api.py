@@ -44,7 +44,8 @@ def refused(exc: BaseException) -> bool:
 def sync_folder(api, run: UserRun, namespace: str | None):
     """sync_job_volume's steps, with what it does not offer: the folder's history, environments and credentials
     left out (user_scripts/source.py sync_excludes), a place per content (two versions of one folder never mix in a
-    running job), nothing printed (stdout is the CLI's --json answer), and a public bucket refused rather than warned about."""
+    running job), nothing printed (stdout is the CLI's --json answer), and a public bucket refused rather than
+    warned about."""
     from huggingface_hub import Volume, constants
 
     owner = namespace or api.whoami()["name"]

@@ -49,10 +49,11 @@ _cached: tuple[float, Catalog] | None = None  # (valid until, catalog)
 
 
 def fallback_catalog() -> Catalog:
-    flavors = {
-        name: FlavorInfo(name, GPU_FACTS[model] if model else None, count, price, *FALLBACK_HOSTS.get(name, (None, None)))
-        for name, model, count, price in FALLBACK_FLAVORS
-    }
+    """The built-in table: what the Jobs pricing docs listed, for when the Hub cannot be asked."""
+    flavors = {}
+    for name, model, count, price in FALLBACK_FLAVORS:
+        ram, vcpus = FALLBACK_HOSTS.get(name, (None, None))
+        flavors[name] = FlavorInfo(name, GPU_FACTS[model] if model else None, count, price, ram_gb=ram, vcpus=vcpus)
     return Catalog(flavors, "built-in")
 
 

@@ -162,10 +162,11 @@ def _mtime_iso(path: Path) -> str:
 class LocalBackend:
     name = "local"
     place = "this machine"
-    words = Words(job="a local job", the_backend="the local backend", flavor="local flavor",
+    words = Words(job="a local job", the_backend="the local backend", flavor_kind="local flavor",
                   catalog="this machine's hardware", instead="backend='hf'",
                   no_nodes="nodes spans several Jobs machines in a network group: send backend='hf', or drop nodes to "
-                           "train on this machine")
+                           "train on this machine",
+                  lost_ledger="local jobs are not found")
     reads_local_paths = True
     bills = False
     chooses_flavor = False

@@ -254,7 +254,7 @@ def _place(req, kind: str, options: list[JobEstimate], on_flavor, catalog: Catal
     best = cheapest(options)
     if best is None:
         largest = max(options, key=lambda e: e.available_gb)
-        raise NoFitError(f"no {where.words.flavor} fits this {kind}: {largest.reasons[0]}. Nothing was launched.")
+        raise NoFitError(f"no {where.words.flavor_kind} fits this {kind}: {largest.reasons[0]}. Nothing was launched.")
     return best.flavor, best, catalog.flavors[best.flavor].usd_per_hour
 
 

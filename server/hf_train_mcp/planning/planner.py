@@ -113,8 +113,7 @@ class Planner:
         raise TrainError(f"job {req.resume_from} pushed no model repo to resume from; pass a Hub repo id")
 
     def check_access(self, req: Any, backend_name: str) -> None:
-        if backends.traits(backend_name).needs_local_jobs_permission:
-            self.host.access.check_local_jobs()
+        backends.check_permission(backend_name, self.host.access)
         if getattr(req, "reward_code", None):
             self.host.access.check_reward_code()
         if isinstance(req, ScriptRequest):
@@ -321,8 +320,7 @@ class Planner:
     def _subject(self, ref: str, backend_name: str, token: str | None) -> Subject:
         record = self.host.ledger_job(ref)
         if record is not None:
-            if backends.traits(record.backend).needs_local_jobs_permission:
-                self.host.access.check_local_jobs()
+            backends.check_permission(record.backend, self.host.access)
             return subject_from_job(record, self.host.job_stage(record.job_id), backend_name, self.host.access)
         return subject_from_ref(ref.strip(), access=self.host.access, backend_name=backend_name,
                                 adapter_config=lambda repo: adapter_config(repo, token),

@@ -222,7 +222,7 @@ def estimate_node_flavor(hyper: Hyper, size: ModelSize, info: Any, data: DataFac
 
 
 def choose_flavor(hyper: Hyper, size: ModelSize, catalog: Catalog, data: DataFacts,
-                  shared_output: bool = False) -> FlavorEstimate:
+                  shared_output: bool = False, *, flavor_kind: str) -> FlavorEstimate:
     """The cheapest GPU flavor whose memory fits (its machines' too, across nodes); a clear error with what would
     fit otherwise."""
     ranked = estimate_flavors(hyper, size, catalog, data)
@@ -235,7 +235,7 @@ def choose_flavor(hyper: Hyper, size: ModelSize, catalog: Catalog, data: DataFac
     if not fitting:
         largest = max(ranked, key=lambda e: e.gpu_memory_gb)
         raise NoFitError(
-            f"no Jobs flavor fits this run (~{largest.memory.gb:.0f} GB per GPU needed, the largest GPU has "
+            f"no {flavor_kind} fits this run (~{largest.memory.gb:.0f} GB per GPU needed, the largest GPU has "
             f"{largest.gpu_memory_gb:.0f} GB). " + how_to_fit(hyper.workload(size, 1, data), None)
         )
     return fitting[0]
@@ -292,7 +292,8 @@ def _placement(req: TrainingRequest, where: type, hyper: "Hyper", size: ModelSiz
                 if not estimate.fits:
                     warnings.append(f"{req.flavor} is likely too small: {estimate.reasons[0]}. {how_to_fit(work, None)}")
             else:
-                estimate = choose_flavor(hyper, size, catalog, data, shared_output=bool(req.output_bucket))
+                estimate = choose_flavor(hyper, size, catalog, data, shared_output=bool(req.output_bucket),
+                                         flavor_kind=where.words.flavor_kind)
             flavor = estimate.flavor
             gpus = catalog.flavors[flavor].gpus
             if measured:
