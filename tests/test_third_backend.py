@@ -42,6 +42,7 @@ class FakeBackend:
     output_dir = "output"
     default_timeout_s = 600
     logs_final_when_settled = True
+    runs_images = True
     cancel_note = "stopped on the fake cluster"
 
     def __init__(self, token=None):
@@ -222,3 +223,15 @@ def test_a_registered_third_backend_gets_submit_status_logs_cancel_list_and_reco
     assert "flavor 'a10g-small' is ignored by the fake cluster" in refused["ignored"]
     assert refused["image"] == ("backend='priced' runs scripts, not Docker images: drop image, or send backend='fake'. "
                                 "Nothing was launched.")
+
+
+def test_a_backend_without_its_catalog_or_words_is_refused_when_registered() -> None:
+    from hf_train_mcp import backends
+
+    class Partial:
+        name = "partial"
+        place = "somewhere"
+
+    with pytest.raises(TypeError, match="lacks .*words.*chooses_flavor.*catalog"):
+        backends.register(Partial)
+    assert "partial" not in backends.NAMES

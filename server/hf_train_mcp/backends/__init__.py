@@ -20,9 +20,18 @@ DEFAULT_WITH_TOKEN = HfJobsBackend.name
 DEFAULT_WITHOUT_TOKEN = LocalBackend.name
 
 
+# What every backend class brings (Backend's optional methods, find_all, find_group and gpus, aside)
+REQUIRED = (*Backend.__annotations__, "flavor", "catalog", "claims", "command", "submit", "find", "find_keyed",
+            "inspect", "logs", "cancel")
+
+
 def register(cls: type) -> type:
     """Make a backend class known by its `name`. Its traits are class attributes (read without an instance)."""
     global NAMES
+    missing = [trait for trait in REQUIRED if not hasattr(cls, trait)]
+    if missing:
+        raise TypeError(f"backend {getattr(cls, '__name__', cls)!r} lacks {', '.join(missing)} (backends/base.py "
+                        "Backend says what each is)")
     built = hasattr(sys.modules.get("hf_train_mcp.contract.results"), "BackendName")
     if built and cls.name not in BACKENDS:
         raise RuntimeError(f"backend {cls.name!r} registered after the schemas were built: their backend "
