@@ -185,6 +185,15 @@ def test_the_built_in_catalog_is_used_offline(offline) -> None:
     assert catalog.source == "built-in" and catalog.flavors["a100-large"].gpu_memory_gb == 80
 
 
+def test_each_backend_is_priced_on_its_own_catalog(hub: Emulator) -> None:
+    """Jobs on the Hub's live list; this machine, which has no prices of its own, against the same Jobs flavors (a
+    run here is placed on flavor(), and a measurement times it); either offline on the built-in table."""
+    assert get_catalog("hf_any", backend="hf").source == "live"
+    assert get_catalog("hf_any", backend="local").flavors == get_catalog("hf_any", backend="hf").flavors
+    for backend in ("hf", "local"):
+        assert get_catalog("hf_any", offline=True, backend=backend).flavors == fallback_catalog().flavors
+
+
 
 
 @pytest.mark.anyio
