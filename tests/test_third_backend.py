@@ -178,6 +178,8 @@ out["refused"] = {
                                                                   nodes=2, max_steps=2))),
     "qlora": refusal(lambda: core.submit_training(TrainingRequest(model=model, dataset=dataset, backend="fake",
                                                                   peft="qlora", max_steps=2))),
+    "unsloth": refusal(lambda: core.submit_training(TrainingRequest(model=model, dataset=dataset, backend="fake",
+                                                                    engine="unsloth", max_steps=2))),
     "image": refusal(lambda: core.run_script(ScriptRequest(command=["python", "-c", "print(1)"],
                                                            image="python:3.12", backend="priced"))),
     "ignored": core.submit_training(TrainingRequest(model=model, dataset=dataset, backend="fake", flavor="a10g-small",
@@ -221,6 +223,7 @@ def test_a_registered_third_backend_gets_submit_status_logs_cancel_list_and_reco
     assert refused["nodes"] == "the fake cluster is one machine: send backend='priced', or drop nodes"
     assert "and a fake cluster has none: send peft='lora', or backend='priced' with a GPU flavor" in refused["qlora"]
     assert "flavor 'a10g-small' is ignored by the fake cluster" in refused["ignored"]
+    assert "Send engine='trl' (the same training), or a GPU flavor on backend='priced'." in refused["unsloth"]
     assert refused["image"] == ("backend='priced' runs scripts, not Docker images: drop image, or send backend='fake'. "
                                 "Nothing was launched.")
 

@@ -70,7 +70,7 @@ ENGINES: dict[str, Engine] = {
                     "cover single-GPU runs. Send a one-GPU flavor (e.g. 'a100-large', 'h200'), or engine='trl' "
                     "for a multi-GPU run",
             "gpu": "engine='unsloth' needs a CUDA GPU ({value} has none): without one Unsloth falls back to plain "
-                   "transformers + PEFT + TRL. Send engine='trl' (the same training), or a GPU flavor on backend='hf'",
+                   "transformers + PEFT + TRL. Send engine='trl' (the same training), or a GPU flavor on {gpu_backend}",
         },
     ),
 }
@@ -94,11 +94,13 @@ def check_request(name: str | None, method: str, peft: str) -> None:
         raise ValueError(_refusal(engine, "peft", value=f"peft={peft!r}"))
 
 
-def refusal_for_hardware(name: str | None, flavor: str, gpus: int, has_gpu: bool) -> str | None:
-    """Why the engine cannot run on this flavor (or this machine), or None."""
+def refusal_for_hardware(name: str | None, flavor: str, gpus: int, has_gpu: bool, *,
+                         gpu_backend: str | None = None) -> str | None:
+    """Why the engine cannot run on this flavor (or this machine), or None. gpu_backend: the `backend=` argument
+    that reaches GPU flavors (backends.gpu_backend), said when this hardware has none."""
     engine = get(name)
     if engine.needs_gpu and not has_gpu:
-        return _refusal(engine, "gpu", value=flavor)
+        return _refusal(engine, "gpu", value=flavor, gpu_backend=gpu_backend)
     if engine.single_gpu and gpus > 1:
         return _refusal(engine, "gpus", value=repr(flavor), gpus=gpus)
     return None

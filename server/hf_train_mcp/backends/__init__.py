@@ -80,6 +80,13 @@ def owner_of(job_id: str) -> str:
                      "submit_training or list_jobs")
 
 
+def gpu_backend(name: str) -> str:
+    """The argument that sends a job to GPU flavors, said when its hardware has none: this backend's own when it
+    chooses flavors from a catalog, else what it names instead."""
+    cls = traits(name)
+    return f"backend={cls.name!r}" if cls.chooses_flavor else cls.words.instead
+
+
 def lost_ledger_note() -> str:
     """What a retry finds of the jobs of each backend once the ledger is lost: those that label their submissions
     find them again, the others' are said apart."""
@@ -104,5 +111,5 @@ def catalog_flavors() -> set[str]:
 
 
 __all__ = ["Backend", "BACKENDS", "NAMES", "register", "traits", "open", "check_permission", "default", "owner_of",
-           "permitted", "lost_ledger_note",
+           "permitted", "gpu_backend", "lost_ledger_note",
            "gpuless_flavors", "catalog_flavors"]

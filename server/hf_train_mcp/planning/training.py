@@ -259,7 +259,7 @@ def _placement(req: TrainingRequest, where: type, hyper: "Hyper", size: ModelSiz
     if not where.chooses_flavor:  # this machine's own hardware
         if hyper.nodes > 1:
             raise TrainError(where.words.no_nodes)
-        _check_engine(req, where.flavor(cuda=local_cuda), 1, local_cuda)
+        _check_engine(req, where, where.flavor(cuda=local_cuda), 1, local_cuda)
         if req.peft == "qlora" and not local_cuda:
             raise TrainError(f"peft='qlora' needs a CUDA GPU (bitsandbytes 4-bit) and {where.place} has none: "
                              f"send peft='lora', or {where.words.instead} with a GPU flavor")
@@ -268,7 +268,7 @@ def _placement(req: TrainingRequest, where: type, hyper: "Hyper", size: ModelSiz
         return where.flavor(cuda=local_cuda), 1, None
     else:
         if req.flavor and req.flavor.startswith("cpu-"):
-            _check_engine(req, req.flavor, 1, False)
+            _check_engine(req, where, req.flavor, 1, False)
             if req.peft == "qlora":
                 raise TrainError(f"peft='qlora' needs a GPU flavor, not {req.flavor!r}")
             warnings.append(f"{req.flavor} has no GPU: fine for a smoke test of a tiny model, far too slow otherwise")
@@ -286,7 +286,7 @@ def _placement(req: TrainingRequest, where: type, hyper: "Hyper", size: ModelSiz
                 refusal = host_ram_refusal(hyper, size, info, bool(req.output_bucket))
                 if refusal:
                     raise TrainError(f"{hyper.nodes} x {req.flavor}: {refusal}. Nothing was launched.")
-                _check_engine(req, req.flavor, info.gpus, True)
+                _check_engine(req, where, req.flavor, info.gpus, True)
                 work = hyper.workload(size, info.gpus * hyper.nodes, data)
                 estimate = estimate_node_flavor(hyper, size, info, data)
                 if not estimate.fits:
@@ -305,8 +305,9 @@ def _placement(req: TrainingRequest, where: type, hyper: "Hyper", size: ModelSiz
     return flavor, gpus, estimate
 
 
-def _check_engine(req: TrainingRequest, flavor: str, gpus: int, has_gpu: bool) -> None:
-    refusal = engines.refusal_for_hardware(req.engine, flavor, gpus, has_gpu)
+def _check_engine(req: TrainingRequest, where: type, flavor: str, gpus: int, has_gpu: bool) -> None:
+    refusal = engines.refusal_for_hardware(req.engine, flavor, gpus, has_gpu,
+                                           gpu_backend=backends.gpu_backend(where.name))
     if refusal:
         raise TrainError(refusal)
 
