@@ -18,7 +18,8 @@ from pydantic import ValidationError
 from hf_train_mcp import methods
 from hf_train_mcp.shell.app import build_server
 from hf_train_mcp.data.validate import validate_dataset
-from hf_train_mcp.estimate.cost import Workload, estimate_on
+from hf_train_mcp.estimate.cost import estimate_on
+from hf_train_mcp.estimate.workload import Workload
 from hf_train_mcp.estimate.hardware import fallback_catalog
 from hf_train_mcp.contract.requests import TrainingRequest
 from hf_train_mcp_demo.tiny import example_rows, write_jsonl

@@ -8,9 +8,11 @@ from mcp import Client
 
 from hf_train_mcp.shell.app import build_server
 from hf_train_mcp.estimate import constants as C
-from hf_train_mcp.estimate.cost import Workload, estimate_on, optimizer_steps
+from hf_train_mcp.estimate.cost import estimate_on
+from hf_train_mcp.estimate.workload import Workload, optimizer_steps
 from hf_train_mcp.estimate.hardware import fallback_catalog, get_catalog
-from hf_train_mcp.estimate.sizing import ModelSize, memory_need, model_size, params_from_config, params_from_name
+from hf_train_mcp.estimate.memory import memory_need
+from hf_train_mcp.estimate.sizing import ModelSize, model_size, params_from_config, params_from_name
 from tests.emulator import Emulator
 from tests.helpers import CAPYBARA_WORKLOAD as CAPYBARA
 from tests.helpers import QWEN_05B
@@ -86,7 +88,7 @@ def test_lora_needs_less_compute_than_full_and_qlora_pays_for_dequantising() -> 
 
 
 def test_padding_grows_with_the_batch_and_packing_removes_it() -> None:
-    from hf_train_mcp.estimate.cost import padded_length
+    from hf_train_mcp.estimate.workload import padded_length
 
     work = Workload(**CAPYBARA)
     assert padded_length(work, 1) == padded_length(work, 8) == 1024  # rows longer than max_length are cut anyway
@@ -97,7 +99,7 @@ def test_padding_grows_with_the_batch_and_packing_removes_it() -> None:
 
 
 def test_the_padding_term_grows_smoothly_with_the_batch() -> None:
-    from hf_train_mcp.estimate.cost import expected_max_normal
+    from hf_train_mcp.estimate.workload import expected_max_normal
 
     values = [expected_max_normal(b) for b in range(1, 600)]
     assert all(0 <= later - earlier <= 0.564 for earlier, later in zip(values, values[1:]))  # 1 -> 2 rows is the most
@@ -172,7 +174,7 @@ def test_the_live_catalog_is_used_when_the_hub_answers(hub: Emulator) -> None:
 
 
 def test_a_live_l40s_is_an_l40s_not_an_l4() -> None:
-    from hf_train_mcp.estimate.hardware import _gpu_for
+    from hf_train_mcp.backends.jobs_hardware import _gpu_for
 
     assert _gpu_for("L40S", "48 GB").model == "L40S" and _gpu_for("NVIDIA L4", "24 GB").model == "L4"
     assert _gpu_for("A10G", "24 GB").model == "A10G" and _gpu_for("H200", "141 GB").memory_gb == 141
@@ -181,6 +183,15 @@ def test_a_live_l40s_is_an_l40s_not_an_l4() -> None:
 def test_the_built_in_catalog_is_used_offline(offline) -> None:
     catalog = get_catalog(None)
     assert catalog.source == "built-in" and catalog.flavors["a100-large"].gpu_memory_gb == 80
+
+
+def test_each_backend_is_priced_on_its_own_catalog(hub: Emulator) -> None:
+    """Jobs on the Hub's live list; this machine, which has no prices of its own, against the same Jobs flavors (a
+    run here is placed on flavor(), and a measurement times it); either offline on the built-in table."""
+    assert get_catalog("hf_any", backend="hf").source == "live"
+    assert get_catalog("hf_any", backend="local").flavors == get_catalog("hf_any", backend="hf").flavors
+    for backend in ("hf", "local"):
+        assert get_catalog("hf_any", offline=True, backend=backend).flavors == fallback_catalog().flavors
 
 
 

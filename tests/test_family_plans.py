@@ -12,7 +12,8 @@ from mcp import Client
 
 from hf_train_mcp.shell.app import build_server
 from hf_train_mcp.estimate.hardware import fallback_catalog
-from hf_train_mcp.estimate.sizing import memory_need, model_size, routed_expert_params
+from hf_train_mcp.estimate.memory import memory_need
+from hf_train_mcp.estimate.sizing import model_size, routed_expert_params
 from hf_train_mcp.models.family import (ENCODER_TYPES, FUSED_EXPERT_LORA, MIXTRAL_STYLE_EXPERTS,
                                        SEQUENCE_CLASSIFIER_VLMS)
 from hf_train_mcp.models.files import quantization_of
@@ -104,7 +105,7 @@ def test_the_pooled_image_token_fields_are_the_config_classes_own() -> None:
     latents) with the default its transformers config class gives it."""
     from transformers import AutoConfig
 
-    from hf_train_mcp.estimate.sizing import _POOLED_IMAGE_TOKENS
+    from hf_train_mcp.estimate.images import _POOLED_IMAGE_TOKENS
 
     for model_type, (path, default) in _POOLED_IMAGE_TOKENS.items():
         value = AutoConfig.for_model(model_type).to_dict()
@@ -361,7 +362,7 @@ def test_the_convnet_activation_rule_holds_on_transformers_classes() -> None:
     import torch
     from transformers import AutoConfig, AutoModelForImageClassification
 
-    from hf_train_mcp.estimate.sizing import conv_activations
+    from hf_train_mcp.estimate.images import conv_activations
 
     for model_type in ("resnet", "convnext", "mobilenet_v2"):
         config = AutoConfig.for_model(model_type)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from hf_train_mcp.nodes import rendezvous
 from hf_train_mcp.nodes import rules as multinode
 from hf_train_mcp.backends.hf_jobs import HfJobsBackend
 from hf_train_mcp.errors import NoFitError, TrainError
@@ -83,7 +84,7 @@ def test_a_multi_node_full_fine_tune_loads_with_no_gpu_device_map_under_fsdp(tmp
     script = runpy.run_path(str(tmp_path / "train.py"), run_name="hftm_script_under_test")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setenv("LOCAL_RANK", "1")
-    for name, value in accelerate_env(multinode.launcher_args(nodes=8, rank=3, gpus=2, full=True)).items():
+    for name, value in accelerate_env(rendezvous.launcher_args(nodes=8, rank=3, gpus=2, full=True)).items():
         monkeypatch.setenv(name, value)  # what accelerate launch gives each rank: ACCELERATE_USE_FSDP=true, ...
     kwargs = script["model_init_kwargs"]({"dtype": "float32"})
     assert "device_map" in kwargs and kwargs["device_map"] is None  # None, not absent: TRL would make it "auto"
@@ -141,7 +142,7 @@ def test_two_ranks_load_the_model_under_fsdps_environment_on_the_cpu_not_a_gpu(t
 
     run = plan()
     (tmp_path / "train.py").write_text(run.render().text)
-    env = accelerate_env(multinode.launcher_args(nodes=2, rank=1, gpus=1, full=True))
+    env = accelerate_env(rendezvous.launcher_args(nodes=2, rank=1, gpus=1, full=True))
     assert env["ACCELERATE_USE_FSDP"] == "true" and env["FSDP_CPU_RAM_EFFICIENT_LOADING"] == "true"
     proc = torchrun(tmp_path, LOADING, str(tiny_model), env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -171,7 +172,7 @@ def test_checkpoints_are_sharded_where_every_node_writes_to_one_bucket() -> None
     with_bucket = plan(output_bucket="me/ckpts")
     assert "--fsdp_state_dict_type SHARDED_STATE_DICT" in node_command(with_bucket, 1)
     assert "--fsdp_state_dict_type FULL_STATE_DICT" in node_command(plan(), 1)  # each node's own disk: whole
-    shared = accelerate_env(multinode.launcher_args(nodes=2, rank=1, gpus=2, full=True, shared_output=True))
+    shared = accelerate_env(rendezvous.launcher_args(nodes=2, rank=1, gpus=2, full=True, shared_output=True))
     assert shared["FSDP_STATE_DICT_TYPE"] == "SHARDED_STATE_DICT"
 
 
@@ -248,7 +249,7 @@ def test_what_a_checkpoint_gathers_on_rank_zero_follows_the_launcher(shared_outp
     leaves each rank its half."""
     import json
 
-    env = accelerate_env(multinode.launcher_args(nodes=2, rank=1, gpus=1, full=True, shared_output=shared_output))
+    env = accelerate_env(rendezvous.launcher_args(nodes=2, rank=1, gpus=1, full=True, shared_output=shared_output))
     proc = torchrun(tmp_path, GATHER, env={"FSDP_STATE_DICT_TYPE": env["FSDP_STATE_DICT_TYPE"]})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     held = [json.loads((tmp_path / f"held-{rank}.json").read_text())["bytes"] for rank in (0, 1)]
@@ -259,11 +260,11 @@ def test_what_a_checkpoint_gathers_on_rank_zero_follows_the_launcher(shared_outp
 # --- item 8: the rendezvous outwaits the nodes' start and installs ----------------------------------------------
 def test_the_rendezvous_waits_as_long_as_nodes_may_start_apart_plus_their_installs() -> None:
     pytest.importorskip("accelerate")
-    seconds = multinode.rendezvous_timeout_s()
-    assert seconds >= (multinode.START_BOUND_MIN + multinode.INSTALL_MARGIN_MIN) * 60 >= 30 * 60
+    seconds = rendezvous.rendezvous_timeout_s()
+    assert seconds >= (multinode.START_BOUND_MIN + rendezvous.INSTALL_MARGIN_MIN) * 60 >= 30 * 60
     assert f"--rdzv_conf timeout={seconds}" in node_command(plan(), 2)
     for full in (True, False):
-        config = torchrun_config(multinode.launcher_args(nodes=2, rank=1, gpus=2, full=full))
+        config = torchrun_config(rendezvous.launcher_args(nodes=2, rank=1, gpus=2, full=full))
         assert int(config.rdzv_configs["timeout"]) == seconds  # not LaunchConfig's 900 s default
         assert config.rdzv_backend == "static" and config.max_nodes == 2
 
@@ -303,13 +304,13 @@ def test_a_node_that_starts_late_joins_within_the_rendezvous_timeout_and_not_aft
     monkeypatch.setattr(multinode, "INSTALL_MARGIN_MIN", 0.0)
     monkeypatch.setattr(multinode, "START_BOUND_MIN", 0.1)  # 6 s
     lone_port = free_port()
-    alone = launch_node(tmp_path, multinode.launcher_args(nodes=2, rank=0, gpus=1, full=True), lone_port)
+    alone = launch_node(tmp_path, rendezvous.launcher_args(nodes=2, rank=0, gpus=1, full=True), lone_port)
 
     monkeypatch.setattr(multinode, "START_BOUND_MIN", 1.5)  # 90 s
     port = next(p for p in iter(free_port, None) if p != lone_port)
-    first = launch_node(tmp_path, multinode.launcher_args(nodes=2, rank=0, gpus=1, full=True), port)
+    first = launch_node(tmp_path, rendezvous.launcher_args(nodes=2, rank=0, gpus=1, full=True), port)
     time.sleep(20)
-    late = launch_node(tmp_path, multinode.launcher_args(nodes=2, rank=1, gpus=1, full=True), port)
+    late = launch_node(tmp_path, rendezvous.launcher_args(nodes=2, rank=1, gpus=1, full=True), port)
     out, _ = alone.communicate(timeout=240)
     assert alone.returncode != 0 and "DistStoreError" in out and "1/2 clients joined" in out, out[-3000:]
     outs = [p.communicate(timeout=240)[0] for p in (first, late)]

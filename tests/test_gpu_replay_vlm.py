@@ -20,7 +20,7 @@ import pytest
 
 from hf_train_mcp.methods.sft import MAX_IMAGE_TOKENS
 from hf_train_mcp.estimate.hardware import fallback_catalog
-from hf_train_mcp.estimate.sizing import image_grid
+from hf_train_mcp.estimate.images import image_grid
 from hf_train_mcp.planning.training import LANGUAGE_TOWER, DataFacts, plan_run
 from hf_train_mcp.contract.requests import TrainingRequest
 from hf_train_mcp_demo.tiny import build_tiny_vlm, format_rows, write_images, write_jsonl

@@ -16,7 +16,8 @@ from hf_train_mcp import backends, methods
 from hf_train_mcp.data.formats import FORMATS
 from hf_train_mcp.shell.app import build_server
 from hf_train_mcp.data.validate import validate_dataset
-from hf_train_mcp.estimate.cost import Workload, estimate_on
+from hf_train_mcp.estimate.cost import estimate_on
+from hf_train_mcp.estimate.workload import Workload
 from hf_train_mcp.estimate.hardware import fallback_catalog
 from hf_train_mcp.planning.training import DataFacts, plan_run
 from hf_train_mcp.contract.requests import TrainingRequest

@@ -11,7 +11,8 @@ from mcp import Client
 
 from hf_train_mcp.shell.app import build_server
 from hf_train_mcp.methods.sft import MAX_IMAGE_TOKENS
-from hf_train_mcp.estimate.sizing import ImageGrid, param_counts
+from hf_train_mcp.estimate.images import ImageGrid
+from hf_train_mcp.estimate.sizing import param_counts
 from hf_train_mcp.models.family import CAUSAL_LM, NO_ACTIVATION_CHECKPOINTING, Family, decide, training_refusal
 from hf_train_mcp.models.files import TEXT_DEFAULTS, VISION_DEFAULTS, model_files, one_read_each, text_config
 from tests.hub_configs import CONFIGS, config_of, folder, hub_total
@@ -110,7 +111,8 @@ def test_the_models_that_cannot_checkpoint_are_transformers_own() -> None:
 
 
 def test_a_model_that_cannot_checkpoint_is_sized_and_said_so() -> None:
-    from hf_train_mcp.estimate.sizing import ModelSize, memory_need
+    from hf_train_mcp.estimate.memory import memory_need
+    from hf_train_mcp.estimate.sizing import ModelSize
     from hf_train_mcp.estimate.hardware import fallback_catalog
     from hf_train_mcp.planning.training import DataFacts, plan_run
     from hf_train_mcp.contract.requests import TrainingRequest

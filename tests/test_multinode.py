@@ -8,6 +8,7 @@ import time
 import pytest
 from mcp import Client
 
+from hf_train_mcp.nodes import rendezvous
 from hf_train_mcp.nodes import rules as multinode
 
 from hf_train_mcp.jobs import node_ranks as node_runs
@@ -262,11 +263,11 @@ def test_the_launcher_arguments_parse_with_accelerates_own_parser() -> None:
     pytest.importorskip("accelerate")
     from accelerate.commands.launch import launch_command_parser
 
-    args = multinode.launcher_args(nodes=4, rank=3, gpus=8, full=True)
+    args = rendezvous.launcher_args(nodes=4, rank=3, gpus=8, full=True)
     parsed = launch_command_parser().parse_args([*args, "/tmp/train.py"])
     assert (parsed.num_machines, parsed.machine_rank, parsed.num_processes) == (4, 3, 32)
-    assert parsed.use_fsdp and parsed.main_process_port == multinode.MASTER_PORT
-    lora = launch_command_parser().parse_args([*multinode.launcher_args(nodes=2, rank=0, gpus=8, full=False), "x.py"])
+    assert parsed.use_fsdp and parsed.main_process_port == rendezvous.MASTER_PORT
+    lora = launch_command_parser().parse_args([*rendezvous.launcher_args(nodes=2, rank=0, gpus=8, full=False), "x.py"])
     assert not lora.use_fsdp
 
 

@@ -3,7 +3,8 @@
 The fake runs nothing: it records each call and keeps its jobs in memory. It is registered before the schemas
 are built (the tools' `backend` parameter is a Literal of the registry's names), so the scenario runs in a
 fresh interpreter. Were the core to open a backend any other way than through backends.open, the fake would
-see no call (or its jobs would be asked of the Hub) and the assertions below would fail.
+see no call (or its jobs would be asked of the Hub) and the assertions below would fail. A second fake brings its
+own price list: it is estimated, planned and billed on its flavors, and both refuse in their own words.
 """
 
 import json
@@ -11,12 +12,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCENARIO = r'''
 import json, sys
 from datetime import UTC, datetime
 
 from hf_train_mcp import backends
-from hf_train_mcp.backends.base import JobRef, JobState, LogRead
+from hf_train_mcp.backends.base import JobRef, JobState, LogRead, Words
+from hf_train_mcp.backends.catalog import GPU_FACTS, Catalog, FlavorInfo
 
 CALLS = []
 JOBS = {}
@@ -25,9 +29,12 @@ JOBS = {}
 class FakeBackend:
     name = "fake"
     place = "a fake cluster"
+    words = Words(job="a fake-cluster job", the_backend="the fake cluster", flavor_kind="fake flavor",
+                  catalog="the fake cluster's hardware", instead="backend='priced'",
+                  no_nodes="the fake cluster is one machine: send backend='priced', or drop nodes")
     reads_local_paths = True
     bills = False
-    catalog_from_hub = False
+    chooses_flavor = False
     pushes_to_hub = False
     has_namespace = False
     needs_local_jobs_permission = False
@@ -35,6 +42,7 @@ class FakeBackend:
     output_dir = "output"
     default_timeout_s = 600
     logs_final_when_settled = True
+    runs_images = True
     cancel_note = "stopped on the fake cluster"
 
     def __init__(self, token=None):
@@ -43,6 +51,10 @@ class FakeBackend:
     @staticmethod
     def flavor(*, cuda):
         return "fake-gpu" if cuda else "fake-cpu"
+
+    @staticmethod
+    def catalog(token, *, offline):
+        return Catalog({"fake-cpu": FlavorInfo("fake-cpu", None, 0, 0.0)}, "the fake cluster")
 
     @staticmethod
     def claims(job_id):
@@ -83,12 +95,43 @@ class FakeBackend:
         JOBS[job_id]["stage"] = "CANCELED"
 
 
+# A cluster with a price list of its own, none of whose flavors the Hub has
+PRICES = Catalog({"small-l4": FlavorInfo("small-l4", GPU_FACTS["L4"], 1, 0.25, ram_gb=32),
+                  "big-h200": FlavorInfo("big-h200", GPU_FACTS["H200"], 1, 9.0, ram_gb=256),
+                  "tiny-cpu": FlavorInfo("tiny-cpu", None, 0, 0.02)}, "the priced cluster's list")
+
+
+class PricedBackend(FakeBackend):
+    name = "priced"
+    place = "a priced cluster"
+    words = Words(job="a priced-cluster job", the_backend="the priced cluster",
+                  flavor_kind="priced-cluster flavor", catalog="the priced cluster's price list",
+                  instead="backend='fake'")
+    bills = True
+    chooses_flavor = True
+    runs_images = False
+
+    @staticmethod
+    def flavor(*, cuda):
+        return None
+
+    @staticmethod
+    def catalog(token, *, offline):
+        return PRICES
+
+    @staticmethod
+    def claims(job_id):
+        return False
+
+
 backends.register(FakeBackend)
+backends.register(PricedBackend)
 
 from dataclasses import replace
 
 from hf_train_mcp.jobs.ledger import SUBMITTING, JobRecord, now_iso
-from hf_train_mcp.contract.requests import TrainingRequest
+from hf_train_mcp.contract.requests import EstimateRequest, ScriptRequest, TrainingRequest
+from hf_train_mcp.errors import TrainError
 from hf_train_mcp.service import Core
 
 model, dataset = sys.argv[1], sys.argv[2]
@@ -110,6 +153,38 @@ out["listed"] = sorted([j.job_id, j.backend, j.stage] for j in core.list_jobs().
 JOBS["fake-98"] = {"stage": "RUNNING", "labels": {}, "created_at": now_iso()}
 out["unrecorded"] = core.job_status("fake-98").backend  # not in the ledger: its id shape names the backend
 out["calls"] = sorted({what for what, _ in CALLS})
+
+
+def refusal(make):
+    try:
+        make()
+    except (TrainError, ValueError) as exc:
+        return str(exc)
+    return None
+
+
+shape = dict(model=model, num_examples=2000, tokens_per_example=300)
+cheapest = core.estimate_cost(EstimateRequest(**shape, backend="priced"))
+big = core.estimate_cost(EstimateRequest(**shape, backend="priced", flavor="big-h200"))
+out["estimated"] = [cheapest.flavor, cheapest.hours, cheapest.cost_usd, sorted(a.flavor for a in cheapest.alternatives),
+                    big.flavor, big.hours, big.cost_usd]
+priced = core.submit_training(TrainingRequest(model=model, dataset=dataset, backend="priced", max_steps=2,
+                                              hub_model_id="me/kept-here", timeout="2h"))
+out["priced"] = [priced.job_id, priced.backend, priced.flavor, priced.worst_case_cost_usd, priced.warnings]
+out["refused"] = {
+    "flavor": refusal(lambda: core.submit_training(TrainingRequest(model=model, dataset=dataset, backend="priced",
+                                                                   flavor="a10g-small", max_steps=2))),
+    "nodes": refusal(lambda: core.submit_training(TrainingRequest(model=model, dataset=dataset, backend="fake",
+                                                                  nodes=2, max_steps=2))),
+    "qlora": refusal(lambda: core.submit_training(TrainingRequest(model=model, dataset=dataset, backend="fake",
+                                                                  peft="qlora", max_steps=2))),
+    "unsloth": refusal(lambda: core.submit_training(TrainingRequest(model=model, dataset=dataset, backend="fake",
+                                                                    engine="unsloth", max_steps=2))),
+    "image": refusal(lambda: core.run_script(ScriptRequest(command=["python", "-c", "print(1)"],
+                                                           image="python:3.12", backend="priced"))),
+    "ignored": core.submit_training(TrainingRequest(model=model, dataset=dataset, backend="fake", flavor="a10g-small",
+                                                    max_steps=2)).warnings,
+}
 print("RESULT " + json.dumps(out))
 '''
 
@@ -133,3 +208,33 @@ def test_a_registered_third_backend_gets_submit_status_logs_cancel_list_and_reco
     assert out["listed"] == [["fake-1", "fake", "CANCELED"], ["fake-99", "fake", "RUNNING"]]  # recovered
     assert out["unrecorded"] == "fake"
     assert {"open", "submit", "inspect", "logs", "cancel", "find"} <= set(out["calls"])
+    # the priced cluster: estimated on its own flavors, at its own prices
+    flavor, hours, cost, alternatives, big, big_hours, big_cost = out["estimated"]
+    assert flavor == "small-l4" and set(alternatives) <= {"big-h200", "tiny-cpu"} and "big-h200" in alternatives
+    assert cost == pytest.approx(hours * 0.25, rel=0.15, abs=0.01) and cost > 0  # hours are rounded, cost is not
+    assert big == "big-h200" and big_cost == pytest.approx(big_hours * 9.0, rel=0.15)
+    # ...planned and billed on them: two hours at its $0.25 an hour, its model kept where it ran
+    job_id, backend, flavor, worst, warnings = out["priced"]
+    assert backend == "priced" and flavor == "small-l4" and worst == pytest.approx(0.5)
+    assert "the priced cluster keeps the model in the job folder; hub_model_id is not pushed" in warnings
+    # each refuses in its own words
+    refused = out["refused"]
+    assert "flavor 'a10g-small' is not in the priced cluster's price list" in refused["flavor"]
+    assert refused["nodes"] == "the fake cluster is one machine: send backend='priced', or drop nodes"
+    assert "and a fake cluster has none: send peft='lora', or backend='priced' with a GPU flavor" in refused["qlora"]
+    assert "flavor 'a10g-small' is ignored by the fake cluster" in refused["ignored"]
+    assert "Send engine='trl' (the same training), or a GPU flavor on backend='priced'." in refused["unsloth"]
+    assert refused["image"] == ("backend='priced' runs scripts, not Docker images: drop image, or send backend='fake'. "
+                                "Nothing was launched.")
+
+
+def test_a_backend_without_its_catalog_or_words_is_refused_when_registered() -> None:
+    from hf_train_mcp import backends
+
+    class Partial:
+        name = "partial"
+        place = "somewhere"
+
+    with pytest.raises(TypeError, match="lacks .*words.*chooses_flavor.*catalog"):
+        backends.register(Partial)
+    assert "partial" not in backends.NAMES

@@ -25,7 +25,8 @@ from packaging.version import Version
 from hf_train_mcp import engines
 from hf_train_mcp.shell.app import build_server
 from hf_train_mcp.estimate.hardware import fallback_catalog
-from hf_train_mcp.estimate.sizing import ModelSize, memory_need
+from hf_train_mcp.estimate.memory import memory_need
+from hf_train_mcp.estimate.sizing import ModelSize
 from hf_train_mcp.planning.training import DataFacts, plan_run
 from hf_train_mcp.contract.requests import TrainingRequest
 from hf_train_mcp_demo.tiny import example_rows, write_jsonl

@@ -10,7 +10,7 @@ from mcp import Client
 
 from hf_train_mcp.shell.app import build_server
 from hf_train_mcp.data.validate import validate_dataset
-from hf_train_mcp.estimate.sizing import ImageGrid, image_grid
+from hf_train_mcp.estimate.images import ImageGrid, image_grid
 from hf_train_mcp.planning.training import DataFacts, Hyper
 from hf_train_mcp.contract.requests import TrainingRequest
 from hf_train_mcp_demo.tiny import build_tiny_vlm, example_rows, write_images, write_jsonl

@@ -236,11 +236,13 @@ class Access:
                           f"read ({where}; the operator adds one with --allow-local-files DIR). Send the script's "
                           "source or an https URL instead.")
 
-    def check_local_jobs(self) -> None:
+    def check_local_jobs(self, *, backend: str, instead: str) -> None:
+        """Refuse a backend that runs code on this machine (named, with what to send instead, by the caller:
+        backends.check_permission) unless the operator allowed it."""
         if not self.local_jobs:
-            raise AccessError(f"backend='local' runs code on the server, which callers over {self.over} may not do "
-                             "unless the operator starts it with --allow-local-jobs; send backend='hf' "
-                             "(with a token on the server) instead")
+            raise AccessError(f"backend={backend!r} runs code on the server, which callers over {self.over} may not "
+                              f"do unless the operator starts it with --allow-local-jobs; send {instead} "
+                              "(with a token on the server) instead")
 
 
 STDIO = Access()

@@ -33,7 +33,7 @@ class Engine:
     single_gpu: bool = False  # only flavors with one GPU
     needs_gpu: bool = False  # no CPU flavor, no local run without CUDA
     pins: dict[str, str] | None = None  # package -> requirement, replacing the base pins of the same package
-    # Peak-memory factors against TRL on the same run (estimate/sizing.py memory_need)
+    # Peak-memory factors against TRL on the same run (estimate/memory.py memory_need)
     checkpoint_share: float = 1.0  # checkpointed hidden states kept on the GPU (Unsloth offloads them to RAM)
     offloads_from_seq_len: int = 0  # ... only for sequences this long (shorter: plain checkpointing, share 1)
     logits_share: float = 1.0  # the LM head's logits and their fp32 upcast (Unsloth's chunked, fused loss)
@@ -70,7 +70,7 @@ ENGINES: dict[str, Engine] = {
                     "cover single-GPU runs. Send a one-GPU flavor (e.g. 'a100-large', 'h200'), or engine='trl' "
                     "for a multi-GPU run",
             "gpu": "engine='unsloth' needs a CUDA GPU ({value} has none): without one Unsloth falls back to plain "
-                   "transformers + PEFT + TRL. Send engine='trl' (the same training), or a GPU flavor on backend='hf'",
+                   "transformers + PEFT + TRL. Send engine='trl' (the same training), or a GPU flavor on {gpu_backend}",
         },
     ),
 }
@@ -94,11 +94,13 @@ def check_request(name: str | None, method: str, peft: str) -> None:
         raise ValueError(_refusal(engine, "peft", value=f"peft={peft!r}"))
 
 
-def refusal_for_hardware(name: str | None, flavor: str, gpus: int, has_gpu: bool) -> str | None:
-    """Why the engine cannot run on this flavor (or this machine), or None."""
+def refusal_for_hardware(name: str | None, flavor: str, gpus: int, has_gpu: bool, *,
+                         gpu_backend: str | None = None) -> str | None:
+    """Why the engine cannot run on this flavor (or this machine), or None. gpu_backend: the `backend=` argument
+    that reaches GPU flavors (backends.gpu_backend), said when this hardware has none."""
     engine = get(name)
     if engine.needs_gpu and not has_gpu:
-        return _refusal(engine, "gpu", value=flavor)
+        return _refusal(engine, "gpu", value=flavor, gpu_backend=gpu_backend)
     if engine.single_gpu and gpus > 1:
         return _refusal(engine, "gpus", value=repr(flavor), gpus=gpus)
     return None

@@ -8,7 +8,6 @@ Retry-After and RateLimit when they fit), and a hard deadline, so that each tool
 """
 
 import os
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator

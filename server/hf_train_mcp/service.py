@@ -219,8 +219,7 @@ class Core:
         if existing.job_id.startswith(PENDING):
             raise SubmissionInProgress(f"a submission with idempotency_key {req.idempotency_key!r} is in progress; "
                                        "call again in a few seconds to get its job")
-        if backends.traits(existing.backend).needs_local_jobs_permission:
-            self.access.check_local_jobs()
+        backends.check_permission(existing.backend, self.access)
         if existing.kind != kind:
             raise KeyConflict(f"idempotency_key {req.idempotency_key!r} already names job {existing.job_id}, a "
                               f"{existing.kind} job: use another key for this {kind} job")

@@ -4,8 +4,24 @@ import hashlib
 from dataclasses import dataclass
 from typing import Protocol
 
+from hf_train_mcp.backends.catalog import Catalog
 from hf_train_mcp.errors import HubError, NotFoundError
 from hf_train_mcp.rendering.script import Script
+
+
+@dataclass(frozen=True)
+class Words:
+    """What messages outside backends/ say of a backend, so that none of them names one: its phrases, and what to
+    send instead for what it cannot do."""
+
+    job: str  # one of its jobs, as a sentence names it ("a Hugging Face job")
+    the_backend: str  # the backend itself, as a sentence's subject ("the local backend")
+    flavor_kind: str  # what its catalog lists, as in "no Jobs flavor fits"
+    catalog: str  # its catalog, as in "not in the Jobs hardware catalog"
+    instead: str  # the argument that sends a job to a backend that can do what this one cannot ("backend='hf'")
+    no_nodes: str | None = None  # why a run across machines cannot run here; None when it can
+    # what a retry of its jobs finds once the ledger is lost (backends.lost_ledger_note); None: say nothing
+    lost_ledger: str | None = None
 
 
 @dataclass(frozen=True)
@@ -24,7 +40,7 @@ class UserRun:
     secrets: tuple[str, ...] = ("HF_TOKEN",)
     folder: str | None = None  # a local project folder, synced to the account's bucket and mounted
     folder_name: str | None = None  # its place in the bucket: one per content, so two versions never mix
-    withheld: tuple[str, ...] = ()  # the folder's credential files, left out of its copy (scripts.copy_ignore)
+    withheld: tuple[str, ...] = ()  # the folder's credential files, left out of its copy (source.py copy_ignore)
 
 
 @dataclass(frozen=True)
@@ -42,7 +58,7 @@ class JobSpec:
     output_mount: str | None = None
     read_token: bool = False  # a local job reads gated/private Hub data, so it gets HF_TOKEN
     run: UserRun | None = None  # run_script: the caller's program (the script passed to submit is its source)
-    # a run across machines (multinode.py): this job is node `node_rank` of `nodes` in `network_group`
+    # a run across machines (nodes/): this job is node `node_rank` of `nodes` in `network_group`
     nodes: int = 1
     node_rank: int = 0
     network_group: str | None = None
@@ -123,10 +139,11 @@ class Backend(Protocol):
 
     name: str
     place: str  # where its jobs run, in words ("Hugging Face Jobs")
+    words: Words  # the rest of what messages say of it
     # What callers ask instead of where a backend is (this machine, the Hub's machines, another cloud):
     reads_local_paths: bool  # its jobs read this machine's files (a model or dataset may be a local path)
     bills: bool  # its jobs cost money (per minute of their flavor's price): budgets and worst cases apply
-    catalog_from_hub: bool  # it runs on the flavors of the Hub's hardware catalog (else flavor() names its one)
+    chooses_flavor: bool  # a job runs on a flavor chosen from its catalog (else flavor() names its one hardware)
     pushes_to_hub: bool  # its jobs push their result to a Hub repo (else it stays in the job's folder)
     has_namespace: bool  # its jobs belong to an HF account (a namespace: 'namespace/job_id')
     needs_local_jobs_permission: bool  # it runs code on this machine: HTTP callers need the operator's leave
@@ -139,6 +156,11 @@ class Backend(Protocol):
 
     def flavor(self, *, cuda: bool) -> str | None:
         """The one hardware this backend has (this machine), or None when a flavor is chosen from the catalog."""
+        ...
+
+    def catalog(self, token: str | None, *, offline: bool) -> Catalog:
+        """The flavors its jobs are priced and placed on, with their GPUs, memory and $/hour (a static method: read
+        without an instance). offline: without asking anyone (a built-in table)."""
         ...
 
     def claims(self, job_id: str) -> bool:

@@ -1,35 +1,25 @@
 """Hugging Face Jobs through huggingface_hub: the script travels inline (base64 in the job env)."""
 
-import base64
 import logging
-import os
-import re
-import shlex
 import threading
 import time
 import uuid
 from dataclasses import replace
 
+from hf_train_mcp.backends import jobs_commands
 from hf_train_mcp.backends.base import IDEMPOTENCY_LABEL, key_label
 from hf_train_mcp.backends.base import GpuReading, JobGone, JobRef, JobSpec, JobState, LogRead, SubmissionUnknown
-from hf_train_mcp.backends.base import UserRun
-from hf_train_mcp.nodes import rules as multinode
+from hf_train_mcp.backends.base import Words
+from hf_train_mcp.backends.catalog import Catalog
+from hf_train_mcp.backends.jobs_api import JOB_ID, gpu_readings, iso, job_ref, refused, sync_folder, unsent
+from hf_train_mcp.backends.jobs_hardware import jobs_catalog
 from hf_train_mcp.credentials import secret_value
 from hf_train_mcp.errors import TrainError
 from hf_train_mcp.hub import bounded, hub_api, hub_error, scrub, status_of, streamed, transient
+from hf_train_mcp.nodes import rendezvous
 from hf_train_mcp.rendering.script import Script
-from hf_train_mcp.user_scripts.source import sync_excludes
 
 log = logging.getLogger(__name__)
-UV_IMAGE = "ghcr.io/astral-sh/uv:python3.12-bookworm"
-VENV = "/tmp/venv"
-SCRIPT_ENV = "HFTM_SCRIPT_B64"
-SCRIPT_PATH = "/tmp/train.py"
-USER_SCRIPT = "/tmp/script.py"  # run_script's inline source, decoded in the job
-FOLDER_MOUNT = "/code"  # run_script's folder: mounted read-only here, copied to WORKDIR and run there
-WORKDIR = "/tmp/project"
-# Linux caps one argv/env string at 128 KiB (MAX_ARG_STRLEN), "NAME=" included; keep a margin.
-MAX_INLINE_CHARS = 128 * 1024 - len(SCRIPT_ENV) - 1024
 LOG_DEADLINE_S = 3.0
 LOG_READER_GRACE_S = 1.0  # the reader outlives job_status's wait by this at most, then ends
 SUBMIT_ATTEMPTS = 3
@@ -38,7 +28,6 @@ RETRY_BACKOFF_S = 0.5
 # at all: the Hub may still be creating its job (a 34 s POST was seen), so the job list is watched this long for
 # its label before the job is posted again. One slower still makes a copy, found by the label and canceled.
 POST_SETTLE_S = 60.0
-JOB_ID = re.compile(r"(?:[\w.-]+/)?[0-9a-fA-F]{24}")  # a Hub job id, optionally 'namespace/id'
 SETTLE_POLL_S = 3.0
 SYNC_DEADLINE_S = 600.0  # a project folder's first upload (a re-sync sends only what changed)
 # The metrics stream sends a sample a second, but stays silent (the client waits 10 s) while a RUNNING job's
@@ -46,102 +35,16 @@ SYNC_DEADLINE_S = 600.0  # a project folder's first upload (a re-sync sends only
 METRICS_DEADLINE_S = 2.0
 
 
-def _ref(job) -> JobRef:
-    network = getattr(job, "network", None)
-    return JobRef(job.id, job.url, str(job.status.stage), _iso(job.created_at), namespace=job.owner.name,
-                  labels=dict(job.labels or {}), group=network.group if network else None)
-
-
-def _unsent(exc: BaseException) -> bool:
-    """The request never reached the Hub, so it cannot have created a job: the connection was refused, or
-    huggingface_hub refused the job's arguments before posting them (in `_create_job_spec`)."""
-    if {cls.__name__ for cls in type(exc).__mro__} & {"ConnectError", "ConnectionRefusedError"}:
-        return True
-    frame = exc.__traceback__
-    while frame is not None:
-        if frame.tb_frame.f_code.co_name == "_create_job_spec":
-            return True
-        frame = frame.tb_next
-    return False
-
-
-def _refused(exc: BaseException) -> bool:
-    """The Hub answered the POST with a 4xx other than 408/429: a definite refusal, so it made no job."""
-    status = status_of(exc)
-    return status is not None and 400 <= status < 500 and not transient(exc)
-
-
-def uv_argv(run: UserRun, target: str) -> list[str]:
-    """`uv run` of a script, as run_uv_job builds it: every value its own argv item, never shell text."""
-    return ["uv", "run", *(x for dep in run.dependencies for x in ("--with", dep)), target, *run.script_args]
-
-
-def user_command(run: UserRun) -> list[str]:
-    """A run_script job's command. A URL or image command runs as sent; an inline script is decoded first, a
-    folder copied to a writable place first (its mount is read-only), and then the argv runs through
-    `exec "$@"`, so that no argument is ever parsed by the shell."""
-    target = USER_SCRIPT if run.script is not None else run.url or run.entry or ""
-    argv = list(run.command) if run.command else uv_argv(run, target)
-    steps = []
-    if run.script is not None:
-        steps.append(f'printf %s "${SCRIPT_ENV}" | base64 -d > {USER_SCRIPT}')
-    if run.folder:
-        steps.append(f"cp -r {FOLDER_MOUNT} {WORKDIR} && cd {WORKDIR}")
-    if not steps:
-        return argv
-    return ["/bin/sh", "-c", " && ".join(steps) + ' && exec "$@"', "sh", *argv]
-
-
-def _inline(script: Script, advice: str) -> str:
-    encoded = base64.b64encode(script.text.encode()).decode()
-    if len(encoded) > MAX_INLINE_CHARS:
-        raise TrainError(f"the script is {len(script.text)} bytes, over the {MAX_INLINE_CHARS * 3 // 4} bytes that "
-                         f"fit inline in a job; {advice}")
-    return encoded
-
-
-def _sync_folder(api, run: UserRun, namespace: str | None):
-    """sync_job_volume's steps, with what it does not offer: the folder's history, environments and credentials
-    left out (scripts.left_out), a place per content (two versions of one folder never mix in a running job),
-    nothing printed (stdout is the CLI's --json answer), and a public bucket refused rather than warned about."""
-    from huggingface_hub import Volume, constants
-
-    owner = namespace or api.whoami()["name"]
-    bucket = f"{owner}/{constants.HF_JOBS_ARTIFACTS_BUCKET_NAME}"
-    api.create_bucket(bucket_id=bucket, exist_ok=True, private=True)
-    if not api.bucket_info(bucket_id=bucket).private:
-        raise TrainError(f"your bucket {bucket} is public: a project folder synced there would be readable by anyone. "
-                         f"Make it private ({api.endpoint}/buckets/{bucket}), then call again. Nothing was launched.")
-    api.sync_bucket(run.folder, f"hf://buckets/{bucket}/{run.folder_name}", exclude=sync_excludes(run.withheld),
-                    quiet=True)
-    return Volume(type="bucket", source=bucket, mount_path=FOLDER_MOUNT, path=run.folder_name, read_only=True)
-
-
-def gpu_readings(event: dict) -> list[GpuReading] | None:
-    """A Jobs metrics event's GPUs (`gpus: {id: {utilization, memory_used_bytes, memory_total_bytes}}`), in
-    the order the Hub lists them; None for a CPU flavor's empty map or a malformed event."""
-    gpus = event.get("gpus")
-    if not isinstance(gpus, dict) or not gpus:
-        return None
-    try:
-        return [GpuReading(index=i, utilization_pct=float(g.get("utilization") or 0),
-                           memory_used_gb=round(float(g.get("memory_used_bytes") or 0) / 1e9, 2),
-                           memory_total_gb=round(float(g.get("memory_total_bytes") or 0) / 1e9, 2))
-                for i, g in enumerate(gpus.values())]
-    except (AttributeError, TypeError, ValueError):
-        return None
-
-
-def _iso(value) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value else None
-
-
 class HfJobsBackend:
     name = "hf"
     place = "Hugging Face Jobs"
+    words = Words(job="a Hugging Face job", the_backend="the hf backend", flavor_kind="Jobs flavor",
+                  catalog="the Jobs hardware catalog", instead="backend='local'",
+                  lost_ledger="a retry of a Hugging Face job or sweep with the same idempotency_key finds its jobs "
+                              "on the Hub again")
     reads_local_paths = False
     bills = True
-    catalog_from_hub = True
+    chooses_flavor = True
     pushes_to_hub = True
     has_namespace = True
     needs_local_jobs_permission = False
@@ -157,6 +60,10 @@ class HfJobsBackend:
         return None
 
     @staticmethod
+    def catalog(token: str | None, *, offline: bool) -> Catalog:
+        return jobs_catalog(token, offline=offline)
+
+    @staticmethod
     def claims(job_id: str) -> bool:
         return JOB_ID.fullmatch(job_id) is not None
 
@@ -164,33 +71,13 @@ class HfJobsBackend:
         self._token = token
 
     def image(self, spec: JobSpec) -> str:
-        return (spec.run.image if spec.run else None) or UV_IMAGE
+        return jobs_commands.image(spec)
 
     def command(self, spec: JobSpec) -> list[str]:
-        if spec.run is not None:
-            return user_command(spec.run)
-        decode = f'printf %s "${SCRIPT_ENV}" | base64 -d > {SCRIPT_PATH}'
-        if spec.gpus > 1 or spec.nodes > 1:
-            # uv cannot hand a PEP 723 environment to `accelerate launch`: install the header's own pins into a
-            # venv and launch from it, so multi-GPU jobs run exactly the versions single-GPU jobs do.
-            pins = " ".join(shlex.quote(d) for d in spec.dependencies)
-            launch = (multinode.shell_words(multinode.launcher_args(
-                nodes=spec.nodes, rank=spec.node_rank, gpus=spec.gpus, full=spec.full,
-                shared_output=bool(spec.output_bucket)))
-                if spec.nodes > 1 else f"--num_processes {spec.gpus}")
-            run = (f"uv venv -q {VENV} && uv pip install -q --python {VENV}/bin/python {pins} && "
-                   f"exec {VENV}/bin/accelerate launch {launch} {SCRIPT_PATH}")
-        else:
-            run = f"exec uv run {SCRIPT_PATH}"
-        return ["/bin/sh", "-c", f"{decode} && {run}"]
+        return jobs_commands.command(spec)
 
     def environment(self, script: Script, spec: JobSpec | None = None) -> dict[str, str]:
-        if spec is not None and spec.run is not None:  # the caller's variables, bars left on
-            inline = {SCRIPT_ENV: _inline(script, "send it as an https URL or in a folder")} \
-                if spec.run.script is not None else {}
-            return {**dict(spec.run.env), **inline, "PYTHONUNBUFFERED": "1"}
-        return {SCRIPT_ENV: _inline(script, "shorten reward_code"), "PYTHONUNBUFFERED": "1",
-                "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
+        return jobs_commands.environment(script, spec)
 
     def volumes(self, spec: JobSpec) -> list:
         from huggingface_hub import Volume
@@ -215,7 +102,7 @@ class HfJobsBackend:
         if run is None or not run.folder:
             return []
         return [bounded("uploading the project folder to your jobs-artifacts bucket",
-                        lambda: _sync_folder(api, run, spec.namespace), self._token, deadline_s=SYNC_DEADLINE_S)]
+                        lambda: sync_folder(api, run, spec.namespace), self._token, deadline_s=SYNC_DEADLINE_S)]
 
     def submit(self, script: Script, spec: JobSpec) -> JobRef:
         """POST the job; on a 5xx, 429 or network failure, look the job up by its one-off `submission` label
@@ -228,8 +115,7 @@ class HfJobsBackend:
         api = hub_api(self._token)
         labels = {"submission": uuid.uuid4().hex[:12], **spec.labels}  # the core usually names it (crash recovery)
         submission, namespace = labels["submission"], spec.namespace
-        env, secrets = self.environment(script, spec), self.secrets(spec)
-        volumes = self.volumes(spec) + self.synced_folder(spec, api)
+        post = self._poster(api, script, spec, labels)
         unanswered, failure = 0, None  # POSTs sent without a readable answer: each may still make its job
         for attempt in range(SUBMIT_ATTEMPTS):
             if failure is not None:  # the last POST's job may have appeared while we waited
@@ -237,40 +123,48 @@ class HfJobsBackend:
                 if found:
                     return self._kept(found, namespace, doubted=unanswered > len(found))
             try:
-                ref = _ref(api.run_job(
-                    image=self.image(spec),
-                    command=self.command(spec),
-                    env=env,
-                    secrets=secrets,
-                    flavor=spec.flavor,
-                    timeout=spec.timeout_seconds,
-                    labels=labels,
-                    volumes=volumes or None,
-                    namespace=namespace,
-                    **({"network_group": spec.network_group, "network_aliases": [multinode.node_alias(
-                        spec.node_rank)]} if spec.network_group else {}),
-                ))
+                ref = post()
             except TrainError:
                 raise
             except Exception as exc:
-                if _refused(exc) or (_unsent(exc) and not transient(exc)):
-                    error = hub_error("submitting the job to Hugging Face Jobs", exc, self._token)
-                    said = "" if "nothing was launched" in str(error) else "; the Hub made no job"
-                    raise type(error)(f"{error}{said}") from None
-                unanswered += status_of(exc) is None and not _unsent(exc)
-                found = self._posted(submission, namespace, exc)
+                unanswered += status_of(exc) is None and not unsent(exc)
+                found = self._failed_post(exc, submission, namespace, attempt=attempt, unanswered=unanswered)
                 if found:
                     return self._kept(found, namespace, doubted=unanswered > len(found))
-                made = not transient(exc)  # answered 2xx with a body that is no job: posting again makes a second
-                if made or attempt == SUBMIT_ATTEMPTS - 1:
-                    if unanswered:
-                        raise self._unknown(exc, attempt + 1) from None
-                    raise hub_error(f"submitting the job ({SUBMIT_ATTEMPTS} attempts)", exc, self._token) from None
                 failure = exc
                 time.sleep(RETRY_BACKOFF_S * 2**attempt)
                 continue
             return ref if failure is None else self._after_repost(ref, submission, namespace, unanswered)
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    def _poster(self, api, script: Script, spec: JobSpec, labels: dict[str, str]):
+        """One POST of the job, as often as submit needs it: its environment, secrets and volumes made once."""
+        env, secrets = self.environment(script, spec), self.secrets(spec)
+        volumes = self.volumes(spec) + self.synced_folder(spec, api)
+        network = ({"network_group": spec.network_group, "network_aliases": [rendezvous.node_alias(spec.node_rank)]}
+                   if spec.network_group else {})
+        return lambda: job_ref(api.run_job(
+            image=self.image(spec), command=self.command(spec), env=env, secrets=secrets, flavor=spec.flavor,
+            timeout=spec.timeout_seconds, labels=labels, volumes=volumes or None, namespace=spec.namespace,
+            **network))
+
+    def _failed_post(self, exc: BaseException, submission: str, namespace: str | None, *, attempt: int,
+                     unanswered: int) -> list[JobRef]:
+        """After a POST that raised: the jobs it (or an earlier POST) made, else [] when it may be posted again;
+        raises when it may not (a refusal, an answer that is no job, the last attempt)."""
+        if refused(exc) or (unsent(exc) and not transient(exc)):
+            error = hub_error("submitting the job to Hugging Face Jobs", exc, self._token)
+            said = "" if "nothing was launched" in str(error) else "; the Hub made no job"
+            raise type(error)(f"{error}{said}") from None
+        found = self._posted(submission, namespace, exc)
+        if found:
+            return found
+        made = not transient(exc)  # answered 2xx with a body that is no job: posting again makes a second
+        if made or attempt == SUBMIT_ATTEMPTS - 1:
+            if unanswered:
+                raise self._unknown(exc, attempt + 1) from None
+            raise hub_error(f"submitting the job ({SUBMIT_ATTEMPTS} attempts)", exc, self._token) from None
+        return []
 
     def _unknown(self, exc: BaseException, attempts: int) -> SubmissionUnknown:
         """A POST got no readable answer and its label finds no job yet: the Hub may still make it."""
@@ -311,7 +205,7 @@ class HfJobsBackend:
         still be creating its job, so the list is watched for POST_SETTLE_S; an answered failure (a 5xx), or a
         look right before posting again (settle=False), looks once. Raises SubmissionUnknown when the list
         cannot be read (posting again could launch twice)."""
-        unanswered = status_of(exc) is None and not _unsent(exc)
+        unanswered = status_of(exc) is None and not unsent(exc)
         deadline = time.monotonic() + (POST_SETTLE_S if settle and unanswered else 0.0)
         while True:
             try:
@@ -351,7 +245,7 @@ class HfJobsBackend:
         api = hub_api(self._token)
         found = bounded("looking up a submission", lambda: list(api.list_jobs(labels=labels, namespace=namespace)),
                         self._token)
-        return [_ref(job) for job in found]
+        return [job_ref(job) for job in found]
 
     def inspect(self, job_id: str, namespace: str | None) -> JobState:
         from huggingface_hub.errors import JobNotFoundError
@@ -366,9 +260,9 @@ class HfJobsBackend:
         return JobState(
             stage=str(job.status.stage.value if hasattr(job.status.stage, "value") else job.status.stage),
             message=job.status.message,
-            created_at=_iso(job.created_at),
-            started_at=_iso(job.started_at),
-            finished_at=_iso(job.finished_at),
+            created_at=iso(job.created_at),
+            started_at=iso(job.started_at),
+            finished_at=iso(job.finished_at),
             url=job.url,
         )
 

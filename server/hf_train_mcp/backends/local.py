@@ -13,7 +13,9 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
-from hf_train_mcp.backends.base import GpuReading, JobGone, JobRef, JobSpec, JobState, LogRead, UserRun
+from hf_train_mcp.backends.base import GpuReading, JobGone, JobRef, JobSpec, JobState, LogRead, UserRun, Words
+from hf_train_mcp.backends.catalog import Catalog
+from hf_train_mcp.backends.jobs_hardware import jobs_catalog
 from hf_train_mcp.user_scripts import source as scripts
 from hf_train_mcp.clock import now_iso
 from hf_train_mcp.credentials import TOKEN_NAMES, secret_value
@@ -161,9 +163,14 @@ def _mtime_iso(path: Path) -> str:
 class LocalBackend:
     name = "local"
     place = "this machine"
+    words = Words(job="a local job", the_backend="the local backend", flavor_kind="local flavor",
+                  catalog="this machine's hardware", instead="backend='hf'",
+                  no_nodes="nodes spans several Jobs machines in a network group: send backend='hf', or drop nodes to "
+                           "train on this machine",
+                  lost_ledger="local jobs are not found")
     reads_local_paths = True
     bills = False
-    catalog_from_hub = False
+    chooses_flavor = False
     pushes_to_hub = False
     has_namespace = False
     needs_local_jobs_permission = True
@@ -177,6 +184,12 @@ class LocalBackend:
     @staticmethod
     def flavor(*, cuda: bool) -> str | None:
         return "local-cuda" if cuda else "local-cpu"
+
+    @staticmethod
+    def catalog(token: str | None, *, offline: bool) -> Catalog:
+        """This machine has no price list of its own: a run here is estimated against the Jobs flavors (what each
+        would take), and runs on flavor(); a measurement (estimate_cost(measure=True)) times this machine."""
+        return jobs_catalog(token, offline=offline)
 
     @staticmethod
     def claims(job_id: str) -> bool:

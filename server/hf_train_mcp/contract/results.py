@@ -8,7 +8,7 @@ from hf_train_mcp import backends, methods
 from hf_train_mcp.access import check_reference
 from hf_train_mcp.data.report import DatasetIssue, DatasetReport, TokenStats  # noqa: F401  (the contract's)
 from hf_train_mcp.durations import parse_duration
-from hf_train_mcp.estimate.constants import FALLBACK_FLAVORS
+from hf_train_mcp.backends.jobs_hardware import FALLBACK_FLAVORS
 from hf_train_mcp.stages import Stage
 
 Method = Literal[methods.NAMES]  # type: ignore[valid-type]  # the registry's methods (methods/)
@@ -21,7 +21,7 @@ FLAVORS: tuple[str, ...] = tuple(name for name, *_ in FALLBACK_FLAVORS)
 
 
 def _check_flavor(value: str) -> str:
-    if value not in FLAVORS:
+    if value not in FLAVORS and value not in backends.catalog_flavors():
         raise ValueError(f"unknown flavor {value!r}; send one of: {', '.join(FLAVORS)}")
     return value
 

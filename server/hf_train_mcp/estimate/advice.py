@@ -22,7 +22,7 @@ def flavor_warnings(flavor: str, hours: float, *, model_type: str, save_steps: i
 def model_warnings(size: Any, peft: str) -> list[str]:
     """What the model's architecture and files change in the run: no activation checkpointing (more memory per
     batch), a checkpoint stored quantized (what LoRA on it is), a mixture of experts' experts under 4-bit."""
-    from hf_train_mcp.estimate.sizing import four_bit
+    from hf_train_mcp.estimate.memory import four_bit
     from hf_train_mcp.models.family import NO_ACTIVATION_CHECKPOINTING
 
     out = []

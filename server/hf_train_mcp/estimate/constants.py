@@ -2,74 +2,8 @@
 
 from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class GpuFacts:
-    """What the Jobs hardware API does not say about a GPU model."""
-
-    model: str
-    memory_gb: float  # per GPU
-    bf16: bool
-    peak_tflops: float  # dense bf16 (fp16 on T4) tensor-core peak
-    bandwidth_tbps: float
-    link_gbps: float  # GPU-to-GPU bandwidth of an all-reduce inside one machine (NVLink, else PCIe)
-    fp32_tflops: float  # plain fp32 (no tensor cores, no TF32): training without mixed precision
-    source: str
-    nvlink: bool = False  # the flavor's GPUs share NVLink (SXM parts); else PCIe through the host
-
-    @property
-    def ridge(self) -> float:
-        """FLOPs per byte of memory traffic at which this GPU's matmuls stop waiting on memory (roofline)."""
-        return self.peak_tflops / self.bandwidth_tbps
-
-
-# NVIDIA datasheets (dense, i.e. without 2:4 sparsity). A10G: AWS G5 documentation and the commonly cited
-# 70 TFLOPS dense bf16 (it is a power-capped A10). T4 has no bf16: its peak is fp16. Links: NVLink where the
-# flavor's GPUs are SXM parts (A100, H100, H200), else PCIe 4/5 shared through the host (~10-25 GB/s achieved).
-GPU_FACTS: dict[str, GpuFacts] = {
-    g.model: g
-    for g in (
-        GpuFacts("T4", 16, False, 65, 0.32, 8, 8.1, "NVIDIA T4 datasheet (fp16 tensor, no bf16)"),
-        GpuFacts("L4", 24, True, 121, 0.30, 12, 30, "NVIDIA L4 datasheet"),
-        GpuFacts("A10G", 24, True, 70, 0.60, 12, 31, "AWS EC2 G5 docs; NVIDIA A10 datasheet scaled to A10G clocks"),
-        GpuFacts("L40S", 48, True, 362, 0.864, 20, 91, "NVIDIA L40S datasheet"),
-        GpuFacts("A100", 80, True, 312, 2.04, 200, 19.5, "NVIDIA A100 80GB SXM datasheet", nvlink=True),
-        GpuFacts("H100", 80, True, 989, 3.35, 300, 67, "NVIDIA H100 SXM datasheet (not a Jobs flavor: calibration)",
-                 nvlink=True),
-        GpuFacts("H200", 141, True, 989, 4.8, 300, 67, "NVIDIA H200 SXM datasheet", nvlink=True),
-        GpuFacts("RTX PRO 6000", 96, True, 500, 1.79, 25, 120, "NVIDIA RTX PRO 6000 Blackwell Server datasheet"),
-    )
-}
-
-# (flavor, GPU model or None, GPU count, $/hour) — HF Jobs pricing docs, 2026 (shared/reference/training-facts.md).
-# Used only when the live `list_jobs_hardware()` cannot be reached.
-FALLBACK_FLAVORS: tuple[tuple[str, str | None, int, float], ...] = (
-    ("cpu-basic", None, 0, 0.01), ("cpu-upgrade", None, 0, 0.03), ("cpu-xl", None, 0, 1.00),
-    ("cpu-performance", None, 0, 1.90),
-    ("t4-small", "T4", 1, 0.40), ("t4-medium", "T4", 1, 0.60),
-    ("l4x1", "L4", 1, 0.80), ("l4x4", "L4", 4, 3.80),
-    ("l40sx1", "L40S", 1, 1.80), ("l40sx4", "L40S", 4, 8.30), ("l40sx8", "L40S", 8, 23.50),
-    ("a10g-small", "A10G", 1, 1.00), ("a10g-large", "A10G", 1, 1.50),
-    ("a10g-largex2", "A10G", 2, 3.00), ("a10g-largex4", "A10G", 4, 5.00),
-    ("a100-large", "A100", 1, 2.50), ("a100x4", "A100", 4, 10.00), ("a100x8", "A100", 8, 20.00),
-    ("h200", "H200", 1, 5.00), ("h200x2", "H200", 2, 10.00), ("h200x4", "H200", 4, 20.00),
-    ("h200x8", "H200", 8, 40.00),
-    ("rtx-pro-6000", "RTX PRO 6000", 1, 2.75), ("rtx-pro-6000x2", "RTX PRO 6000", 2, 5.50),
-    ("rtx-pro-6000x4", "RTX PRO 6000", 4, 11.00), ("rtx-pro-6000x8", "RTX PRO 6000", 8, 22.00),
-)  # fmt: skip
-
-# (memory GB, vCPUs) of each flavor's machine: HF Spaces/Jobs hardware tables (a100-large: 12 vCPU, 142 GB;
-# a10g-small: 4 vCPU, 15 GB). The live hardware list carries these too and wins; this table is the offline answer.
-FALLBACK_HOSTS: dict[str, tuple[float, int]] = {
-    "cpu-basic": (16, 2), "cpu-upgrade": (32, 8), "cpu-xl": (124, 16), "cpu-performance": (256, 32),
-    "t4-small": (15, 4), "t4-medium": (30, 8), "l4x1": (30, 8), "l4x4": (186, 48),
-    "l40sx1": (62, 8), "l40sx4": (382, 48), "l40sx8": (1534, 192),
-    "a10g-small": (15, 4), "a10g-large": (46, 12), "a10g-largex2": (92, 24), "a10g-largex4": (184, 48),
-    "a100-large": (142, 12), "a100x4": (568, 48), "a100x8": (1136, 96),
-    "h200": (256, 23), "h200x2": (512, 46), "h200x4": (1024, 92), "h200x8": (2048, 184),
-    "rtx-pro-6000": (186, 24), "rtx-pro-6000x2": (372, 48), "rtx-pro-6000x4": (744, 96),
-    "rtx-pro-6000x8": (1488, 192),
-}  # fmt: skip
+# The GPUs' datasheet facts and the Jobs flavors' prices are the backends' (backends/catalog.py GPU_FACTS,
+# backends/jobs_hardware.py): each backend's catalog (Backend.catalog) carries them to the estimator.
 
 # --- Throughput: see estimate/cost.py for the model and estimate/calibration/ for the fit ------------------
 # FLOPs per parameter per token: forward 2, backward 4 (2 for activation gradients, 2 for weight gradients);

@@ -8,9 +8,9 @@ calibrated against measured runs, so the timeouts keep training's margin.
 import math
 from dataclasses import dataclass, field
 
+from hf_train_mcp.backends.catalog import Catalog, FlavorInfo
 from hf_train_mcp.durations import format_duration
 from hf_train_mcp.estimate import constants as C
-from hf_train_mcp.estimate.hardware import Catalog, FlavorInfo
 from hf_train_mcp.estimate.sizing import ModelSize
 
 

@@ -16,7 +16,8 @@ from typing import Any
 
 from hf_train_mcp import methods
 from hf_train_mcp.estimate import constants as EC
-from hf_train_mcp.estimate.cost import FlavorEstimate, Workload, push_seconds, rows_per_step
+from hf_train_mcp.estimate.cost import FlavorEstimate, push_seconds
+from hf_train_mcp.estimate.workload import Workload, rows_per_step
 from hf_train_mcp.estimate.sizing import ModelSize
 
 PROBE_KEY_PREFIX = "probe-"

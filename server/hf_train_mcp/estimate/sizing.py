@@ -1,4 +1,4 @@
-"""How big a model is (Hub metadata, a local config.json, or its name) and how much GPU memory training takes."""
+"""How big a model is (Hub metadata, a local config.json, or its name): its parameters, shape and family."""
 
 import logging
 import math
@@ -6,10 +6,9 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from hf_train_mcp import engines, methods
-from hf_train_mcp.estimate import constants as C
-from hf_train_mcp.methods.sft import MAX_IMAGE_TOKENS
-from hf_train_mcp.models.family import DUAL_ENCODER_TYPES, NO_ACTIVATION_CHECKPOINTING, Family, family_of
+from hf_train_mcp.estimate.images import (CONV_IMAGE_SIDE, CONV_KEPT_MIN, CONV_KEPT_PER_PARAM, DYNAMIC_IMAGE_SIDE,
+                                          DYNAMIC_IMAGE_TOKENS, ImageGrid, conv_activations, image_grid, image_tokens)
+from hf_train_mcp.models.family import DUAL_ENCODER_TYPES, Family, family_of
 from hf_train_mcp.models.files import Quantization, model_files, quantization_of, text_config, vision_config
 
 log = logging.getLogger(__name__)
@@ -36,7 +35,7 @@ class ModelSize:
     model_type: str | None = None  # config.json's model_type ("qwen2", "gemma2", "vit", ...)
     image_tokens: int = 0  # a vision-language model: the tokens one image becomes (0: it reads no images)
     image_grid: "ImageGrid | None" = None  # a dynamic-resolution one: its processor's grid (tokens per image size)
-    family: Family | None = None  # what the model's files say it is (model_family.py); None: nothing was read
+    family: Family | None = None  # what the model's files say it is (models/family.py); None: nothing was read
     quantization: Quantization | None = None  # a checkpoint stored quantized (config.json quantization_config)
     expert_params: int = 0  # a mixture of experts: its routed experts' parameters (fused 3D tensors, no nn.Linear)
     files: Any = field(default=None, repr=False, compare=False)  # the ModelFiles read (module names when asked)
@@ -200,107 +199,6 @@ def _from_config(cfg: dict, params: int | None, source: str, family: Family | No
     )
 
 
-# Qwen2-VL style dynamic resolution has no fixed image size: a 448x448 image in 14 px patches, merged 2x2
-DYNAMIC_IMAGE_TOKENS = 256
-DYNAMIC_IMAGE_SIDE = 448  # the image assumed when the rows' sizes are unknown
-
-
-@dataclass(frozen=True)
-class ImageGrid:
-    """A dynamic-resolution processor (Qwen2-VL's preprocessor_config.json): images resized to multiples of
-    patch x merge within [min_pixels, max_pixels], one token per merged patch."""
-
-    patch: int
-    merge: int
-    min_pixels: int
-    max_pixels: int
-
-    def tokens(self, height: float, width: float) -> int:
-        # transformers' qwen2_vl smart_resize: round each side to the factor, then scale into the pixel bounds
-        factor = self.patch * self.merge
-        h, w = max(factor, round(height / factor) * factor), max(factor, round(width / factor) * factor)
-        if h * w > self.max_pixels:
-            beta = math.sqrt(height * width / self.max_pixels)
-            h, w = (max(factor, math.floor(side / beta / factor) * factor) for side in (height, width))
-        elif h * w < self.min_pixels:
-            beta = math.sqrt(self.min_pixels / (height * width))
-            h, w = (math.ceil(side * beta / factor) * factor for side in (height, width))
-        return (h // factor) * (w // factor)
-
-
-def image_grid(processor: dict | None) -> ImageGrid | None:
-    """The grid a preprocessor_config.json describes, if it is a dynamic-resolution one (min/max pixels, or
-    transformers 5's size.shortest_edge/longest_edge in pixels, with a merge size)."""
-    if not isinstance(processor, dict):
-        return None
-    size = processor.get("size") if isinstance(processor.get("size"), dict) else {}
-    low = processor.get("min_pixels") or size.get("shortest_edge")
-    high = processor.get("max_pixels") or size.get("longest_edge")
-    patch, merge = processor.get("patch_size"), processor.get("merge_size")
-    if all(isinstance(v, int) and v > 0 for v in (low, high, patch, merge)) and high >= low:
-        # the training scripts cap the processor at MAX_IMAGE_TOKENS an image (their cap_image_tokens)
-        return ImageGrid(patch, merge, low, max(low, min(high, MAX_IMAGE_TOKENS * (patch * merge) ** 2)))
-    return None
-
-
-# Models that pool or resample the vision tower's patch grid into a fixed number of tokens an image, and the config
-# field (with its config class's default) their modeling code and processor read: Gemma 3 average-pools its 64x64
-# SigLIP patches to mm_tokens_per_image (gemma3/modeling_gemma3.py Gemma3MultiModalProjector: `self.tokens_per_side
-# = int(config.mm_tokens_per_image**0.5)`; processing_gemma3.py image_seq_length 256), as ShieldGemma 2 does;
-# BLIP-2 and InstructBLIP read num_query_tokens learned queries (processing_blip_2.py); Idefics2's
-# perceiver resamples to perceiver_config.resampler_n_latents (processing_idefics2.py image_seq_len 64, "the
-# config.perceiver_config.resampler_n_latents value").
-_POOLED_IMAGE_TOKENS = {"gemma3": ("mm_tokens_per_image", 256), "shieldgemma2": ("mm_tokens_per_image", 256),
-                        "blip-2": ("num_query_tokens", 32),
-                        "instructblip": ("num_query_tokens", 32), "instructblipvideo": ("num_query_tokens", 32),
-                        "idefics2": ("perceiver_config.resampler_n_latents", 64)}
-
-
-def _pooled_image_tokens(cfg: dict) -> int | None:
-    found = _POOLED_IMAGE_TOKENS.get(str(cfg.get("model_type")))
-    if found is None:
-        return None
-    path, default = found
-    value: object = cfg
-    for key in path.split("."):
-        value = value.get(key) if isinstance(value, dict) else None
-    return value if isinstance(value, int) and value > 0 else default
-
-
-def image_tokens(cfg: dict) -> int:
-    """Tokens per image of a vision-language model (its vision tower's patch grid; pixel-shuffled by
-    scale_factor where the model does so), 0 for a model without a vision tower. Flat (Qwen2-VL: text fields beside
-    `vision_config`) and nested (LLaVA: `text_config`) configs alike; whether the model reads images as a VLM at
-    all is its family's to say (model_family.py), a dual encoder has a vision tower too."""
-    vision = vision_config(cfg)
-    if vision is None:
-        return 0
-    pooled = _pooled_image_tokens(cfg)
-    if pooled:
-        return pooled
-    size, patch = vision.get("image_size"), vision.get("patch_size")
-    if isinstance(size, int) and isinstance(patch, int) and patch:
-        return (size // patch) ** 2 // (cfg.get("scale_factor") or 1) ** 2
-    return DYNAMIC_IMAGE_TOKENS
-
-
-# A convolutional image model (ResNet, ConvNeXt, RegNet, EfficientNet, MobileNet, ...) names stages in its
-# config.json, no transformer width or depth: its parameters come from its weights, and the activations a training
-# forward keeps (no activation checkpointing: model_family.NO_ACTIVATION_CHECKPOINTING) from that count. Measured with
-# torch's saved-tensor hooks on transformers' classes at 224 px, they keep 1.7-2.8 elements per parameter an image
-# (ResNet-50 1.9, ConvNeXt-T 2.0, ConvNeXt-B 1.7, RegNet 2.4, EfficientNet 2.2, Swin 2.0); MobileNets keep 6-10 on
-# few parameters: the floor. tests/test_family_plans.py holds the rule to those classes.
-CONV_KEPT_PER_PARAM = 3.0
-CONV_KEPT_MIN = 40e6
-CONV_IMAGE_SIDE = 224  # what the activations are stated at (config.json image_size scales them)
-
-
-def conv_activations(params: int, cfg: dict) -> int:
-    """Elements a training forward of a convolutional image model keeps per image, at its config's image size."""
-    side = cfg.get("image_size") if isinstance(cfg.get("image_size"), int) else CONV_IMAGE_SIDE
-    return int(max(CONV_KEPT_PER_PARAM * params, CONV_KEPT_MIN) * (side / CONV_IMAGE_SIDE) ** 2)
-
-
 def _conv_size(cfg: dict, params: int, source: str, family: Family | None) -> ModelSize:
     """A model whose config has no transformer shape but whose weights were counted: its stages' widths and
     depths where the config lists them, activations by conv_activations."""
@@ -391,86 +289,3 @@ def model_size(model: str, token: str | None = None, *, offline: bool = False) -
         f"cannot tell the size of {model!r}: no local config.json, no Hub metadata, no size in its name. "
         "Send a Hub model id with safetensors weights, a local model folder, or a name such as 'org/Model-7B'."
     )
-
-
-def four_bit(size: ModelSize, peft: str) -> bool:
-    """Whether the weights are held in bitsandbytes 4-bit: QLoRA, or LoRA on a checkpoint stored so (transformers
-    keeps the model's own quantization_config: quantizers/auto.py merge_quantization_configs), which is QLoRA in
-    effect; a checkpoint stored in 8 bits stays 8-bit under QLoRA too."""
-    stored = size.quantization.method if size.quantization else None
-    return peft != "full" and (stored == "bitsandbytes_4bit" or (peft == "qlora" and stored != "bitsandbytes_8bit"))
-
-
-def quantized_params(size: ModelSize) -> int:
-    """What bitsandbytes quantizes: every parameter but a mixture of experts' fused experts (routed_expert_params)."""
-    return size.params - size.expert_params
-
-
-def held_weight_bytes(size: ModelSize, peft: str) -> float:
-    """Bytes of the weights a data-parallel replica holds: fp32 master weights for a full fine-tune (bf16 weights
-    round small updates away), 4-bit (QLoRA) or 8-bit (a checkpoint stored so) for what bitsandbytes quantizes with
-    a mixture of experts' fused experts at bf16 beside them, else bf16 (an MXFP4 checkpoint is dequantized to bf16)."""
-    if peft == "full":
-        return size.params * C.WEIGHT_BYTES["fp32"]
-    stored = size.quantization.method if size.quantization else None
-    per = C.WEIGHT_BYTES["4bit"] if four_bit(size, peft) else 1.0 if stored == "bitsandbytes_8bit" else None
-    if per is None:
-        return size.params * C.WEIGHT_BYTES["bf16"]
-    return quantized_params(size) * per + size.expert_params * C.WEIGHT_BYTES["bf16"]
-
-
-@dataclass(frozen=True)
-class MemoryNeed:
-    gb: float
-    weights_gb: float
-    training_state_gb: float
-    activations_gb: float
-    trainable_params: int
-
-
-def memory_need(
-    size: ModelSize,
-    *,
-    method: str,
-    peft: str,
-    batch: int,
-    seq_len: int,
-    num_generations: int = 1,
-    teacher_params: int | None = None,
-    engine: str = "trl",
-    shards: int = 1,
-) -> MemoryNeed:
-    """Peak GPU memory of one GPU with gradient checkpointing (where the model has it): a data-parallel replica
-    holds a full copy; with `shards` > 1 (FSDP full shard) the weights, gradients and optimizer state are split
-    over that many GPUs.
-    engine: what trains it (Unsloth keeps less of the checkpoints and logits on the GPU: engines.py)."""
-    spec = methods.get(method)
-    kept = engines.get(engine)
-    weights = held_weight_bytes(size, peft)
-    if teacher_params:  # distillation: the frozen teacher in bf16 beside the student
-        weights += teacher_params * C.WEIGHT_BYTES["bf16"]
-    if spec.full_reference_copy and peft == "full":
-        weights += size.params * C.WEIGHT_BYTES["fp32"]  # the frozen reference, loaded like the policy (PEFT
-        # disables the adapters instead of keeping a copy)
-    trainable = size.params if peft == "full" else int(size.params * C.LORA_TRAINABLE_SHARE)
-    state = trainable * C.TRAINABLE_EXTRA_BYTES
-    if shards > 1:  # plus one layer gathered whole at a time
-        weights = weights / shards + size.params / max(1, size.layers) * C.WEIGHT_BYTES["bf16"]
-        state /= shards
-    sequences = batch * max(spec.sequences_per_example, 2 if spec.full_reference_copy else 1)  # KTO: its KL batch
-    act_bytes = 2.0
-    # checkpointed hidden states of every layer + the working set of the one layer being recomputed
-    offloaded = kept.checkpoint_share if seq_len >= kept.offloads_from_seq_len else 1.0
-    working_set = sequences * seq_len * (size.hidden * 16 + size.intermediate * 3) * act_bytes
-    if size.image_activations:  # a convolutional net: what every layer keeps, per image (conv_activations)
-        acts = sequences * size.image_activations * act_bytes
-    elif size.model_type in NO_ACTIVATION_CHECKPOINTING:  # every layer's working set stays for the backward pass
-        acts = working_set * size.layers
-    else:
-        acts = sequences * seq_len * size.hidden * act_bytes * size.layers * offloaded + working_set
-    if not spec.classifier:  # LM head logits (bf16) + their fp32 upcast for the loss
-        acts += sequences * seq_len * size.vocab * 6 * kept.logits_share
-    if spec.generates:  # KV cache while generating
-        acts += batch * num_generations * seq_len * size.layers * size.hidden * 2 * act_bytes / max(1, num_generations)
-    total = (weights + state + acts) / 1e9 * C.MEMORY_SAFETY + C.CUDA_CONTEXT_GB
-    return MemoryNeed(round(total, 1), round(weights / 1e9, 2), round(state / 1e9, 2), round(acts / 1e9, 2), trainable)

@@ -199,7 +199,7 @@ class Following:
         if stage == "SCHEDULING":
             waited = minutes_since(state.created_at)
             if waited is not None and waited >= SCHEDULING_ALERT_MIN and record and record.flavor:
-                others = self._alternative_flavors(record.flavor)
+                others = self._alternative_flavors(record.flavor, record.backend)
                 return (f"Still waiting for {record.flavor} hardware after {waited:.0f} min: it may be scarce right "
                         f"now. cancel_job and resubmit with another flavor that fits"
                         + (f", e.g. {', '.join(others)}" if others else "") + " (estimate_cost lists them).")
@@ -233,9 +233,9 @@ class Following:
         return "The job no longer exists on the backend; its pushed checkpoints and model repo, if any, remain."
 
     @staticmethod
-    def _alternative_flavors(flavor: str) -> list[str]:
+    def _alternative_flavors(flavor: str, backend: str) -> list[str]:
         """Other GPU flavors with at least as much memory per GPU, cheapest first (hardware is scarce per type)."""
-        catalog = get_catalog(offline=True)
+        catalog = get_catalog(offline=True, backend=backend)
         current = catalog.flavors.get(flavor)
         if current is None or current.gpu is None:
             return []

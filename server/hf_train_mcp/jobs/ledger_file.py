@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hf_train_mcp import backends
 from hf_train_mcp.errors import EnvironmentMissing
 
 _CORRUPT = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
@@ -20,8 +21,7 @@ def unreadable(exc: sqlite3.DatabaseError) -> LedgerUnreadable:
     return LedgerUnreadable(
         f"the job ledger (ledger.sqlite3 in HF_TRAIN_HOME) is unreadable ({exc}): move it aside (rename "
         "ledger.sqlite3, with its -wal and -shm files, to keep it for inspection) and call again, which starts a new "
-        "ledger. Jobs already launched keep running; a retry of a Hugging Face job or sweep with the same "
-        "idempotency_key finds its jobs on the Hub again (local jobs are not found).")
+        f"ledger. Jobs already launched keep running; {backends.lost_ledger_note()}.")
 
 
 class Connection(sqlite3.Connection):

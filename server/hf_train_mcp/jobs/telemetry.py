@@ -54,13 +54,13 @@ class _Job:
     utilisation: deque = field(default_factory=lambda: deque(maxlen=KEPT_READINGS))
 
 
-def runs_on_gpu(flavor: str | None) -> bool:
+def runs_on_gpu(flavor: str | None, backend: str) -> bool:
     """False for a flavor known to have no GPU (nothing to ask the backend then); True when unknown."""
     if flavor is None:
         return True
     if flavor in backends.gpuless_flavors():
         return False
-    info = get_catalog(offline=True).flavors.get(flavor)
+    info = get_catalog(offline=True, backend=backend).flavors.get(flavor)
     return info is None or info.gpu is not None
 
 
@@ -106,7 +106,7 @@ class GpuTelemetry:
         """Begin reading the job's GPUs (in the background, while job_status reads the log); the returned call
         gives the figures, or None (not running, no GPU, unknown, not in time) within READ_WAIT_S. stage=None:
         the backend did not answer (a stale status), so neither is it asked for figures."""
-        if stage != "RUNNING" or not runs_on_gpu(flavor):
+        if stage != "RUNNING" or not runs_on_gpu(flavor, backend.name):
             return lambda: None
         key, now = (backend.name, job_id), self._clock()
         with self._lock:

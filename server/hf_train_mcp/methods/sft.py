@@ -15,7 +15,7 @@ PACKING = Option("packing", Annotated[bool, Field(description="SFT: pack rows in
 # its Hub processor allows up to 12,845,056 (Qwen/Qwen2-VL-2B-Instruct's preprocessor_config.json max_pixels):
 # ~16k tokens for a 12 MP photo, in a row SFT/DPO never cut (max_length=None keeps image tokens whole). Training
 # scripts cap the processor at this many tokens an image, Qwen's own recommended bound (max_pixels = 1280*28*28,
-# the Qwen2-VL model card), and the estimate counts images at the same cap (estimate/sizing.image_grid).
+# the Qwen2-VL model card), and the estimate counts images at the same cap (estimate/images.image_grid).
 MAX_IMAGE_TOKENS = 1280
 
 IMAGE_ALIASES = ("image", "pictures", "photos", "image_paths", "images_path")  # what a row's images are called

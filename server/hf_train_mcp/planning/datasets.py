@@ -63,8 +63,9 @@ def eval_data(req: EvaluateRequest, subject: Subject, backend_name: str, token: 
               access: Access) -> tuple[EvalData | None, DataFacts]:
     if req.dataset:
         if not backends.traits(backend_name).reads_local_paths and is_local(req.dataset):
-            raise TrainError(f"dataset {req.dataset!r} is a local path, which a Hugging Face job cannot read: "
-                             "push it to the Hub first, or use backend='local'")
+            words = backends.traits(backend_name).words
+            raise TrainError(f"dataset {req.dataset!r} is a local path, which {words.job} cannot read: "
+                             f"push it to the Hub first, or use {words.instead}")
         dataset = str(Path(req.dataset).expanduser().resolve()) if is_local(req.dataset) else req.dataset
         split = req.split or ("train" if is_local(dataset) else "test")
         tokenizer = subject.ref if subject.kind == "full" or subject.card_folder else subject.base_model

@@ -17,7 +17,8 @@ from hf_train_mcp.data.validate import image_facts, validate_dataset
 from hf_train_mcp.durations import MAX_TIMEOUT_S
 from hf_train_mcp.errors import TrainError, NoFitError
 from hf_train_mcp.estimate import constants as EC
-from hf_train_mcp.estimate.cost import FlavorEstimate, Workload, how_to_fit, scaling, tokens_counted
+from hf_train_mcp.estimate.cost import FlavorEstimate, how_to_fit, scaling, tokens_counted
+from hf_train_mcp.estimate.workload import Workload
 from hf_train_mcp.estimate.hardware import get_catalog
 from hf_train_mcp.access import Access
 from hf_train_mcp.hub import hub_token
@@ -130,7 +131,7 @@ class Estimator:
         data, token_source = self._data_facts(req, hyper, token, warnings, progress)
         check_models(req, size, teacher=teacher, data=data)  # what submit_training would refuse, refused here too
         step("reading Jobs hardware and prices")
-        catalog = get_catalog(token)
+        catalog = get_catalog(token, backend=req.backend or default_backend())
         if catalog.note:
             warnings.append(catalog.note)
         ranked = estimate_flavors(hyper, size, catalog, data)
@@ -243,7 +244,7 @@ class Estimator:
                             f"({work.max_length} tokens) may need up to ~{chosen.memory.gb:.0f} GB (modelled)")
         price = catalog.flavors[chosen.flavor].usd_per_hour if where.bills else 0.0
         measured = apply_measurement(chosen, probe, price)
-        if not where.catalog_from_hub:  # its own hardware (this machine): no container, installs or bill
+        if not where.chooses_flavor:  # its own hardware (this machine): no container, installs or bill
             measured = replace(measured, flavor=target, overhead_seconds=0.0, cost_usd=0.0,
                                hours=measured.train_seconds / 3600,
                                gpu_memory_gb=float(probe.get("gpu_memory_gb") or 0.0))
@@ -267,7 +268,7 @@ def _probe_request(req: EstimateRequest, work: Workload, chosen: FlavorEstimate,
                          "memory; " + how_to_fit(work, None) + " Nothing was launched.")
     return TrainingRequest(
         model=req.model, dataset=req.dataset, backend=backend_name,
-        flavor=chosen.flavor if backends.traits(backend_name).catalog_from_hub else None, idempotency_key=key,
+        flavor=chosen.flavor if backends.traits(backend_name).chooses_flavor else None, idempotency_key=key,
         **{k: v for k, v in req.model_dump(include=set(RunShape.model_fields)).items()
            if v is not None and k not in ("model", "backend", "flavor")},
     )

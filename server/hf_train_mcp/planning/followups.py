@@ -16,7 +16,7 @@ def place(req, kind: str, options: list[JobEstimate], on_flavor, *, catalog: Cat
           warnings: list[str]) -> tuple[str, JobEstimate | None, float]:
     """(flavor, estimate, $/hour): the caller's flavor, else the cheapest that fits."""
     where = backends.traits(backend)
-    if not where.catalog_from_hub:  # one hardware of its own
+    if not where.chooses_flavor:  # one hardware of its own
         if req.flavor:
             warnings.append(f"flavor {req.flavor!r} is ignored by backend={backend!r}")
         from hf_train_mcp.backends.local import has_cuda
@@ -25,7 +25,7 @@ def place(req, kind: str, options: list[JobEstimate], on_flavor, *, catalog: Cat
     if req.flavor:
         info = catalog.flavors.get(req.flavor)
         if info is None:
-            raise TrainError(f"flavor {req.flavor!r} is not in the Jobs hardware catalog; list_hardware lists them")
+            raise TrainError(f"flavor {req.flavor!r} is not in {where.words.catalog}; list_hardware lists them")
         try:
             estimate = on_flavor(info)
         except ValueError:  # a CPU flavor for an evaluation: allowed for tiny models, not estimated
@@ -37,7 +37,7 @@ def place(req, kind: str, options: list[JobEstimate], on_flavor, *, catalog: Cat
     best = cheapest(options)
     if best is None:
         largest = max(options, key=lambda e: e.available_gb)
-        raise NoFitError(f"no Jobs flavor fits this {kind}: {largest.reasons[0]}. Nothing was launched.")
+        raise NoFitError(f"no {where.words.flavor_kind} fits this {kind}: {largest.reasons[0]}. Nothing was launched.")
     return best.flavor, best, catalog.flavors[best.flavor].usd_per_hour
 
 

@@ -7,7 +7,7 @@ from hf_train_mcp import engines, methods
 from hf_train_mcp.methods import defaults as D
 from hf_train_mcp.contract.requests import RunShape
 from hf_train_mcp.estimate import constants as EC
-from hf_train_mcp.estimate.cost import Workload
+from hf_train_mcp.estimate.workload import Workload
 from hf_train_mcp.estimate.sizing import ModelSize
 
 

@@ -3,7 +3,7 @@ GPU flavor that fits (each node's machine too, across nodes)."""
 
 from typing import Any
 
-from hf_train_mcp import engines
+from hf_train_mcp import backends, engines
 from hf_train_mcp.methods import defaults as D
 from hf_train_mcp.nodes import rules as multinode
 from hf_train_mcp.durations import format_duration
@@ -32,7 +32,7 @@ def estimate_node_flavor(hyper: Hyper, size: ModelSize, info: Any, data: DataFac
 
 
 def choose_flavor(hyper: Hyper, size: ModelSize, catalog: Catalog, data: DataFacts,
-                  shared_output: bool = False) -> FlavorEstimate:
+                  shared_output: bool = False, *, flavor_kind: str) -> FlavorEstimate:
     """The cheapest GPU flavor whose memory fits (its machines' too, across nodes); a clear error with what would
     fit otherwise."""
     ranked = estimate_flavors(hyper, size, catalog, data)
@@ -45,7 +45,7 @@ def choose_flavor(hyper: Hyper, size: ModelSize, catalog: Catalog, data: DataFac
     if not fitting:
         largest = max(ranked, key=lambda e: e.gpu_memory_gb)
         raise NoFitError(
-            f"no Jobs flavor fits this run (~{largest.memory.gb:.0f} GB per GPU needed, the largest GPU has "
+            f"no {flavor_kind} fits this run (~{largest.memory.gb:.0f} GB per GPU needed, the largest GPU has "
             f"{largest.gpu_memory_gb:.0f} GB). " + how_to_fit(hyper.workload(size, 1, data), None)
         )
     return fitting[0]
@@ -67,16 +67,17 @@ def placement(req: TrainingRequest, where: type, hyper: Hyper, size: ModelSize, 
               warnings: list[str]) -> tuple[str, int, FlavorEstimate | None]:
     """(flavor, GPUs, estimate): this machine's own hardware, a CPU flavor, the caller's GPU flavor, or the
     cheapest that fits; a finished measurement replaces the modelled time."""
-    if not where.catalog_from_hub:
+    if not where.chooses_flavor:
         return _this_machine(req, where, hyper, local_cuda=local_cuda, warnings=warnings)
     if req.flavor and req.flavor.startswith("cpu-"):
-        _check_engine(req, req.flavor, 1, False)
+        _check_engine(req, where, req.flavor, 1, False)
         if req.peft == "qlora":
             raise TrainError(f"peft='qlora' needs a GPU flavor, not {req.flavor!r}")
         warnings.append(f"{req.flavor} has no GPU: fine for a smoke test of a tiny model, far too slow otherwise")
         return req.flavor, 1, None
-    estimate = (_named_flavor(req, hyper, size, catalog, data, warnings) if req.flavor
-                else choose_flavor(hyper, size, catalog, data, shared_output=bool(req.output_bucket)))
+    estimate = (_named_flavor(req, where, hyper, size, catalog, data, warnings) if req.flavor
+                else choose_flavor(hyper, size, catalog, data, shared_output=bool(req.output_bucket),
+                                   flavor_kind=where.words.flavor_kind))
     flavor = estimate.flavor
     if measured:
         estimate = apply_measurement(estimate, measured, catalog.flavors[flavor].usd_per_hour)
@@ -91,23 +92,23 @@ def _this_machine(req: TrainingRequest, where: type, hyper: Hyper, *, local_cuda
                   warnings: list[str]) -> tuple[str, int, None]:
     """This machine's own hardware: one machine, its one device."""
     if hyper.nodes > 1:
-        raise TrainError("nodes spans several Jobs machines in a network group: send backend='hf', or drop "
-                         "nodes to train on this machine")
-    _check_engine(req, where.flavor(cuda=local_cuda), 1, local_cuda)
+        raise TrainError(where.words.no_nodes)
+    _check_engine(req, where, where.flavor(cuda=local_cuda), 1, local_cuda)
     if req.peft == "qlora" and not local_cuda:
-        raise TrainError("peft='qlora' needs a CUDA GPU (bitsandbytes 4-bit) and this machine has none: "
-                         "send peft='lora', or backend='hf' with a GPU flavor")
+        raise TrainError(f"peft='qlora' needs a CUDA GPU (bitsandbytes 4-bit) and {where.place} has none: "
+                         f"send peft='lora', or {where.words.instead} with a GPU flavor")
     if req.flavor:
-        warnings.append(f"flavor {req.flavor!r} is ignored by the local backend")
+        warnings.append(f"flavor {req.flavor!r} is ignored by {where.words.the_backend}")
     return where.flavor(cuda=local_cuda), 1, None
 
 
-def _named_flavor(req: TrainingRequest, hyper: Hyper, size: ModelSize, catalog: Catalog, data: DataFacts,
+def _named_flavor(req: TrainingRequest, where: type, hyper: Hyper, size: ModelSize, catalog: Catalog, data: DataFacts,
                   warnings: list[str]) -> FlavorEstimate:
     """The caller's GPU flavor, refused when it cannot run this at all, warned when it is likely too small."""
     info = catalog.flavors.get(req.flavor)
     if info is None or info.gpu is None:
-        raise TrainError(f"flavor {req.flavor!r} is not in the Jobs hardware catalog; estimate_cost lists the flavors that exist")
+        raise TrainError(f"flavor {req.flavor!r} is not in {where.words.catalog}; estimate_cost lists "
+                         "the flavors that exist")
     if hyper.nodes > 1 and info.gpus < 2:
         raise TrainError(f"nodes={hyper.nodes} runs on a multi-GPU flavor (each node's GPUs first, "
                          f"then the network between them); {req.flavor} has one GPU: pick e.g. "
@@ -115,7 +116,7 @@ def _named_flavor(req: TrainingRequest, hyper: Hyper, size: ModelSize, catalog: 
     refusal = host_ram_refusal(hyper, size, info, bool(req.output_bucket))
     if refusal:
         raise TrainError(f"{hyper.nodes} x {req.flavor}: {refusal}. Nothing was launched.")
-    _check_engine(req, req.flavor, info.gpus, True)
+    _check_engine(req, where, req.flavor, info.gpus, True)
     work = hyper.workload(size, info.gpus * hyper.nodes, data)
     estimate = estimate_node_flavor(hyper, size, info, data)
     if not estimate.fits:
@@ -123,8 +124,9 @@ def _named_flavor(req: TrainingRequest, hyper: Hyper, size: ModelSize, catalog: 
     return estimate
 
 
-def _check_engine(req: TrainingRequest, flavor: str, gpus: int, has_gpu: bool) -> None:
-    refusal = engines.refusal_for_hardware(req.engine, flavor, gpus, has_gpu)
+def _check_engine(req: TrainingRequest, where: type, flavor: str, gpus: int, has_gpu: bool) -> None:
+    refusal = engines.refusal_for_hardware(req.engine, flavor, gpus, has_gpu,
+                                           gpu_backend=backends.gpu_backend(where.name))
     if refusal:
         raise TrainError(refusal)
 

@@ -103,7 +103,8 @@ class Planner:
         check_job_inputs(self.access, previous, TrainingRequest.model_validate_json(previous.request_json))
         if not backends.traits(previous.backend).pushes_to_hub:
             if not backends.traits(backend_name).reads_local_paths:
-                raise TrainError(f"job {req.resume_from} ran on this machine: its checkpoints are not on the Hub; "
+                raise TrainError(f"job {req.resume_from} ran on {backends.traits(previous.backend).place}: its "
+                                 "checkpoints are not on the Hub; "
                                  f"resume it with backend={previous.backend!r}")
             return None, previous.output_dir
         if previous.output_bucket and previous.output_bucket == req.output_bucket and previous.output_dir:
@@ -113,8 +114,7 @@ class Planner:
         raise TrainError(f"job {req.resume_from} pushed no model repo to resume from; pass a Hub repo id")
 
     def check_access(self, req: Any, backend_name: str) -> None:
-        if backends.traits(backend_name).needs_local_jobs_permission:
-            self.access.check_local_jobs()
+        backends.check_permission(backend_name, self.access)
         if getattr(req, "reward_code", None):
             self.access.check_reward_code()
         if isinstance(req, ScriptRequest):
@@ -183,11 +183,12 @@ class Planner:
     def _prepare_script(self, req: ScriptRequest, backend_name: str, *, kind: str, progress: Progress) -> Prepared:
         """run_script: the caller's program read (a URL fetched, a folder hashed) and planned like any job."""
         where = backends.traits(backend_name)
-        token = hub_token() if where.catalog_from_hub else None
+        token = hub_token() if where.chooses_flavor else None
         namespace = self._namespace(req, backend_name, token)
         progress("reading the script")
         source = read_source(req, self.access)
-        plan = plan_script(req, source, backend=backend_name, catalog=get_catalog(token, offline=not token),
+        plan = plan_script(req, source, backend=backend_name,
+                           catalog=get_catalog(token, offline=not token, backend=backend_name),
                            namespace=namespace, access=self.access)
         return self._package(req, backend_name, kind, namespace, plan, hub_model_id=None, model=source.label,
                              dataset=None, reads=[])
@@ -205,12 +206,12 @@ class Planner:
                           progress: Progress) -> Prepared:
         step = progress
         where = backends.traits(backend_name)
-        here = not where.catalog_from_hub  # sized and planned offline: nothing is asked of the Hub
+        here = not where.chooses_flavor  # sized and planned offline: nothing is asked of the Hub
         if not where.reads_local_paths:
             for ref, what in ((req.model, "model"), (req.dataset, "dataset"), (req.teacher_model, "teacher_model")):
                 if ref and is_local(ref):
-                    raise TrainError(f"{what} {ref!r} is a local path, which a Hugging Face job cannot read: push it "
-                                     "to the Hub first, or use backend='local'")
+                    raise TrainError(f"{what} {ref!r} is a local path, which {where.words.job} cannot read: push it "
+                                     f"to the Hub first, or use {where.words.instead}")
         token = None if here else hub_token()
         namespace = self._namespace(req, backend_name, token)
         if where.reads_local_paths:  # the job runs in its own folder: relative paths must not change meaning
@@ -228,7 +229,7 @@ class Planner:
         step(f"sizing {req.model}")
         size = self.model_size(req.model, token, offline=here)
         teacher = self.teacher_size(req, token, offline=here)
-        catalog = get_catalog(token, offline=here)
+        catalog = get_catalog(token, offline=here, backend=backend_name)
         resume_repo, resume_dir = self._resume_source(req, backend_name)
         step("planning and rendering the script")
         plan_args = dict(backend=backend_name, size=size, catalog=catalog, namespace=namespace, data=data,
@@ -281,8 +282,7 @@ class Planner:
     def _subject(self, ref: str, backend_name: str, token: str | None) -> Subject:
         record = self.ledger_job(ref)
         if record is not None:
-            if backends.traits(record.backend).needs_local_jobs_permission:
-                self.access.check_local_jobs()
+            backends.check_permission(record.backend, self.access)
             return subject_from_job(record, self._job_stage(record.job_id), backend_name, self.access)
         return subject_from_ref(ref.strip(), access=self.access, backend_name=backend_name,
                                 adapter_config=lambda repo: adapter_config(repo, token),
@@ -291,7 +291,7 @@ class Planner:
     def _followup_start(self, req: Any, backend_name: str, progress: Progress
                         ) -> tuple[str | None, str | None, Subject, ModelSize, Any]:
         """(token, namespace, subject, its size, catalog): what an evaluation and an export both resolve first."""
-        here = not backends.traits(backend_name).catalog_from_hub  # sized offline: nothing is asked of the Hub
+        here = not backends.traits(backend_name).chooses_flavor  # sized offline: nothing is asked of the Hub
         token = None if here else hub_token()
         namespace = self._namespace(req, backend_name, token)
         progress(f"finding {req.model}")
@@ -301,7 +301,7 @@ class Planner:
         progress(f"sizing {subject.sized_by}")
         size = self.model_size(subject.sized_by, token, offline=here)
         subject = for_family(subject, size.family, "evaluation" if isinstance(req, EvaluateRequest) else "export")
-        return token, namespace, subject, size, get_catalog(token, offline=here)
+        return token, namespace, subject, size, get_catalog(token, offline=here, backend=backend_name)
 
     def _prepare_evaluation(self, req: EvaluateRequest, backend_name: str, *, kind: str,
                             progress: Progress) -> Prepared:

@@ -77,7 +77,8 @@ def subject_from_job(record: JobRecord, stage: str, backend_name: str, access: A
     kind = "full" if training.peft == "full" else "adapter"
     if not backends.traits(record.backend).pushes_to_hub:
         if not backends.traits(backend_name).reads_local_paths:
-            raise TrainError(f"job {record.job_id} ran on this machine, so its model is not on the Hub: use "
+            raise TrainError(f"job {record.job_id} ran on {backends.traits(record.backend).place}, so its model is "
+                             "not on the Hub: use "
                              f"backend={record.backend!r}, or push its output folder to the Hub and pass that repo id")
         folder = Path(record.output_dir or "")
         if not folder.is_dir():
@@ -97,8 +98,9 @@ def subject_from_ref(ref: str, *, access: Access, backend_name: str, adapter_con
     access.check_ref(ref, "model")
     if is_local(ref):
         if not backends.traits(backend_name).reads_local_paths:
-            raise TrainError(f"model {ref!r} is a local path, which a Hugging Face job cannot read: push it to the "
-                             "Hub first, or use backend='local'")
+            words = backends.traits(backend_name).words
+            raise TrainError(f"model {ref!r} is a local path, which {words.job} cannot read: push it to the "
+                             f"Hub first, or use {words.instead}")
         folder = Path(ref).expanduser().resolve()
         if not folder.is_dir():
             raise NotFoundError(f"model {ref!r} is neither a folder on this machine nor a job_id from list_jobs")

@@ -86,7 +86,7 @@ class RunPlan:
             "config": self.config,
             "dependencies": self.dependencies,
             "flavor": self.flavor,
-            "jobs_table": backends.traits(self.backend).catalog_from_hub,  # the header's [tool.hf-jobs] table
+            "jobs_table": backends.traits(self.backend).chooses_flavor,  # the header's [tool.hf-jobs] table
             "timeout": header_duration(self.timeout_seconds),
             "method_title": methods.get(self.method).title,
             "reward_code": self.reward_code,
@@ -297,7 +297,7 @@ def plan_run(req: TrainingRequest, *, backend: str, size: ModelSize, catalog: Ca
     price, timeout = _price_and_timeout(req, where, hyper, catalog, flavor, estimate, probe_only=probe_only,
                                         warnings=warnings)
     if not where.pushes_to_hub and req.hub_model_id:
-        warnings.append("the local backend keeps the model in the job folder; hub_model_id is not pushed")
+        warnings.append(f"{where.words.the_backend} keeps the model in the job folder; hub_model_id is not pushed")
     trackio_space = (req.trackio_space_id or f"{namespace or req.hub_model_id.split('/')[0]}/trackio") if push else None
     steps = (estimate.steps if estimate else None) or req.max_steps
     run_name, output_dir = _run_name_and_folder(req, where)

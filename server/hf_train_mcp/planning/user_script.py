@@ -135,7 +135,7 @@ def _placement(req: ScriptRequest, header: Header, backend: str, catalog: Catalo
     where = backends.traits(backend)
     # Jobs' own default without --timeout; a run here is free, so it gets the backend's longer one
     flavor, timeout = _flavor_and_timeout(req, header, DEFAULT_TIMEOUT_S if where.bills else where.default_timeout_s)
-    if not where.catalog_from_hub:  # one hardware of its own
+    if not where.chooses_flavor:  # one hardware of its own
         from hf_train_mcp.backends.local import has_cuda
 
         if req.flavor or header.jobs.get("flavor"):
@@ -156,7 +156,8 @@ def plan_script(req: ScriptRequest, source: Source, *, backend: str, catalog: Ca
     image = req.image or header.jobs.get("image")
     if image and not where.runs_images:
         if req.image:
-            raise TrainError(f"backend={backend!r} runs scripts, not Docker images: drop image, or send backend='hf'. "
+            raise TrainError(f"backend={backend!r} runs scripts, not Docker images: drop image, or send "
+                             f"{where.words.instead}. "
                              "Nothing was launched.")
         warnings.append(f"the header's image {image!r} is ignored by backend={backend!r}")
         image = None

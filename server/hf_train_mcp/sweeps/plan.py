@@ -126,7 +126,7 @@ def pin(prepared: Prepared, backend_name: str) -> TrainingRequest:
     fixed, and its worst case as its own max_cost_usd, so a run started later by the supervisor cannot run
     elsewhere or cost more than the sweep was approved for."""
     update: dict[str, Any] = {"timeout": prepared.plan.timeout_seconds, "backend": backend_name}
-    if backends.traits(backend_name).catalog_from_hub:  # a fixed hardware has no flavor to pin
+    if backends.traits(backend_name).chooses_flavor:  # a fixed hardware has no flavor to pin
         update["flavor"] = prepared.plan.flavor
     price = prepared.plan.usd_per_hour
     if price:  # the exact worst case, up to the cent (the plan's is rounded either way)

@@ -318,5 +318,4 @@ def cancel_pending(ledger: Ledger, sweep: SweepRecord) -> bool:
 
 def check_access(access: Access, sweep: Any) -> None:
     """A sweep on this machine is as out of reach as its jobs for a caller who may not run local jobs."""
-    if backends.traits(sweep.backend).needs_local_jobs_permission:
-        access.check_local_jobs()
+    backends.check_permission(sweep.backend, access)

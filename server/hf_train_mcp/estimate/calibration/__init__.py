@@ -9,11 +9,11 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from hf_train_mcp.estimate import constants as C
+from hf_train_mcp.backends.catalog import GPU_FACTS, FlavorInfo, GpuFacts
 from hf_train_mcp.estimate.constants import Calibration
-from hf_train_mcp.estimate.cost import Workload, overhead_seconds, train_seconds
-from hf_train_mcp.estimate.hardware import FlavorInfo
+from hf_train_mcp.estimate.cost import overhead_seconds, train_seconds
 from hf_train_mcp.estimate.sizing import ModelSize, _guess_architecture
+from hf_train_mcp.estimate.workload import Workload
 
 HERE = Path(__file__).parent
 GPU_MODELS = {"T4": ("T4", 16), "A10G": ("A10G", 24), "L4": ("L4", 24), "L40S": ("L40S", 48),
@@ -41,9 +41,9 @@ class Run:
 
     def flavor(self) -> FlavorInfo:
         model, memory = GPU_MODELS[self.gpu]
-        facts = C.GPU_FACTS[model]
+        facts = GPU_FACTS[model]
         if memory != facts.memory_gb:
-            facts = C.GpuFacts(**{**facts.__dict__, "memory_gb": float(memory)})
+            facts = GpuFacts(**{**facts.__dict__, "memory_gb": float(memory)})
         return FlavorInfo(f"{self.gpu}x{self.gpus}", facts, self.gpus, 0.0)
 
     def predicted(self, cal: Calibration | None = None) -> float:
