@@ -274,14 +274,14 @@ async def test_a_post_slower_than_the_client_timeout_is_found_not_posted_twice(h
 def late_posts(hub: Emulator, short_client_timeout, monkeypatch) -> list[str]:
     """A POST is watched for 0.5 s after the client's 1.5 s timeout (30 s and 60 s in production), then posted
     again; the watcher a doubted job gets is noted, not started (a look here does what its rounds do)."""
-    from hf_train_mcp.jobs import node_ranks as node_runs
+    from hf_train_mcp.jobs import node_ranks
     from hf_train_mcp.backends import hf_jobs
 
     monkeypatch.setattr(hf_jobs, "POST_SETTLE_S", 0.5)
     monkeypatch.setattr(hf_jobs, "SETTLE_POLL_S", 0.1)
     monkeypatch.setattr(hf_jobs, "RETRY_BACKOFF_S", 0.1)
     watched: list[str] = []
-    monkeypatch.setattr(node_runs, "ensure_watched", lambda job: watched.append(job.job_id))
+    monkeypatch.setattr(node_ranks, "ensure_watched", lambda job: watched.append(job.job_id))
     return watched
 
 
@@ -315,12 +315,12 @@ async def test_a_post_answered_after_the_second_post_leaves_one_job_billing(hub:
     assert len(late) == 1 and late_posts == [job_id]  # two jobs, and the one kept is watched for copies
     if then == "watcher":  # one round of the detached watcher (node_watcher.py), in this process
         from hf_train_mcp.jobs import duplicates
-        from hf_train_mcp.jobs import node_ranks as node_runs
+        from hf_train_mcp.jobs import node_ranks
         from hf_train_mcp.service import Core
 
-        assert node_runs.watch_once(Core(), job_id)  # a copy may appear for LATE_JOB_MIN: it watches on
+        assert node_ranks.watch_once(Core(), job_id)  # a copy may appear for LATE_JOB_MIN: it watches on
         monkeypatch.setattr(duplicates, "LATE_JOB_MIN", 0.0)
-        assert not node_runs.watch_once(Core(), job_id)  # then it ends
+        assert not node_ranks.watch_once(Core(), job_id)  # then it ends
     else:
         answer = await call(then, {"job_id": job_id})
         assert not answer.is_error, answer.content[0].text
@@ -364,7 +364,7 @@ async def test_the_last_post_unanswered_keeps_its_journal_and_key_until_its_job_
     later"), its journal stays UNKNOWN, the key stays held and a watcher looks it up; once the Hub shows the job,
     the watcher's round records it, and a retry with the key returns it without a second POST."""
     from hf_train_mcp.jobs import launcher as launching
-    from hf_train_mcp.jobs import node_ranks as node_runs
+    from hf_train_mcp.jobs import node_ranks
     from hf_train_mcp.jobs.ledger import PENDING, UNKNOWN, Ledger
     from hf_train_mcp.service import Core
 
@@ -380,7 +380,7 @@ async def test_the_last_post_unanswered_keeps_its_journal_and_key_until_its_job_
     assert entry.stage == UNKNOWN and late_posts == [entry.job_id]  # looked up after this server too
     assert Ledger().by_idempotency_key("last-hangs").job_id == PENDING + "last-hangs"  # the key stays held
     [job] = made(hub, 1, submission=entry.submission)
-    assert not node_runs.watch_once(Core(), entry.job_id)  # one round: found, recorded, the watch over
+    assert not node_ranks.watch_once(Core(), entry.job_id)  # one round: found, recorded, the watch over
     assert Ledger().get(job.id).stage == "RUNNING" and Ledger().submissions() == []
     retry = await call("submit_training", {**BASE, "idempotency_key": "last-hangs"})
     assert retry.structured_content["job_id"] == job.id and len(hub.posted_jobs()) == before + 3

@@ -11,7 +11,7 @@ from mcp import Client
 from hf_train_mcp.nodes import rendezvous
 from hf_train_mcp.nodes import rules as multinode
 
-from hf_train_mcp.jobs import node_ranks as node_runs
+from hf_train_mcp.jobs import node_ranks
 
 from hf_train_mcp.shell import node_supervisor as node_watcher
 from hf_train_mcp.shell.app import build_server
@@ -30,7 +30,7 @@ RUN = {"model": "Qwen/Qwen2-0.5B-Instruct", "dataset": "org/chat", "hub_model_id
 @pytest.fixture
 def cluster(chat: Emulator, monkeypatch) -> Emulator:
     chat.models.setdefault(RUN["model"], 494_000_000)
-    monkeypatch.setattr(node_runs, "ensure_watched", lambda run: None)  # job_status applies the rule here
+    monkeypatch.setattr(node_ranks, "ensure_watched", lambda run: None)  # job_status applies the rule here
     return chat
 
 
@@ -99,7 +99,7 @@ async def test_a_failed_node_stops_the_others_and_the_status_says_why(cluster: E
 
 @pytest.mark.detached
 async def test_nodes_that_do_not_all_start_in_time_are_all_cancelled(cluster: Emulator, monkeypatch) -> None:
-    monkeypatch.setattr(node_runs, "START_BOUND_MIN", 0.0)
+    monkeypatch.setattr(node_ranks, "START_BOUND_MIN", 0.0)
     cluster.plan_next(JobPlan(scheduling_s=0.0, running_s=60))
     cluster.plan_next(JobPlan(scheduling_s=60, running_s=60))  # Jobs has no room for the second machine
     async with Client(build_server()) as client:
@@ -134,7 +134,7 @@ async def test_a_node_whose_post_ends_unknown_stops_the_run_and_is_canceled_once
     from hf_train_mcp.jobs.ledger import Ledger
 
     watched = []
-    monkeypatch.setattr(node_runs, "ensure_watched", lambda run: watched.append(run.job_id))
+    monkeypatch.setattr(node_ranks, "ensure_watched", lambda run: watched.append(run.job_id))
     monkeypatch.setattr(launching, "RECOVERY_RETRY_S", 0.0)  # the watcher's rounds, without the minute between
     monkeypatch.setattr(launching, "RECOVERY_SCAN_S", 0.0)
     before = len(cluster.posted_jobs())
@@ -166,7 +166,7 @@ async def test_a_node_whose_cancel_fails_is_said_and_canceled_on_the_next_look(c
     """cancel_job of a run whose node 1 refuses the cancel: the answer says which nodes were canceled, which not
     and why, and that the run still runs; each look (the watcher's) tries again until every node is canceled."""
     watched = []
-    monkeypatch.setattr(node_runs, "ensure_watched", lambda run: watched.append(run.job_id))
+    monkeypatch.setattr(node_ranks, "ensure_watched", lambda run: watched.append(run.job_id))
     for _ in range(2):
         cluster.plan_next(JobPlan(scheduling_s=0.0, running_s=60))
     async with Client(build_server()) as client:
@@ -197,8 +197,8 @@ async def test_a_retry_with_the_same_key_launches_no_second_run(cluster: Emulato
 
 @pytest.mark.detached
 async def test_a_run_whose_server_stopped_between_the_node_posts_is_stopped(cluster: Emulator, monkeypatch) -> None:
-    monkeypatch.setattr(node_runs, "post_nodes", lambda *args: [])  # the server died right after rank 0
-    monkeypatch.setattr(node_runs, "MISSING_AFTER_MIN", 0.0)
+    monkeypatch.setattr(node_ranks, "post_nodes", lambda *args: [])  # the server died right after rank 0
+    monkeypatch.setattr(node_ranks, "MISSING_AFTER_MIN", 0.0)
     cluster.plan_next(JobPlan(scheduling_s=0.0, running_s=60))
     async with Client(build_server()) as client:
         run = await call(client, "submit_training", RUN)
@@ -302,7 +302,7 @@ async def test_the_detached_watcher_stops_the_run_when_no_one_looks(chat: Emulat
     while time.monotonic() < deadline and chat.jobs[run["job_id"]].canceled_at is None:
         time.sleep(0.3)
     assert chat.jobs[run["job_id"]].canceled_at is not None, "the watcher did not cancel rank 0"
-    pid_file = node_runs.lock_path(run["job_id"]).with_suffix(".pid")
+    pid_file = node_ranks.lock_path(run["job_id"]).with_suffix(".pid")
     pid = int(pid_file.read_text())
     while time.monotonic() < deadline:
         try:
@@ -321,7 +321,7 @@ def watched(cluster: Emulator, monkeypatch) -> list[str]:
     from hf_train_mcp.jobs import launcher as launching
 
     started: list[str] = []
-    monkeypatch.setattr(node_runs, "ensure_watched", lambda run: started.append(run.job_id))
+    monkeypatch.setattr(node_ranks, "ensure_watched", lambda run: started.append(run.job_id))
     monkeypatch.setattr(launching, "RECOVERY_RETRY_S", 0.0)
     monkeypatch.setattr(launching, "RECOVERY_SCAN_S", 0.0)
     return started
@@ -389,7 +389,7 @@ async def test_a_rank0_whose_post_ended_unknown_is_stopped_once_found(cluster: E
         assert cluster.billing([rank0]) == [rank0.id] and watched == [entry.job_id]
         with cluster.lock:  # the Hub answers again
             cluster.faults.clear()
-        assert not node_runs.watch_once(Core(), entry.job_id)  # the journal's watcher: one round finds it
+        assert not node_ranks.watch_once(Core(), entry.job_id)  # the journal's watcher: one round finds it
         assert cluster.billing([rank0]) == [] and watched[-1] == rank0.id  # canceled, and watched until it ends
         report = await call(client, "job_status", {"job_id": rank0.id})
         again = await call(client, "submit_training", {**RUN, "idempotency_key": "rank0-unknown"})
@@ -399,14 +399,14 @@ async def test_a_rank0_whose_post_ended_unknown_is_stopped_once_found(cluster: E
 
 KILLED_AFTER_RANK0 = """
 import os, signal
-from hf_train_mcp.jobs import node_ranks as node_runs
+from hf_train_mcp.jobs import node_ranks
 from hf_train_mcp.contract.requests import TrainingRequest
 from hf_train_mcp.service import Core
 
 def die(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGKILL)  # rank 0 posted and recorded; the server dies before node 1
 
-node_runs.post_nodes = die
+node_ranks.post_nodes = die
 Core().submit_training(TrainingRequest(model="Qwen/Qwen2-0.5B-Instruct", dataset="org/chat",
     hub_model_id="emu-user/qwen-2nodes", nodes=2, flavor="a100x8", peft="full", max_steps=10, timeout="1h",
     idempotency_key="killed-run"))

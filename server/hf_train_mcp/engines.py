@@ -1,8 +1,8 @@
 """What trains a run (`engine=`): TRL alone (the default), or Unsloth's loaders and kernels under TRL's trainers.
 
 One declaration per engine, as data: the methods and PEFT modes it covers, what hardware it runs on, its PEP 723
-pins, its memory and card wording. The request (request.py), the planner (planning.py), the estimator
-(estimate/) and the card (cards.py) ask this module; none of them names an engine.
+pins, its memory and card wording. The request (contract/), the planner (planning/training.py), the estimator
+(estimate/) and the card (planning/cards.py) ask this module; none of them names an engine.
 
 Unsloth facts below were read in unsloth 2026.10.9 / unsloth_zoo 2026.10.9 (PyPI wheels):
 - `FastLanguageModel.from_pretrained(model_name, max_seq_length, dtype, load_in_4bit=True (!), load_in_16bit,

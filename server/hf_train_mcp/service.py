@@ -11,7 +11,7 @@ from typing import Any
 
 from hf_train_mcp import backends
 
-from hf_train_mcp.jobs import node_ranks as node_runs
+from hf_train_mcp.jobs import node_ranks
 
 from hf_train_mcp.jobs import keys, retries
 
@@ -145,7 +145,7 @@ class Core:
 
     def job_stage(self, job_id: str) -> str:
         """Only the stage (what a subscription watches): no logs read; a run across nodes, the run's."""
-        if node_runs.is_run(self.ledger.get(job_id.strip())):
+        if node_ranks.is_run(self.ledger.get(job_id.strip())):
             return self.report(job_id, 0).report.stage
         return self.following.state(job_id).state.stage
 
@@ -227,7 +227,7 @@ class Core:
             req, backend_name, content=local_content(req, self.access)))
         if changed:
             raise KeyConflict(retries.conflict_message(req.idempotency_key, f"job {existing.job_id}", changed))
-        if node_runs.is_run(existing) and not existing.settled:  # its server may have died before its nodes
+        if node_ranks.is_run(existing) and not existing.settled:  # its server may have died before its nodes
             existing = checked_run(self, existing)
         return submission_of(existing, extra_warnings=[
             f"idempotency_key matched job {existing.job_id}: returned it instead of submitting again"],

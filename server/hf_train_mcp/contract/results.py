@@ -30,7 +30,7 @@ def _check_timeout(value: str | int) -> int:
     return parse_duration(value)
 
 
-_HUB_ID = r"^[A-Za-z0-9_.-]{1,96}/[A-Za-z0-9_.-]{1,96}$"  # ASCII: see request.py on \w
+_HUB_ID = r"^[A-Za-z0-9_.-]{1,96}/[A-Za-z0-9_.-]{1,96}$"  # ASCII: see contract/request_fields.py on \w
 
 
 def _check_hub_id(value: str) -> str:

@@ -120,7 +120,7 @@ def _row_issues(dataset: str, method: str, fmt: str | None, rows: list[dict], of
 def _model_issues(model: str, method: str, token: str | None, *, vision: bool) -> list[DatasetIssue]:
     """Images for a model that reads none as a vision-language model (a text model, a dual encoder such as CLIP),
     a classification or reward head the model has no class for: the family submit_training and estimate_cost
-    decide from the same files (model_family.py)."""
+    decide from the same files (models/family.py)."""
     from hf_train_mcp.models.family import family_of, training_refusal
     from hf_train_mcp.models.files import model_files
 

@@ -13,7 +13,7 @@ from hf_train_mcp import backends, credentials
 
 from hf_train_mcp.jobs import duplicates
 
-from hf_train_mcp.jobs import node_ranks as node_runs
+from hf_train_mcp.jobs import node_ranks
 from hf_train_mcp.backends.base import Backend, JobGone, JobState, LogRead
 from hf_train_mcp.stages import TERMINAL_STAGES
 from hf_train_mcp.errors import TrainError, NotFoundError
@@ -146,15 +146,15 @@ class Following:
             last_metrics=parsed.metrics, log_tail=read.lines[-tail:] if tail else [], error=error,
             trackio_url=trackio_url, model_url=model_url, next_step=next_step, stale=bool(state.stale), gpu=gpu,
         )
-        return Reading(self._as_run(report, record) if node_runs.is_run(record) else report, measured)
+        return Reading(self._as_run(report, record) if node_ranks.is_run(record) else report, measured)
 
     def _as_run(self, report: JobReport, run: JobRecord) -> JobReport:
         """Rank 0's report as the run's: its stage made of every node's, the first node error, each node's stage;
         a node that failed, went missing or never started stops the others here (and in the run's watcher)."""
-        states = node_runs.node_states(self, run, report.stage, report.error or report.message)
-        halted = node_runs.enforce(self, run, states)
+        states = node_ranks.node_states(self, run, report.stage, report.error or report.message)
+        halted = node_ranks.enforce(self, run, states)
         stop = halted[1] if halted else None
-        stage = node_runs.run_view(stop.states if stop else states, stop)
+        stage = node_ranks.run_view(stop.states if stop else states, stop)
         failed = next((s for s in states if s.stage == "ERROR"), None)
         error = report.error or (f"node {failed.rank}: {failed.message or 'failed'}" if failed else None)
         current = self.ledger.get(run.job_id) or run
@@ -308,18 +308,18 @@ class Following:
         """Cancel a job, or every node of a run, and every other job its submission's label names (a POST
         answered late made a copy). A node that could not be canceled is said, and its run's watcher retries."""
         record = self.ledger.get(job_id.strip())
-        if node_runs.is_run(record):
+        if node_ranks.is_run(record):
             rank0 = self.job_state(record.job_id)
-            states = node_runs.node_states(self, record, rank0.stage, rank0.message)
-            stop = node_runs.cancel_nodes(self, record, states)
+            states = node_ranks.node_states(self, record, rank0.stage, rank0.message)
+            stop = node_ranks.cancel_nodes(self, record, states)
             said, unsure = "", False
-            for node in (record, *node_runs.nodes_of(self.ledger, record)):
+            for node in (record, *node_ranks.nodes_of(self.ledger, record)):
                 text, problem = self._cancel_copies(node, search=not unsure)  # a Hub that fails: not N times
                 said, unsure = said + text, unsure or problem
             if stop.failed or stop.unknown or unsure:
-                node_runs.ensure_watched(record)
-            return CancelResult(job_id=record.job_id, stage=node_runs.run_view(stop.states, stop),
-                                message=node_runs.cancel_said(stop) + said)
+                node_ranks.ensure_watched(record)
+            return CancelResult(job_id=record.job_id, stage=node_ranks.run_view(stop.states, stop),
+                                message=node_ranks.cancel_said(stop) + said)
         try:
             result = self.cancel_one(job_id)
         finally:  # the copies too, even when the job's own cancel failed

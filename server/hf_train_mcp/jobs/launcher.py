@@ -23,7 +23,7 @@ from hf_train_mcp.jobs.prepared import Prepared, Progress
 from hf_train_mcp.contract.results import Submission
 from hf_train_mcp.jobs import duplicates
 from hf_train_mcp.nodes import rules as multinode
-from hf_train_mcp.jobs import node_ranks as node_runs
+from hf_train_mcp.jobs import node_ranks
 from hf_train_mcp.jobs import retries
 from hf_train_mcp.stages import TERMINAL_STAGES
 
@@ -36,9 +36,9 @@ ABANDON_AFTER_MIN = 30
 
 def submission_of(record: JobRecord, extra_warnings: list[str] | None = None, *, ledger: Any = None) -> Submission:
     """What submit_training (and the follow-ups) answer for a job of the ledger (with `ledger`, a run's nodes)."""
-    nodes = [record.job_id, *(n.job_id for n in node_runs.nodes_of(ledger, record)  # not a journal's label
+    nodes = [record.job_id, *(n.job_id for n in node_ranks.nodes_of(ledger, record)  # not a journal's label
                               if not n.job_id.startswith(SUBMITTING))] \
-        if ledger is not None and node_runs.is_run(record) else None
+        if ledger is not None and node_ranks.is_run(record) else None
     if record.stopped:
         extra_warnings = [f"the run was stopped: {record.stopped}", *(extra_warnings or [])]
     return Submission(
@@ -51,15 +51,15 @@ def submission_of(record: JobRecord, extra_warnings: list[str] | None = None, *,
     )
 
 
-def checked_run(runs: node_runs.RunControl, run: JobRecord) -> JobRecord:
+def checked_run(runs: node_ranks.RunControl, run: JobRecord) -> JobRecord:
     """A run handed back without having been launched by this call (adopted, recovered, a keyed retry): the
-    rule of node_runs applied now (a node never posted, with no server left to post it, stops the whole run and
+    rule of node_ranks applied now (a node never posted, with no server left to post it, stops the whole run and
     says so) and its watcher started, which applies it until every node has ended. The run as recorded then."""
     try:
         runs.job_stage(run.job_id)  # a run's stage is its job_status, which applies the rule
     except TrainError as exc:  # the watcher looks again
         log.info("could not look at run %s now: %s", run.job_id, exc)
-    node_runs.ensure_watched(run)
+    node_ranks.ensure_watched(run)
     return runs.ledger.get(run.job_id) or run
 
 
@@ -90,7 +90,7 @@ def _labelled(spec: Any, prepared: Prepared, submission: str) -> Any:
 
 
 class Launcher:
-    def __init__(self, runs: node_runs.RunControl, *, ledger: Callable[[], Ledger],
+    def __init__(self, runs: node_ranks.RunControl, *, ledger: Callable[[], Ledger],
                  backend: Callable[[str], Backend]) -> None:
         """runs: what a run's nodes need (their stage, a cancel); ledger(): the ledger, opened on first use;
         backend(name) opens a backend."""
@@ -140,7 +140,7 @@ class Launcher:
             script_path=f"{ref.job_dir}/train.py" if ref.job_dir else None, job_dir=ref.job_dir,
             model_url=model_url, trackio_url=trackio_url, idempotency_key=req.idempotency_key,
             created_at=ref.created_at or now_iso(), doubted=int(ref.doubted),
-            claim=claim_id() if spec.nodes > 1 else None,  # this server posts its other nodes (node_runs.posting)
+            claim=claim_id() if spec.nodes > 1 else None,  # this server posts its other nodes (node_ranks.posting)
             output_dir=f"{ref.job_dir}/output" if ref.job_dir else plan.config["output_dir"],
         )
         if not self.ledger.record(record, claim, journal=journal):
@@ -150,7 +150,7 @@ class Launcher:
         if spec.nodes > 1:
             self._post_nodes(backend, script, node_spec, record)
         elif record.doubted:  # a copy may still appear: its watcher looks the label up, and cancels it
-            node_runs.ensure_watched(record)
+            node_ranks.ensure_watched(record)
         return submission_of(record, ledger=self.ledger)
 
     def _submit(self, backend: Backend, script: Any, spec: Any, journal: JobRecord | None) -> Any:
@@ -162,7 +162,7 @@ class Launcher:
         except SubmissionUnknown as exc:
             if journal is not None:  # no server posts it any more: the next look asks the Hub at once, and a watcher
                 self.ledger.update_stage(journal.job_id, UNKNOWN)
-                node_runs.ensure_watched(journal)
+                node_ranks.ensure_watched(journal)
             if spec.nodes > 1:  # recovery stops it if it appears (_recover)
                 raise SubmissionUnknown(f"{exc}. It is rank 0 of a run across {spec.nodes} machines whose other "
                                         "nodes were not posted: if it appears it is canceled; to launch the run, "
@@ -177,11 +177,11 @@ class Launcher:
         """Ranks 1..N-1 of a run whose rank 0 is recorded, then the run's watcher; the claim this server holds on
         the run while it posts them is given up however that ends (a node missing then is missing for good)."""
         try:
-            node_runs.post_nodes(self.runs, backend, script, spec, run)
+            node_ranks.post_nodes(self.runs, backend, script, spec, run)
         finally:  # a run stopped on a node that could not be posted too: it cancels what is found later
             self.ledger.set_claim(run.job_id, None)
             run.claim = None
-            node_runs.ensure_watched(run)
+            node_ranks.ensure_watched(run)
 
     def _keyed_on_hub(self, backend: Backend, planned: JobRecord, key: str | None,
                       claim: str | None) -> Submission | None:
@@ -215,17 +215,17 @@ class Launcher:
                          idempotency_key=key, created_at=ref.created_at or planned.created_at, claim=None,
                          submission=(ref.labels or {}).get("submission") or planned.submission)
         nodes = {}
-        if node_runs.is_run(record):  # its nodes too (found in its network group), before any of it is recorded
+        if node_ranks.is_run(record):  # its nodes too (found in its network group), before any of it is recorded
             try:
-                nodes = node_runs.find_nodes(backend, record, ref)
+                nodes = node_ranks.find_nodes(backend, record, ref)
             except TrainError as exc:
                 raise HubError(f"idempotency_key {key!r} names job {ref.job_id} on the Hub, rank 0 of a run across "
                                f"machines, but its other nodes could not be looked up ({exc}): nothing was "
                                "submitted; call again with the same idempotency_key to adopt the whole run") from None
         self.ledger.record(record, claim)
         log.warning("adopted job %s: the Hub has it under idempotency_key %r, the ledger did not", ref.job_id, key)
-        if node_runs.is_run(record):
-            node_runs.record_nodes(self.ledger, record, nodes)
+        if node_ranks.is_run(record):
+            node_ranks.record_nodes(self.ledger, record, nodes)
             record = checked_run(self.runs, record)
         return submission_of(record, ledger=self.ledger, extra_warnings=[
             note + " (found on the Hub by its label; the ledger had lost it)"])
@@ -289,12 +289,12 @@ class Launcher:
             self._cancel(ref.job_id, f"a node of run {run.job_id}, which has ended")
         if key and keys.adopted(self.ledger, key, ref.job_id) and cancel_canceled:
             self._cancel(ref.job_id, "a job of a canceled sweep")  # else the next look at the sweep cancels it
-        if node_runs.is_run(record):  # rank 0, recorded only now: its launch never got to post the other nodes
-            node_runs.stop_run(self.runs, record, f"its launch did not finish (the server stopped, or the Hub did "
-                               f"not answer, before the other {node_runs.expected_nodes(record) - 1} node(s) were "
+        if node_ranks.is_run(record):  # rank 0, recorded only now: its launch never got to post the other nodes
+            node_ranks.stop_run(self.runs, record, f"its launch did not finish (the server stopped, or the Hub did "
+                               f"not answer, before the other {node_ranks.expected_nodes(record) - 1} node(s) were "
                                "posted), so it could not train")
         elif record.doubted:  # a copy may still appear: its watcher looks the label up, and cancels it
-            node_runs.ensure_watched(record)
+            node_ranks.ensure_watched(record)
 
     def _cancel(self, job_id: str, what: str) -> None:
         try:

@@ -1,6 +1,6 @@
 """Render a training script from templates/: every user value enters as a Python (or TOML) literal.
 
-The CONFIG is typed (script_config.py): checked against its schema before rendering, and the rendered script
+The CONFIG is typed (rendering/config.py): checked against its schema before rendering, and the rendered script
 is read for the keys it can reach, so a key a template lacks fails here. User text never reaches the template as raw text. The whole run configuration is one dict rendered by
 `python_literal`, which admits only plain data and proves round-trip with `ast.literal_eval`; the PEP 723
 header takes values only through `toml_literal`, whose output never holds a newline. A rendered script is

@@ -19,7 +19,7 @@ _BLOCK = re.compile(r"(?m)^# /// (?P<type>[a-zA-Z0-9-]+)$\s(?P<content>(^#(| .*)
 IMAGE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._\-/:@]{0,255}$"  # a Docker image, as the call's `image` is held too
 JOB_PYTHON = (3, 12)  # the Python of the uv image a script job runs in (backends/jobs_commands.py UV_IMAGE)
 JOBS_KEYS = ("flavor", "timeout", "secrets", "image")  # what the [tool.hf-jobs] table may set for run_script
-SECRET_NAME_PATTERN = r"^[A-Z_][A-Z0-9_]{0,63}$"  # a secret's name, in the header as in the call (request.py)
+SECRET_NAME_PATTERN = r"^[A-Z_][A-Z0-9_]{0,63}$"  # a secret's name, in the header as in the call (contract/requests)
 
 
 def source_kind(script: str) -> str:
