@@ -1,6 +1,7 @@
 """Job timeouts: parse what users type ("90m", "2h", "1h30m", 5400) and print them back compactly."""
 
 import math
+import os
 import re
 from datetime import UTC, datetime
 
@@ -52,3 +53,12 @@ def minutes_since(iso: str | None) -> float | None:
         return None
     started = datetime.fromisoformat(iso.replace("Z", "+00:00"))
     return (datetime.now(UTC) - started).total_seconds() / 60
+
+
+def seconds_from_env(name: str, default: float, *, least: float = 0.1) -> float:
+    """A polling interval an environment variable may set (tests look faster); a value that is no number is
+    ignored, and none is shorter than `least`."""
+    try:
+        return max(least, float(os.environ.get(name, default)))
+    except ValueError:
+        return default

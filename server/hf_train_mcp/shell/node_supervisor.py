@@ -7,10 +7,10 @@ run or job (it holds its lock, handed over by the server that started it). The l
 """
 
 import logging
-import os
 import sys
 
 from hf_train_mcp.detach import held_lock
+from hf_train_mcp.durations import seconds_from_env
 from hf_train_mcp.jobs.node_ranks import LOCK_ENV, lock_path, watch
 
 POLL_ENV = "HF_TRAIN_NODES_POLL_S"  # how often the watcher looks (tests look faster)
@@ -18,10 +18,7 @@ WATCH_POLL_S = 20.0
 
 
 def _poll_seconds() -> float:
-    try:
-        return max(0.1, float(os.environ.get(POLL_ENV, WATCH_POLL_S)))
-    except ValueError:
-        return WATCH_POLL_S
+    return seconds_from_env(POLL_ENV, WATCH_POLL_S)
 
 
 def run(run_id: str) -> int:

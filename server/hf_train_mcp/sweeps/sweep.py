@@ -12,7 +12,6 @@ often a launch is retried, by whichever process, a run is one job.
 import contextvars
 import fcntl
 import json
-import os
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +25,7 @@ from hf_train_mcp.access import Access
 from hf_train_mcp.jobs import retries
 from hf_train_mcp.backends.base import SubmissionUnknown
 from hf_train_mcp.detach import spawn_once
+from hf_train_mcp.durations import seconds_from_env
 from hf_train_mcp.errors import TrainError
 from hf_train_mcp.hub import HubUnreachable, hub_token, scrub
 from hf_train_mcp.stages import SETTLED_STAGES, TERMINAL_STAGES
@@ -53,10 +53,7 @@ POLL_DEFAULT_S = 30.0
 
 
 def poll_seconds() -> float:
-    try:
-        return max(0.1, float(os.environ.get(POLL_ENV, POLL_DEFAULT_S)))
-    except ValueError:
-        return POLL_DEFAULT_S
+    return seconds_from_env(POLL_ENV, POLL_DEFAULT_S)
 
 
 def read_all(read: Callable[[Any], Any], items: list) -> list:
