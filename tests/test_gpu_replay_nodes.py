@@ -301,7 +301,7 @@ def test_a_node_that_starts_late_joins_within_the_rendezvous_timeout_and_not_aft
     gives up with torch's DistStoreError once a 6 s rendezvous has passed (the two runs side by side, on two
     ports: the lone node's wait overlaps the late node's 20 s)."""
     (tmp_path / "rendezvous.py").write_text(RENDEZVOUS)
-    monkeypatch.setattr(multinode, "INSTALL_MARGIN_MIN", 0.0)
+    monkeypatch.setattr(rendezvous, "INSTALL_MARGIN_MIN", 0.0)
     monkeypatch.setattr(multinode, "START_BOUND_MIN", 0.1)  # 6 s
     lone_port = free_port()
     alone = launch_node(tmp_path, rendezvous.launcher_args(nodes=2, rank=0, gpus=1, full=True), lone_port)

@@ -3,7 +3,7 @@ waits there for the others, and each node's `accelerate launch` arguments."""
 
 import shlex
 
-from hf_train_mcp.nodes.rules import START_BOUND_MIN
+from hf_train_mcp.nodes import rules
 
 MASTER_ALIAS = "node0"  # rank 0's alias in the group: the rendezvous every node dials
 MASTER_PORT = 29500
@@ -22,7 +22,7 @@ def rendezvous_timeout_s() -> int:
     rendezvous (`--rdzv_backend static`) waits `rdzv_conf` timeout seconds, 900 unless set
     (torch/distributed/launcher/api.py LaunchConfig), for every node's TCPStore to join: a node 15-20 min behind
     the first ended in DistStoreError after both had billed."""
-    return int((START_BOUND_MIN + INSTALL_MARGIN_MIN) * 60)
+    return int((rules.START_BOUND_MIN + INSTALL_MARGIN_MIN) * 60)
 
 
 def launcher_args(*, nodes: int, rank: int, gpus: int, full: bool, shared_output: bool = False) -> list[str]:
