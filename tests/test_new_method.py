@@ -97,6 +97,7 @@ script._environment().loader = jinja2.ChoiceLoader([jinja2.FileSystemLoader(fold
 
 from hf_train_mcp.contract.requests import TrainingRequest
 from hf_train_mcp.contract.results import DatasetReport, Method
+from hf_train_mcp.data import tokens
 from hf_train_mcp.data.validate import validate_dataset
 from hf_train_mcp.estimate.hardware import fallback_catalog
 from hf_train_mcp.planning.training import DataFacts, plan_run
@@ -104,6 +105,9 @@ from hf_train_mcp.shell.app import finetune_prompt
 from hf_train_mcp_demo.tiny import example_rows, write_jsonl
 from tests.helpers import QWEN_05B
 
+# this fresh interpreter imports transformers inside the tokenizer's bounded load: on a loaded machine that alone
+# can pass the 8 s a server gives it (a server has imported it by then), and the counts would be left out
+tokens.TOKENIZER_DEADLINE_S = 120.0
 rows = example_rows("token-classification", 8)
 good = write_jsonl(folder / "tags.jsonl", [{"ner_tags": r["tags"], "tokens": r["tokens"]} for r in rows])
 bad = write_jsonl(folder / "bad.jsonl", [*rows[:2], {"tokens": ["a", "b"], "tags": ["O"]}])
