@@ -530,12 +530,12 @@ async def test_a_run_whose_key_names_another_kind_of_job_fails_instead_of_waitin
 
 @pytest.mark.detached
 async def test_silent_running_jobs_are_read_at_once_by_compare_runs_and_the_supervisor(capybara: Emulator,
+                                                                                      supervised: list[str],
                                                                                       monkeypatch) -> None:
     import threading
 
     from hf_train_mcp.backends import hf_jobs
 
-    monkeypatch.setattr(sweeps, "ensure_supervised", lambda core, sweep: None)
     monkeypatch.setattr(hf_jobs, "LOG_DEADLINE_S", 0.5)  # each silent job's log read waits this long
     for _ in range(4):
         capybara.plan_next(JobPlan(scheduling_s=0, running_s=120, log_lines=[]))  # running, printing nothing
