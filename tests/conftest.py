@@ -152,6 +152,28 @@ def hub(emulator: Emulator, monkeypatch: pytest.MonkeyPatch) -> Iterator[Emulato
 
 
 @pytest.fixture
+def quick_hub_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Hub read that keeps failing (5xx, no answer) gives up after 1.5 s of retries instead of the production
+    6 s (hub.READ_DEADLINE_S, `bounded`'s default): the same retries and the same HubUnreachable, sooner. For
+    tests whose Hub stays down for many reads; a test that counts retries or waits out a Retry-After keeps 6 s."""
+    from hf_train_mcp import hub as hub_module
+
+    monkeypatch.setitem(hub_module.bounded.__kwdefaults__, "deadline_s", 1.5)
+    monkeypatch.setattr(hub_module, "BACKOFF_S", 0.1)
+
+
+@pytest.fixture
+def quick_log_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """job_status waits 1 s, not the production 3 s (hf_jobs.LOG_DEADLINE_S), on the log stream of a running
+    job: the emulator, like the Hub, keeps that stream open, so every look at a running job waited the whole 3 s.
+    The lines printed so far come at once, so 1 s reads the same lines."""
+    from hf_train_mcp.backends import hf_jobs
+
+    monkeypatch.setattr(hf_jobs, "LOG_DEADLINE_S", 1.0)
+    monkeypatch.setattr(hf_jobs, "LOG_READER_GRACE_S", 0.5)
+
+
+@pytest.fixture
 def chat(hub: Emulator) -> Emulator:
     """The Hub, with org/chat on it: tests.helpers.CHAT_ROWS as its one train split."""
     from tests.helpers import CHAT_ROWS  # not at the top: helpers imports huggingface_hub, which reads the env above

@@ -191,6 +191,16 @@ class Emulator:
         with self.lock:
             self.plans.append(plan)
 
+    def advance(self, seconds: float) -> None:
+        """Every emulated job moves on `seconds` at once, as if that long had passed (its creation and cancel
+        times move back): what a test would otherwise sleep for, without waiting. Only the jobs' clock moves; the
+        server's times stay real, so what the Hub reports stays in the past."""
+        with self.lock:
+            for job in self.jobs.values():
+                job.created -= seconds
+                if job.canceled_at is not None:
+                    job.canceled_at -= seconds
+
     def fail_next(self, method: str, path_regex: str, status: int | None, *, count: int = 1, after: bool = False,
                   echo_auth: bool = False, headers: dict[str, str] | None = None, hang: float = 0.0,
                   skip: int = 0) -> None:

@@ -27,7 +27,7 @@ from tests.conftest import WRITE_TOKEN
 from tests.emulator import Emulator, JobPlan, ViewerDataset
 from tests.helpers import CAPYBARA_BASE, CAPYBARA_ROWS, call, finished, submit_script, wait_for
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("quick_log_reads")]
 LONG = dict(scheduling_s=0.0, running_s=3600.0)  # RUNNING for the whole test (cancelled at its end)
 METRICS = r"/api/jobs/[^/]+/{job_id}/metrics"
 

@@ -19,7 +19,7 @@ from tests.helpers import CHAT_BASE as BASE
 from tests.helpers import call_once as call
 from tests.helpers import job_record
 
-pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("chat")]
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("chat", "quick_log_reads")]
 
 INSPECT = r"/api/jobs/emu-user/[0-9a-f]{24}"
 
@@ -35,7 +35,7 @@ async def submitted(hub: Emulator, plan: JobPlan | None = None) -> str:
 @pytest.mark.parametrize(("status", "times", "headers"), [(503, 1, {}), (502, 2, {}), (429, 1, {"Retry-After": "1"})])
 async def test_job_status_rides_out_transient_hub_errors(status: int, times: int, headers: dict, hub: Emulator) -> None:
     job_id = await submitted(hub, JobPlan(scheduling_s=0, running_s=0.1))
-    time.sleep(0.3)
+    hub.advance(0.3)  # the job has ended
     before = hub.count("GET", INSPECT)
     hub.fail_next("GET", INSPECT, status, count=times, headers=headers)
     started = time.monotonic()
@@ -49,6 +49,7 @@ async def test_job_status_rides_out_transient_hub_errors(status: int, times: int
 
 
 @pytest.mark.detached
+@pytest.mark.usefixtures("quick_hub_reads")
 async def test_a_hanging_hub_gets_the_last_known_state_within_ten_seconds(hub: Emulator) -> None:
     job_id = await submitted(hub, JobPlan(scheduling_s=0, running_s=60))
     hub.fail_next("GET", INSPECT, None, hang=12, count=3)
@@ -61,6 +62,9 @@ async def test_a_hanging_hub_gets_the_last_known_state_within_ten_seconds(hub: E
     assert report["stale"], json.dumps(report)[:1500]
     assert report["stale"] and report["stage"] in ("SCHEDULING", "RUNNING") and "did not answer" in report["next_step"]
     assert [j["stale"] for j in listed.structured_content["jobs"]] == [True]
+    from hf_train_mcp import hub as hub_module
+
+    assert hub_module.READ_DEADLINE_S < 8  # production's bound (quick_hub_reads shortens it): two tools under 16 s
 
 
 async def test_no_credits_is_a_billing_answer_and_is_not_retried(hub: Emulator) -> None:
@@ -87,7 +91,7 @@ async def test_a_job_the_hub_no_longer_has_is_reported_gone(hub: Emulator) -> No
 async def test_a_dropped_log_stream_returns_what_was_read_and_says_so(hub: Emulator) -> None:
     lines = [f"HFTM_LOG {{\"step\": {i}, \"total_steps\": 10, \"loss\": 1.0}}" for i in range(1, 6)]
     job_id = await submitted(hub, JobPlan(scheduling_s=0, running_s=0.1, log_lines=lines, drop_logs_after=2))
-    time.sleep(0.3)
+    hub.advance(0.3)  # the job has ended
     report = (await call("job_status", {"job_id": job_id})).structured_content
     assert report["log_tail"] == lines[:2] and report["progress"]["step"] == 2
     assert "broke off" in report["next_step"]
@@ -99,7 +103,7 @@ async def test_a_finished_job_is_answered_from_the_ledger_without_asking_the_hub
     lines = [f"HFTM_LOG {{\"step\": {i}, \"total_steps\": 3, \"loss\": {1 - i / 10}}}" for i in range(1, 4)]
     lines.append("HFTM_DONE {}")  # the log is known to be whole
     job_id = await submitted(hub, JobPlan(scheduling_s=0, running_s=0.1, log_lines=lines))
-    time.sleep(0.3)
+    hub.advance(0.3)  # the job has ended
     logs = rf"{INSPECT}/logs"
     async with Client(build_server()) as client:  # one server: its first look settles the job
         first = (await client.call_tool("job_status", {"job_id": job_id})).structured_content
@@ -120,7 +124,7 @@ async def test_a_finished_job_is_answered_from_the_ledger_without_asking_the_hub
 async def test_a_finished_jobs_log_is_read_again_until_it_holds_its_last_line(hub: Emulator) -> None:
     lines = ['HFTM_LOG {"step": 1, "total_steps": 3, "loss": 1.0}']  # the Hub's log can lag the job's stage
     job_id = await submitted(hub, JobPlan(scheduling_s=0, running_s=0.1, log_lines=lines))
-    time.sleep(0.3)
+    hub.advance(0.3)  # the job has ended
     logs = rf"{INSPECT}/logs"
     async with Client(build_server()) as client:
         await client.call_tool("job_status", {"job_id": job_id})
@@ -134,7 +138,7 @@ async def test_a_recovered_job_that_already_ended_is_inspected_once_for_its_time
 
     job_id = await submitted(hub, JobPlan(scheduling_s=0, running_s=0.1, final_stage="ERROR",
                                           message="CUDA out of memory"))
-    time.sleep(0.3)
+    hub.advance(0.3)  # the job has ended
     ledger = Ledger()
     ledger.update_stage(job_id, "ERROR")  # as crash recovery records it: the stage, no times or message
     before = hub.count("GET", INSPECT)
@@ -210,6 +214,7 @@ async def test_a_server_killed_between_post_and_ledger_write_finds_its_job_on_th
 
 
 @pytest.mark.detached
+@pytest.mark.usefixtures("quick_hub_reads")
 async def test_a_submission_of_unknown_outcome_keeps_its_key_so_a_retry_cannot_launch_twice(hub: Emulator) -> None:
     before = len(hub.posted_jobs())
     hub.fail_next("POST", r"/api/jobs/emu-user", 500, count=3, after=True)  # created, but the answer is lost
@@ -388,6 +393,7 @@ async def test_the_last_post_unanswered_keeps_its_journal_and_key_until_its_job_
 
 
 @pytest.mark.detached
+@pytest.mark.usefixtures("quick_hub_reads")
 @pytest.mark.parametrize("job_list", ["readable", "unreadable"])
 async def test_a_post_answered_2xx_with_a_body_that_is_no_job_is_looked_up_not_forgotten(
         hub: Emulator, late_posts: list[str], job_list: str) -> None:

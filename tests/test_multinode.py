@@ -21,7 +21,7 @@ from hf_train_mcp.contract.requests import TrainingRequest
 from tests.emulator import Emulator, JobPlan
 from tests.helpers import QWEN_05B, call, refused
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("quick_log_reads")]
 
 RUN = {"model": "Qwen/Qwen2-0.5B-Instruct", "dataset": "org/chat", "hub_model_id": "emu-user/qwen-2nodes",
        "nodes": 2, "flavor": "a100x8", "peft": "full", "max_steps": 10, "timeout": "1h"}
@@ -65,7 +65,7 @@ async def test_a_two_node_run_is_two_jobs_in_one_group_followed_as_one(cluster: 
         listed = await call(client, "list_jobs", {})
         assert [j["job_id"] for j in listed["jobs"]].count(run["job_id"]) == 1
         assert run["node_job_ids"][1] not in [j["job_id"] for j in listed["jobs"]]
-        time.sleep(0.6)
+        cluster.advance(0.6)  # both nodes have ended
         report = await call(client, "job_status", {"job_id": run["job_id"]})
         assert report["stage"] == "COMPLETED" and {n["stage"] for n in report["nodes"]} == {"COMPLETED"}
         page = await call(client, "job_logs", {"job_id": run["node_job_ids"][1]})  # a node's own log
@@ -84,13 +84,12 @@ async def test_cancelling_the_run_cancels_every_node(cluster: Emulator) -> None:
     assert report["stage"] == "CANCELED"
 
 
-@pytest.mark.detached
 async def test_a_failed_node_stops_the_others_and_the_status_says_why(cluster: Emulator) -> None:
     cluster.plan_next(JobPlan(scheduling_s=0.0, running_s=60))
     cluster.plan_next(JobPlan(scheduling_s=0.0, running_s=0.1, final_stage="ERROR", message="NCCL timeout"))
     async with Client(build_server()) as client:
         run = await call(client, "submit_training", RUN)
-        time.sleep(0.3)
+        cluster.advance(0.3)  # node 1 has failed
         report = await call(client, "job_status", {"job_id": run["job_id"]})
     assert report["stage"] == "ERROR" and "node 1" in report["error"]
     assert "node 1 is ERROR: NCCL timeout" in report["message"] and "every node canceled" in report["message"]
@@ -125,6 +124,7 @@ async def test_a_node_that_cannot_be_posted_cancels_the_posted_ones(cluster: Emu
 
 
 @pytest.mark.detached
+@pytest.mark.usefixtures("quick_hub_reads")
 async def test_a_node_whose_post_ends_unknown_stops_the_run_and_is_canceled_once_found(cluster: Emulator,
                                                                                      monkeypatch) -> None:
     """Rank 1's POST made its job but got a 500, and the job list could not be read to tell: the run is stopped
@@ -370,6 +370,7 @@ async def test_a_nodes_last_post_unanswered_stops_the_run_and_its_late_job_is_ca
 
 
 @pytest.mark.detached
+@pytest.mark.usefixtures("quick_hub_reads")
 async def test_a_rank0_whose_post_ended_unknown_is_stopped_once_found(cluster: Emulator, watched: list[str]) -> None:
     """Rank 0's POST made its job but was answered 500, and the job list could not be read: the answer names no
     internal label, a watcher looks the submission up, and once the Hub answers the job is recorded as a run

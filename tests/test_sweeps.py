@@ -14,6 +14,7 @@ from typing import Any, Iterator
 import pytest
 from mcp import Client
 
+from hf_train_mcp.sweeps import results as sweep_results
 from hf_train_mcp.sweeps import sweep as sweeps
 from hf_train_mcp.shell.app import build_server
 from hf_train_mcp.access import Access
@@ -27,7 +28,7 @@ from tests.emulator import Emulator, JobPlan, ViewerDataset
 from tests.helpers import CAPYBARA_BASE as BASE
 from tests.helpers import CAPYBARA_ROWS, answering, call, decoded_script, job_record, refused, script_config
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("quick_log_reads")]
 HF_BASE = {**BASE, "flavor": "a10g-large", "timeout": "1h", "max_steps": 10}  # a10g-large: $1.50/h built in
 
 
@@ -43,6 +44,16 @@ def supervisors(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         deadline = time.monotonic() + 30
         while process_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
+
+
+@pytest.fixture
+def supervised(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The sweeps whose supervisor would have been started (by submit_sweep, or by compare_runs): noted, not
+    started (the test needs none, or makes each look itself)."""
+    started: list[str] = []
+    for module in (sweeps, sweep_results):
+        monkeypatch.setattr(module, "ensure_supervised", lambda core, sweep: started.append(sweep.sweep_id))
+    return started
 
 
 @pytest.fixture
@@ -119,8 +130,8 @@ async def test_a_sweep_with_a_bad_run_is_refused_whole(capybara: Emulator, argum
     assert expected in text and len(capybara.posted_jobs()) == before
 
 
-@pytest.mark.detached
-async def test_a_retried_sweep_returns_the_same_jobs_and_launches_nothing_new(capybara: Emulator) -> None:
+async def test_a_retried_sweep_returns_the_same_jobs_and_launches_nothing_new(capybara: Emulator,
+                                                                             supervised: list[str]) -> None:
     arguments = {"base": HF_BASE, "grid": {"learning_rate": [1e-4, 2e-4]}, "idempotency_key": "my-sweep-1"}
     before = len(capybara.posted_jobs())
     async with Client(build_server()) as client:
@@ -135,6 +146,7 @@ async def test_a_retried_sweep_returns_the_same_jobs_and_launches_nothing_new(ca
     assert again["sweep_id"] == third["sweep_id"] == first["sweep_id"]
     assert [j["job_id"] for j in again["jobs"]] == [j["job_id"] for j in first["jobs"]]
     assert "matched sweep" in again["warnings"][-1]
+    assert supervised == [first["sweep_id"]] * 3  # each answer made sure the sweep is supervised
     # one Trackio project, each run its own repo and run name, the grid values in each run's config
     posted = capybara.posted_jobs()[-2:]
     configs = [script_config(decoded_script(spec)) for spec in posted]
@@ -160,8 +172,8 @@ def test_two_servers_racing_with_one_key_launch_one_sweep(capybara: Emulator) ->
     assert len(capybara.posted_jobs()) == before + 2
 
 
-@pytest.mark.detached
-async def test_a_sweep_is_confirmed_once_for_its_whole_worst_case(capybara: Emulator, monkeypatch) -> None:
+async def test_a_sweep_is_confirmed_once_for_its_whole_worst_case(capybara: Emulator, monkeypatch,
+                                                                  supervised: list[str]) -> None:
     monkeypatch.setenv("HF_TRAIN_CONFIRM_ABOVE_USD", "2")  # one run ($1.50) would not be asked; two ($3.00) are
     asked: list[str] = []
     before = len(capybara.posted_jobs())
@@ -174,6 +186,7 @@ async def test_a_sweep_is_confirmed_once_for_its_whole_worst_case(capybara: Emul
     async with Client(build_server(), elicitation_callback=answering("accept", {"submit": True})) as client:
         accepted = await call(client, "submit_sweep", arguments)
     assert len(capybara.posted_jobs()) == before + 2 and accepted["worst_case_cost_usd"] == 3.0
+    assert supervised == [accepted["sweep_id"]]  # the declined one started nothing
 
 
 async def test_a_user_key_cannot_pose_as_a_sweep_run(capybara: Emulator) -> None:
@@ -196,7 +209,7 @@ async def test_queued_runs_start_only_as_slots_free(capybara: Emulator, monkeypa
     assert [job["state"] for job in sweep["jobs"]] == ["launched", "launched", "queued"] and started == [sweep_id]
     assert "1 run(s) wait for a free slot" in sweep["next_step"]
 
-    time.sleep(0.5)
+    capybara.advance(0.5)  # both jobs are running
     assert sweeps.supervise_once(Core(), sweep_id)  # both slots busy: nothing starts
     assert len(sweep_posts(capybara, sweep_id)) == 2
     Core().cancel_job(sweep["jobs"][0]["job_id"])  # a slot frees: two supervisors see it at once
@@ -218,7 +231,9 @@ async def test_queued_runs_start_only_as_slots_free(capybara: Emulator, monkeypa
 
 
 @pytest.mark.detached
-async def test_prune_cancels_the_run_that_trails_the_others_and_reports_the_saving(capybara: Emulator) -> None:
+async def test_prune_cancels_the_run_that_trails_the_others_and_reports_the_saving(capybara: Emulator,
+                                                                                  supervised: list[str]) -> None:
+    # this test makes each look (its supervisor is noted, not started)
     for losses in ([2.0, 1.6, 1.2, 1.0], [2.0, 2.4, 2.8, 3.0], [2.0, 1.7, 1.3, 1.1]):
         capybara.plan_next(JobPlan(scheduling_s=0.1, running_s=120, log_lines=loss_lines(losses)))
     core = Core()
@@ -229,11 +244,11 @@ async def test_prune_cancels_the_run_that_trails_the_others_and_reports_the_savi
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and Ledger().sweep_runs(sweep_id)[1].state != "pruned":
             sweeps.supervise_once(core, sweep_id)
-            time.sleep(0.5)
+            capybara.advance(0.5)  # the jobs log on between two looks
         runs = Ledger().sweep_runs(sweep_id)
         assert [r.state for r in runs] == ["launched", "pruned", "launched"]
         assert re.match(r"pruned at step [234]/10: loss (2\.4|2\.8|3) vs the others' ", runs[1].note), runs[1].note
-        time.sleep(2.5)  # every loss line of the two others is out: the ranking compares their last losses
+        capybara.advance(2.5)  # every loss line of the two others is out: the ranking compares their last losses
         table = await call(client, "compare_runs", {"sweep_id": sweep_id})
         await call(client, "cancel_job", {"job_id": sweep_id})
     assert table["metric"] == "loss" and table["lower_is_better"] is True
@@ -244,16 +259,16 @@ async def test_prune_cancels_the_run_that_trails_the_others_and_reports_the_savi
     assert any(runs[1].job_id in r["path"] for r in canceled)
 
 
-@pytest.mark.detached
-async def test_a_worst_case_in_fractions_of_a_cent_is_approved_whole(capybara: Emulator, monkeypatch) -> None:
+async def test_a_worst_case_in_fractions_of_a_cent_is_approved_whole(capybara: Emulator,
+                                                                    supervised: list[str]) -> None:
     # 17 min x $1.50/h = $0.425: each run's cap is $0.43, never the $0.42 its plan rounds to
-    monkeypatch.setattr(sweeps, "ensure_supervised", lambda core, sweep: None)  # its supervisor died, say
+    # its supervisor died, say (noted, never started; nor is compare_runs's)
     async with Client(build_server()) as client:
         sweep = await call(client, "submit_sweep", {"base": {**HF_BASE, "timeout": "17m"},
                                                     "grid": {"learning_rate": [1e-4, 2e-4]}})
         assert [job["state"] for job in sweep["jobs"]] == ["launched", "launched"], sweep["jobs"]
         assert sweep["worst_case_cost_usd"] == 0.86
-        time.sleep(1.5)  # the emulated jobs finish
+        capybara.advance(1.5)  # the emulated jobs finish
         table = await call(client, "compare_runs", {"sweep_id": sweep["sweep_id"]})
     assert table["sweep_state"] == "finished"  # seen by compare_runs, without a supervisor
 
@@ -347,12 +362,11 @@ def test_a_run_is_pruned_only_when_it_trails_the_median_at_the_same_step() -> No
     assert sweeps.trailing(near_zero, {0, 1, 2}) == []
 
 
-@pytest.mark.detached
 async def test_compare_runs_of_job_ids_shows_what_differs(capybara: Emulator) -> None:
     async with Client(build_server()) as client:
         first = await call(client, "submit_training", {**HF_BASE, "learning_rate": 1e-4})
         second = await call(client, "submit_training", {**HF_BASE, "learning_rate": 3e-4, "lora_r": 32})
-        time.sleep(1.5)
+        capybara.advance(1.5)  # both emulated jobs finish
         table = await call(client, "compare_runs", {"job_ids": [first["job_id"], second["job_id"]]})
         text = await refused(client, "compare_runs", {"job_ids": ["6650f0e1a2b3c4d5e6f7a8b9"]})
         both = await refused(client, "compare_runs", {})
@@ -398,6 +412,7 @@ async def test_a_two_run_local_sweep_completes_one_at_a_time_and_is_ranked(tiny_
 
 
 @pytest.mark.detached
+@pytest.mark.usefixtures("quick_hub_reads")
 async def test_a_hub_hiccup_at_launch_leaves_the_run_queued_for_the_next_look(capybara: Emulator, monkeypatch) -> None:
     sweep = await unsupervised_sweep(capybara, monkeypatch)
     sweep_id = sweep["sweep_id"]
@@ -414,6 +429,7 @@ async def test_a_hub_hiccup_at_launch_leaves_the_run_queued_for_the_next_look(ca
 
 # --- launches whose outcome is unknown, keys, concurrency, supervisors ------------------------------------------
 @pytest.mark.detached
+@pytest.mark.usefixtures("quick_hub_reads")
 async def test_a_run_whose_post_may_have_made_its_job_waits_for_the_hubs_word(capybara: Emulator,
                                                                                monkeypatch) -> None:
     from hf_train_mcp.jobs import ledger as ledger_module
@@ -514,12 +530,12 @@ async def test_a_run_whose_key_names_another_kind_of_job_fails_instead_of_waitin
 
 @pytest.mark.detached
 async def test_silent_running_jobs_are_read_at_once_by_compare_runs_and_the_supervisor(capybara: Emulator,
+                                                                                      supervised: list[str],
                                                                                       monkeypatch) -> None:
     import threading
 
     from hf_train_mcp.backends import hf_jobs
 
-    monkeypatch.setattr(sweeps, "ensure_supervised", lambda core, sweep: None)
     monkeypatch.setattr(hf_jobs, "LOG_DEADLINE_S", 0.5)  # each silent job's log read waits this long
     for _ in range(4):
         capybara.plan_next(JobPlan(scheduling_s=0, running_s=120, log_lines=[]))  # running, printing nothing
