@@ -158,7 +158,7 @@ def quick_hub_reads(monkeypatch: pytest.MonkeyPatch) -> None:
     tests whose Hub stays down for many reads; a test that counts retries or waits out a Retry-After keeps 6 s."""
     from hf_train_mcp import hub as hub_module
 
-    monkeypatch.setitem(hub_module.bounded.__kwdefaults__, "deadline_s", 1.5)
+    monkeypatch.setattr(hub_module, "READ_DEADLINE_S", 1.5)
     monkeypatch.setattr(hub_module, "BACKOFF_S", 0.1)
 
 

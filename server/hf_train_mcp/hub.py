@@ -86,12 +86,12 @@ def _within(call: Callable[[], T], seconds: float) -> T:
 
 
 def bounded(action: str, call: Callable[[], T], token: str | None, *,
-            deadline_s: float = READ_DEADLINE_S, retry: bool = True) -> T:
+            deadline_s: float | None = None, retry: bool = True) -> T:
     """An idempotent Hub read with retries and a hard deadline. Raises hub_error() for a definite answer (401,
     402, 403, 404, ...) and HubUnreachable when the Hub did not give one in time. retry=False: one attempt
     (a call whose repeat could be refused for having worked, like a cancel)."""
     install_timeouts()
-    deadline = time.monotonic() + deadline_s
+    deadline = time.monotonic() + (READ_DEADLINE_S if deadline_s is None else deadline_s)
     attempt = 0
     while True:
         try:
