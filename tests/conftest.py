@@ -1,15 +1,29 @@
 """Shared fixtures: the Hub/Jobs emulator on 127.0.0.1, isolated data dirs, a tiny local model."""
 
+import atexit
 import importlib.util
 import os
 import shlex
+import shutil
 import socket
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
+# Before anything imports huggingface_hub or datasets (which fix their cache and token paths from HF_HOME at
+# import): this process's Hub files live in a folder of its own, never in the developer's ~/.cache/huggingface,
+# where a file one run downloaded would answer the next run's read without a request (isolated_home then gives
+# each test its own folder).
+_SESSION_HF_HOME = tempfile.mkdtemp(prefix="hftm-hf-home-")
+atexit.register(shutil.rmtree, _SESSION_HF_HOME, ignore_errors=True)
+os.environ["HF_HOME"] = _SESSION_HF_HOME
+for _name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_ASSETS_CACHE", "HF_TOKEN_PATH", "HF_XET_CACHE",
+              "HF_DATASETS_CACHE"):
+    os.environ.pop(_name, None)
 
-from tests import prewarmed
+import pytest  # noqa: E402
+
+from tests import prewarmed  # noqa: E402
 from tests.emulator import TOKENS, Emulator, ViewerDataset
 
 pytest_plugins = ["tests.marks", "pytester"]  # the slow marks, checked against what each test starts
@@ -119,8 +133,21 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("HF_TRAIN_HOME", str(home))
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    _point_hub_paths(monkeypatch, tmp_path / "hf-home")
     reset_cache()
     return home
+
+
+def _point_hub_paths(monkeypatch: pytest.MonkeyPatch, hf_home: Path) -> None:
+    """huggingface_hub read HF_HOME once, at import: its downloads (ours, transformers') and token files follow
+    this test's HF_HOME too, so that no test finds a file that another one downloaded."""
+    import huggingface_hub.constants as constants
+
+    for name, path in (("HF_HOME", hf_home), ("HF_HUB_CACHE", hf_home / "hub"),
+                       ("HUGGINGFACE_HUB_CACHE", hf_home / "hub"), ("HF_ASSETS_CACHE", hf_home / "assets"),
+                       ("HF_TOKEN_PATH", hf_home / "token"), ("HF_STORED_TOKENS_PATH", hf_home / "stored_tokens"),
+                       ("HF_XET_CACHE", hf_home / "xet")):
+        monkeypatch.setattr(constants, name, str(path))
 
 
 def point_hub_constants(monkeypatch: pytest.MonkeyPatch, endpoint: str) -> None:

@@ -71,6 +71,7 @@ async def test_no_credits_is_a_billing_answer_and_is_not_retried(hub: Emulator) 
     hub.fail_next("POST", r"/api/jobs/emu-user", 402)
     result = await call("submit_training", BASE)
     assert result.is_error and "settings/billing" in result.content[0].text
+    assert "or send backend='local'; nothing was launched" in result.content[0].text  # the backend's own words
     assert len(hub.posted_jobs()) == before + 1  # one POST: a 402 will not change by retrying
 
 

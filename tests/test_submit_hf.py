@@ -197,6 +197,7 @@ async def test_no_token_with_backend_hf_says_how_to_log_in(hub: Emulator, monkey
     monkeypatch.delenv("HF_TOKEN")
     result = await call("submit_training", {**BASE, "backend": "hf"})
     assert result.is_error and "hf auth login" in result.content[0].text
+    assert "or submit with backend='local' to run without an account" in result.content[0].text  # hf's own words
 
 
 async def test_an_invalid_token_is_reported_without_echoing_it(hub: Emulator, monkeypatch) -> None:

@@ -233,8 +233,7 @@ def _detail(exc: BaseException, token: str | None) -> str:
 ADVICE = {
     401: "the token was rejected: log in again (`hf auth login`) or set a valid HF_TOKEN",
     402: ("the account has no credits or payment method for Jobs: add one at "
-          "https://huggingface.co/settings/billing (or run in an organization that has one, or use backend='local'); "
-          "nothing was launched"),
+          "https://huggingface.co/settings/billing (or run in an organization that has one); nothing was launched"),
     403: ("the token lacks the scope for this: use a token with write access to the namespace (a fine-grained "
           "token needs 'jobs' and 'repo write' permissions)"),
     404: "not found: check the id and namespace",
@@ -242,12 +241,16 @@ ADVICE = {
 }
 
 
-def hub_error(action: str, exc: BaseException, token: str | None) -> TrainError:
-    """A TrainError for a failed Hub call, worded for the agent and never carrying the token."""
+def hub_error(action: str, exc: BaseException, token: str | None, *, instead: str | None = None) -> TrainError:
+    """A TrainError for a failed Hub call, worded for the agent and never carrying the token. instead: the
+    argument that sends the work where it costs nothing (a backend's Words.instead), offered when the account
+    cannot pay."""
     status = status_of(exc) or 0
     refused = 400 <= status < 500 and status not in TRANSIENT_STATUS  # the request itself, not the Hub's state
     fix = "the Hub refused it as sent: fix what it names (the same call again will be refused again)"
     advice = ADVICE.get(status, fix if refused else "retry later; if it persists, check https://status.huggingface.co")
+    if status == 402 and instead:
+        advice = advice.replace("; nothing was launched", f", or send {instead}; nothing was launched")
     kind = {401: AuthError, 402: BudgetError, 403: AuthError, 404: NotFoundError}.get(status, HubError)
     return kind(f"{action} failed ({_detail(exc, token)}); {advice}")
 
@@ -260,12 +263,12 @@ class Identity:
     orgs: tuple[str, ...] = ()  # the organizations it belongs to (whoami), whose namespaces it may write to
 
 
-def resolve_identity(token: str | None) -> Identity:
+def resolve_identity(token: str | None, *, instead: str | None = None) -> Identity:
+    """instead: the argument that runs the work without an account (a backend's Words.instead), offered when there
+    is no token."""
     if not token:
-        raise AuthError(
-            "no Hugging Face token found: run `hf auth login` or set HF_TOKEN (a token with write access), "
-            "or submit with backend='local' to train on this machine"
-        )
+        raise AuthError("no Hugging Face token found: run `hf auth login` or set HF_TOKEN (a token with write "
+                        "access)" + (f", or submit with {instead} to run without an account" if instead else ""))
     info = bounded("checking the Hugging Face token", lambda: hub_api(token).whoami(), token)
     role = ((info.get("auth") or {}).get("accessToken") or {}).get("role")
     if role == "read":

@@ -153,7 +153,7 @@ class HfJobsBackend:
         """After a POST that raised: the jobs it (or an earlier POST) made, else [] when it may be posted again;
         raises when it may not (a refusal, an answer that is no job, the last attempt)."""
         if refused(exc) or (unsent(exc) and not transient(exc)):
-            error = hub_error("submitting the job to Hugging Face Jobs", exc, self._token)
+            error = hub_error("submitting the job to Hugging Face Jobs", exc, self._token, instead=self.words.instead)
             said = "" if "nothing was launched" in str(error) else "; the Hub made no job"
             raise type(error)(f"{error}{said}") from None
         found = self._posted(submission, namespace, exc)

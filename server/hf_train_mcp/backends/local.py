@@ -16,7 +16,7 @@ from pathlib import Path
 from hf_train_mcp.backends.base import GpuReading, JobGone, JobRef, JobSpec, JobState, LogRead, UserRun, Words
 from hf_train_mcp.backends.catalog import Catalog
 from hf_train_mcp.backends.jobs_hardware import jobs_catalog
-from hf_train_mcp.user_scripts import source as scripts
+from hf_train_mcp.user_scripts.source import copy_ignore
 from hf_train_mcp.clock import now_iso
 from hf_train_mcp.credentials import TOKEN_NAMES, secret_value
 from hf_train_mcp.detach import spawn
@@ -281,7 +281,7 @@ class LocalBackend:
         if run.folder:
             # links stay links (as the hash and the caps counted them): a linked folder is not copied whole
             shutil.copytree(run.folder, folder / "project", symlinks=True,
-                            ignore=scripts.copy_ignore(run.folder, run.withheld))
+                            ignore=copy_ignore(run.folder, run.withheld))
         elif run.command is None:
             (folder / "script.py").write_text(script.text)
         return self.script_command(run)

@@ -72,6 +72,6 @@ class ScriptRequest(Request):
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", name):
                 raise ValueError(f"env name {name[:64]!r} is not a variable name (letters, digits, '_')")
             if looks_like_credential(name):
-                raise ValueError(f"env {name!r} looks like a credential: send its name in secrets (a Jobs job gets "
+                raise ValueError(f"env {name!r} looks like a credential: send its name in secrets (a paid job gets "
                                  "HF_TOKEN as a secret always), never its value in env")
         return self

@@ -11,7 +11,7 @@ from hf_train_mcp.contract.request_fields import (DryRun, IdempotencyKey, Label,
                                                   lift_options, with_method_options)
 from hf_train_mcp.contract.results import (BackendName, ColumnMapping, DatasetRef, Flavor, HubRepoId, Method,
                                            ModelRef, Peft, Timeout)
-from hf_train_mcp.nodes import rules as multinode
+from hf_train_mcp.nodes import rules as node_rules
 
 
 class _RunShape(Request):
@@ -30,7 +30,7 @@ class _RunShape(Request):
     dataset_split: SplitName = "train"
     backend: BackendName | None = None
     max_cost_usd: MaxCost | None = None
-    nodes: Annotated[int, Field(ge=2, le=multinode.MAX_NODES)] | None = None
+    nodes: Annotated[int, Field(ge=2, le=node_rules.MAX_NODES)] | None = None
     engine: engines.EngineName | None = None  # None: TRL (no default in the schema: it costs every agent turn)
 
     @model_validator(mode="before")
@@ -41,7 +41,7 @@ class _RunShape(Request):
     @model_validator(mode="after")
     def _method_options(self) -> "_RunShape":
         methods.check_request(self)
-        multinode.check_request(self)
+        node_rules.check_request(self)
         engines.check_request(self.engine, self.method, self.peft)
         return self
 

@@ -22,7 +22,7 @@ from hf_train_mcp.jobs.ledger import PENDING, SUBMITTING, UNKNOWN, JobRecord, Ke
 from hf_train_mcp.jobs.prepared import Prepared, Progress
 from hf_train_mcp.contract.results import Submission
 from hf_train_mcp.jobs import duplicates
-from hf_train_mcp.nodes import rules as multinode
+from hf_train_mcp.nodes import rules as node_rules
 from hf_train_mcp.jobs import node_ranks
 from hf_train_mcp.jobs import retries
 from hf_train_mcp.stages import TERMINAL_STAGES
@@ -119,7 +119,7 @@ class Launcher:
                              "preparing; nothing was submitted here: call again to get that server's job")
         submission = uuid.uuid4().hex[:12]
         if spec.nodes > 1:  # rank 0 of a run across machines: the group every node joins, named by this submission
-            spec = replace(spec, network_group=multinode.group_name(submission), node_rank=0)
+            spec = replace(spec, network_group=node_rules.group_name(submission), node_rank=0)
         node_spec = spec  # what ranks 1..N-1 are posted with (their own labels, no idempotency key)
         planned = _planned_record(prepared, submission, claim)
         journal = None
@@ -284,7 +284,7 @@ class Launcher:
         duplicates.record_copies(self.ledger, record, found[1:])
         for copy in found[1:]:
             self._cancel(copy.job_id, "a second job of one submission")
-        run = self.ledger.get(entry.parent_job_id) if entry.kind == multinode.NODE_KIND else None
+        run = self.ledger.get(entry.parent_job_id) if entry.kind == node_rules.NODE_KIND else None
         if run is not None and (run.stopped or run.stage in TERMINAL_STAGES):
             self._cancel(ref.job_id, f"a node of run {run.job_id}, which has ended")
         if key and keys.adopted(self.ledger, key, ref.job_id) and cancel_canceled:

@@ -216,7 +216,7 @@ def verdict(run: JobRecord, states: list[NodeState]) -> str | None:
         return (f"node(s) {', '.join(map(str, missing))} were never submitted, or not known to be (the server "
                 "stopped, or the Hub did not answer, between the nodes' submissions)")
     if any(s.stage == "SCHEDULING" for s in states) and age >= START_BOUND_MIN:
-        return f"the nodes did not all start within {START_BOUND_MIN:.0f} min (Jobs had no room for all of them)"
+        return f"the nodes did not all start within {START_BOUND_MIN:.0f} min (the backend had no room for all of them)"
     return None
 
 

@@ -74,7 +74,7 @@ def within_budget(req: Request, flavor: str, price: float | None, timeout: int,
                                         (operator_cap(), "this server's cap HF_TRAIN_MAX_COST_USD")) if v is not None]
     if price is None:  # a paid flavor the hardware list does not price: no cap or question could judge it
         against = " against " + ", ".join(f"{name} (${v:.2f})" for v, name in limits) if limits else ""
-        raise BudgetError(f"the price of {flavor} is unknown (the Jobs hardware list does not list it), so its worst "
+        raise BudgetError(f"the price of {flavor} is unknown (its hardware catalog does not list it), so its worst "
                          f"case cannot be checked{against}; pick a flavor that list_hardware prices. Nothing was "
                          "submitted.")
     if not limits or price == 0:

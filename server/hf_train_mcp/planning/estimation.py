@@ -9,7 +9,7 @@ from typing import Any
 
 from hf_train_mcp.methods import defaults as D
 from hf_train_mcp import backends, engines, methods
-from hf_train_mcp.nodes import rules as multinode
+from hf_train_mcp.nodes import rules as node_rules
 from hf_train_mcp.estimate.advice import flavor_warnings, model_warnings
 from hf_train_mcp.stages import TERMINAL_STAGES
 from hf_train_mcp.backends.local import has_cuda
@@ -130,7 +130,7 @@ class Estimator:
                             f"({size.note})")
         data, token_source = self._data_facts(req, hyper, token, warnings, progress)
         check_models(req, size, teacher=teacher, data=data)  # what submit_training would refuse, refused here too
-        step("reading Jobs hardware and prices")
+        step("reading the hardware catalog and prices")
         catalog = get_catalog(token, backend=req.backend or default_backend())
         if catalog.note:
             warnings.append(catalog.note)
@@ -342,7 +342,7 @@ def _assumptions(chosen: FlavorEstimate, size: Any, work: Workload, data: DataFa
 
 def _scaling(size: Any, work: Workload, info: Any, nodes: int) -> dict[str, Any]:
     """The multi-GPU scaling the estimate used (assumptions.multi_gpu), on a flavor of several GPUs or nodes."""
-    whole = multinode.node_flavor(info, nodes) if info is not None and nodes > 1 else info
+    whole = node_rules.node_flavor(info, nodes) if info is not None and nodes > 1 else info
     note = scaling(size, work, whole) if whole is not None else None
     return {"multi_gpu": note} if note else {}
 

@@ -5,7 +5,7 @@ from typing import Any
 
 from hf_train_mcp import backends, engines
 from hf_train_mcp.methods import defaults as D
-from hf_train_mcp.nodes import rules as multinode
+from hf_train_mcp.nodes import rules as node_rules
 from hf_train_mcp.durations import format_duration
 from hf_train_mcp.errors import NoFitError, TrainError
 from hf_train_mcp.estimate.advice import flavor_warnings
@@ -27,7 +27,7 @@ def estimate_flavors(hyper: Hyper, size: ModelSize, catalog: Catalog, data: Data
 
 def estimate_node_flavor(hyper: Hyper, size: ModelSize, info: Any, data: DataFacts) -> FlavorEstimate:
     """One flavor's estimate: on one machine, or on hyper.nodes of them (all their GPUs, at all their price)."""
-    whole = multinode.node_flavor(info, hyper.nodes) if hyper.nodes > 1 else info
+    whole = node_rules.node_flavor(info, hyper.nodes) if hyper.nodes > 1 else info
     return estimate_on(size, hyper.workload(size, whole.gpus, data), whole)
 
 
@@ -53,10 +53,10 @@ def choose_flavor(hyper: Hyper, size: ModelSize, catalog: Catalog, data: DataFac
 
 def host_ram_refusal(hyper: Hyper, size: ModelSize, info: Any, shared_output: bool) -> str | None:
     """Why a multi-node full fine-tune's machines of `info` cannot hold its model and checkpoints in CPU memory
-    (multinode.host_ram_refusal), or None; shared_output: checkpoints sharded into a bucket every node mounts."""
+    (node_rules.host_ram_refusal), or None; shared_output: checkpoints sharded into a bucket every node mounts."""
     if hyper.nodes <= 1 or hyper.peft != "full":
         return None
-    return multinode.host_ram_refusal(params=size.params, ram_gb=info.ram_gb, gpus=info.gpus,
+    return node_rules.host_ram_refusal(params=size.params, ram_gb=info.ram_gb, gpus=info.gpus,
                                       copies=2 if hyper.spec.full_reference_copy else 1,
                                       full_checkpoints=not shared_output)
 

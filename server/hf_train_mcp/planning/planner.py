@@ -199,7 +199,7 @@ class Planner:
         if not backends.traits(backend_name).has_namespace:
             return None
         if token or not req.dry_run:
-            return resolve_identity(token).name
+            return resolve_identity(token, instead=backends.traits(backend_name).words.instead).name
         return req.hub_model_id.split("/")[0] if getattr(req, "hub_model_id", None) else None
 
     def _prepare_training(self, req: TrainingRequest, backend_name: str, *, kind: str,

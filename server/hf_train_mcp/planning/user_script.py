@@ -119,7 +119,7 @@ def _header_applied(req: ScriptRequest, header: Header) -> list[str]:
 def _flavor_and_timeout(req: ScriptRequest, header: Header, default_timeout_s: int) -> tuple[str, int]:
     flavor = req.flavor or header.jobs.get("flavor") or DEFAULT_FLAVOR
     if flavor not in FLAVORS:
-        raise TrainError(f"the header's flavor {flavor!r} is not a Jobs flavor; list_hardware lists them")
+        raise TrainError(f"the header's flavor {flavor!r} is not in the hardware catalog; list_hardware lists its flavors")
     timeout = req.timeout
     if timeout is None and "timeout" in header.jobs:
         try:

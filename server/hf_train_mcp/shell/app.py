@@ -141,9 +141,9 @@ def _lifespan(watcher: JobWatcher, get_core: Callable[[], Any]) -> Callable[[MCP
             return
         await anyio.sleep(RESUME_SWEEPS_AFTER_S)  # after start-up: the first tools/list must not wait on the disk
         try:
-            from hf_train_mcp.sweeps import sweep as sweeps
+            from hf_train_mcp.sweeps.sweep import resume
 
-            await anyio.to_thread.run_sync(lambda: sweeps.resume(get_core()))
+            await anyio.to_thread.run_sync(lambda: resume(get_core()))
         except Exception:  # the server serves regardless; the next compare_runs restarts a sweep too
             logging.getLogger(__name__).exception("could not resume running sweeps")
 
