@@ -17,8 +17,7 @@ from hf_train_mcp.jobs import keys, retries
 
 from hf_train_mcp.sweeps import results as sweep_results
 
-from hf_train_mcp.sweeps.sweep import cancel_sweep, ensure_supervised, store_and_start
-from hf_train_mcp.sweeps.sweep import check_access as check_sweep_caller
+from hf_train_mcp.sweeps import sweep as sweeps  # its verbs read as sweeps.<verb>; tests patch them there
 from hf_train_mcp.sweeps.plan import plan_sweep
 from hf_train_mcp.access import STDIO, Access
 from hf_train_mcp.backends.base import Backend, SubmissionUnknown
@@ -99,7 +98,7 @@ class Core:
         if existing is not None:
             self.check_sweep_access(existing)
             retries.check_same_sweep(existing, req)
-            ensure_supervised(self, existing)
+            sweeps.ensure_supervised(self, existing)
             return sweep_results.sweep_result(self, existing, [
                 f"idempotency_key matched sweep {existing.sweep_id}: returned it instead of launching again"])
         plan = self.prepare(req, sweep_backend(req), kind="sweep", progress=progress)
@@ -107,7 +106,7 @@ class Core:
             return sweep_results.dry_run_result(plan)
         if confirm is not None:
             confirm(plan)
-        record, warnings = store_and_start(self, plan, progress)
+        record, warnings = sweeps.store_and_start(self, plan, progress)
         return sweep_results.sweep_result(self, record, warnings)
 
     def compare_runs(self, req: CompareRequest) -> Comparison:
@@ -123,7 +122,7 @@ class Core:
         sweep = self.ledger.sweep(job_id) if job_id.startswith(keys.KEY_PREFIX) else None
         if sweep is not None:
             self.check_sweep_access(sweep)
-            stage, message = cancel_sweep(self, job_id)
+            stage, message = sweeps.cancel_sweep(self, job_id)
             return CancelResult(job_id=job_id, stage=stage, message=message)
         return self.following.cancel(job_id)
 
@@ -183,7 +182,7 @@ class Core:
 
     def check_sweep_access(self, sweep: Any) -> None:
         """A sweep on this machine is as out of reach as its jobs for a caller who may not run local jobs."""
-        check_sweep_caller(self.access, sweep)
+        sweeps.check_access(self.access, sweep)
 
     def _submit(self, req: Any, kind: str, progress: Progress | None, confirm: Confirm | None, *,
                 sweep_run: bool = False) -> Submission:
