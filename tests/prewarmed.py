@@ -8,11 +8,15 @@ streams, `sys.path[0]` the script's folder) and runs the real file with runpy as
 the script did (its code, or the signal that killed it) and passes on the signals it gets (SIGTERM, SIGINT,
 SIGHUP) to the child's process group; when the client dies, the child's group is killed.
 
-Nothing that reads the environment at import (huggingface_hub, transformers, datasets, trl, peft, trackio) is
-imported ahead: each script imports those itself, in its own environment. What torch's native libraries read when
-they load (thread counts, library paths, CUDA devices) must equal the server's: a run whose environment differs
-there is not forked but run by a fresh interpreter (the client execs the real Python), as is every run when no
-server answers.
+The training stack (transformers, TRL, PEFT, datasets, accelerate, trackio: ~5 s more of each start) is imported
+ahead too, under the server's environment, and it reads that environment at import. The server notes which
+variables each module read then. A forked run whose environment differs in one of them gets that module's state
+derived again from its own: the modules of REDERIVED (constants only) are executed again in place, and the
+names other modules imported from them follow (`_rederive`). A difference in anything else a module read at
+import, or in what torch's native libraries read when they load (thread counts, library paths, CUDA devices),
+gets a fresh interpreter instead (the client execs the real Python), as does every run when no server answers.
+tests/test_prewarmed.py holds it: a forked run's module state equals a fresh interpreter's under the
+environments the tests use.
 
     python tests/prewarmed.py serve SOCKET             the server (conftest.py starts one per worker)
     python tests/prewarmed.py SOCKET [-u] SCRIPT ARGS  the client (HFTM_PYTHON, tests.helpers.python_command)
@@ -24,11 +28,20 @@ import signal
 import socket
 import struct
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 PRELOADED = ("torch", "torch._dynamo", "torch._inductor.compile_fx", "bitsandbytes", "numpy", "safetensors",
              "PIL.Image")
-# Libraries that read the environment when they are imported: a script must import them in its own.
-NOT_AHEAD = ("huggingface_hub", "transformers", "datasets", "trl", "peft", "accelerate", "trackio")
+# The training stack, imported ahead under the server's environment (what the rendered scripts import)
+STACK = ("huggingface_hub", "datasets", "transformers", "transformers.trainer", "peft", "accelerate", "trackio",
+         "trl", "trl.trainer.sft_trainer", "trl.trainer.dpo_trainer", "trl.trainer.grpo_trainer",
+         "trl.trainer.kto_trainer", "trl.trainer.reward_trainer")
+# Its modules whose constants come from the environment (HF_HOME, HF_ENDPOINT, HF_HUB_OFFLINE, TRACKIO_DIR, ...),
+# directly or through an earlier one of them, in the order a run whose environment differs there derives them again
+REDERIVED = ("huggingface_hub.constants", "huggingface_hub.utils._http", "datasets.config", "transformers.utils.hub",
+             "transformers.utils.logging", "trackio.utils", "trackio.frontend_config", "trackio._vendor.tunneling",
+             "accelerate.commands.config.config_args")
 # What native libraries read when they load: a run with other values gets a fresh interpreter.
 _LOAD_TIME = ("OMP_", "MKL_", "OPENBLAS_", "GOMP_", "KMP_", "CUDA_", "NVIDIA_", "LD_", "TORCHINDUCTOR_", "TORCHDYNAMO_",
               "TORCH_LOGS", "TORCH_CPP_", "PYTORCH_", "BNB_", "PYTHONPATH", "PYTHONHASHSEED", "PYTHONWARNINGS",
@@ -37,6 +50,111 @@ _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 LOG_NAME = "started.log"  # one line per run the server forked (tests/marks.py reads it)
 _started_with: dict[str, str] = {}  # the server's environment before its imports
 _imports_set: dict[str, str] = {}  # what its imports set there (TORCHINDUCTOR_CACHE_DIR): a script's would too
+# Modules that copy the whole environment at import and keep only the variables with this prefix (fsspec/config.py
+# set_conf_env: `envdict = dict(envdict)`, then `if key.startswith("FSSPEC_")`)
+_WALKS = {"fsspec.config": "FSSPEC_"}
+_import_reads: dict[str, tuple[str | None, set[str]]] = {}  # variable -> (the value seen, the modules that read it)
+
+
+def _threads() -> list[str]:
+    """This process's threads other than its main one and pyarrow's jemalloc background thread (jemalloc's fork
+    handlers make that one safe: datasets forks workers with it running)."""
+    names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")
+             if int(t) != os.getpid()]
+    return [n for n in names if n != "jemalloc_bg_thd"]
+
+
+@contextmanager
+def _noting_reads() -> Iterator[None]:
+    """Within the block, each variable read from os.environ (get, [], in; not a walk over all of it), with the
+    value seen and the module whose code asked, is noted in _import_reads."""
+    real = os._Environ.__getitem__
+
+    def noted(self: os._Environ, key: str) -> str:
+        frame = sys._getframe(1)
+        if frame.f_code.co_name in ("__iter__", "__eq__", "copy"):  # a walk over the whole mapping: no variable of its own
+            return real(self, key)
+        while frame is not None and frame.f_globals.get("__name__") in ("os", "collections.abc"):  # get, in, getenv
+            frame = frame.f_back
+        module = frame.f_globals.get("__name__", "?") if frame is not None else "?"
+        if not key.startswith(_WALKS.get(module, "")):
+            return real(self, key)
+        try:
+            value = real(self, key)
+        except KeyError:
+            _import_reads.setdefault(key, (None, set()))[1].add(module)
+            raise
+        _import_reads.setdefault(key, (value, set()))[1].add(module)
+        return value
+
+    os._Environ.__getitem__ = noted  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        os._Environ.__getitem__ = real  # type: ignore[method-assign]
+
+
+def _differing_reads(env: dict[str, str]) -> tuple[list[str], list[str]]:
+    """(what the child derives again, what it cannot): the variables the stack read at import whose value in the
+    run's environment differs from the one seen, split by whether only REDERIVED modules read them."""
+    effective = {**_imports_set, **env}
+    differing = sorted(k for k, (seen, _) in _import_reads.items() if effective.get(k) != seen)
+    rederived = [k for k in differing if _import_reads[k][1] <= set(REDERIVED)]  # read by nothing else
+    return rederived, [k for k in differing if k not in rederived]
+
+
+def _plain(value: object, depth: int = 0) -> bool:
+    """Data, as a constant derived from the environment is: no object of a class the module defines."""
+    from pathlib import PurePath
+
+    if isinstance(value, (str, bytes, int, float, bool, type(None), PurePath)):
+        return True
+    if depth < 2 and type(value) in (tuple, list, frozenset, set):
+        return all(_plain(v, depth + 1) for v in value)  # type: ignore[attr-defined]
+    return depth < 2 and type(value) is dict and all(_plain(k, depth + 1) and _plain(v, depth + 1)
+                                                     for k, v in value.items())  # type: ignore[attr-defined]
+
+
+def _rederive() -> None:
+    """In a forked child whose environment differs in what REDERIVED modules read at import: each is executed
+    again, in order, in a scratch namespace, and its constants (plain data) take the values found there; its
+    classes and functions stay the ones other modules hold. A name another module imported from one
+    (`from ..constants import HF_HUB_CACHE`) follows at once, before the next one is derived from it; a function's
+    default computed from one (the same path or URL string) follows at the end."""
+    spaces = [space for space in (getattr(m, "__dict__", None) for m in list(sys.modules.values()))
+              if isinstance(space, dict)]
+    defaults: dict[int, tuple[object, object]] = {}  # id(old) -> (old, new)
+    for name in REDERIVED:
+        module = sys.modules[name]
+        scratch = {k: getattr(module, k) for k in ("__name__", "__file__", "__package__", "__spec__", "__loader__")}
+        with open(module.__file__, "rb") as source:  # type: ignore[arg-type]
+            exec(compile(source.read(), module.__file__, "exec"), scratch)  # type: ignore[arg-type]
+        for key, old in list(vars(module).items()):
+            new = scratch.get(key, old)
+            if key.startswith("__") or not _plain(old) or not _plain(new) or new == old:
+                continue
+            for space in spaces:  # the module itself among them
+                if space.get(key, new) is old:
+                    space[key] = new
+            if isinstance(old, (str, bytes)) and len(old) > 8:  # never an object many values share (True, 0, "")
+                defaults[id(old)] = (old, new)
+    roots = {n.split(".")[0] for n in STACK}
+    for name, module in list(sys.modules.items()):
+        if name.split(".")[0] in roots and isinstance(getattr(module, "__dict__", None), dict):
+            _follow_defaults(vars(module), defaults)
+
+
+def _follow_defaults(space: dict, defaults: dict[int, tuple[object, object]]) -> None:
+    """The module's functions (and its classes' methods) whose default is the very object of a changed constant."""
+    from types import FunctionType
+
+    for value in list(space.values()):
+        inside = list(vars(value).values()) if isinstance(value, type) else [value]
+        for function in (getattr(v, "__func__", v) for v in inside):
+            given = function.__defaults__ if isinstance(function, FunctionType) else None
+            if given and any(id(d) in defaults and defaults[id(d)][0] is d for d in given):
+                function.__defaults__ = tuple(defaults[id(d)][1] if id(d) in defaults and defaults[id(d)][0] is d
+                                              else d for d in given)
 
 
 def _unlike_load_time(env: dict[str, str]) -> list[str]:
@@ -56,11 +174,13 @@ def serve(path: str) -> None:
     _started_with.update(os.environ)
     for name in PRELOADED:
         importlib.import_module(name)
+    with _noting_reads():
+        for name in STACK:
+            importlib.import_module(name)
     _imports_set.update({k: v for k, v in os.environ.items() if _started_with.get(k) != v})
-    early = [m for m in NOT_AHEAD if m in sys.modules]
-    threads = len(os.listdir("/proc/self/task"))
-    if early or threads != 1:  # forking a process with threads, or with stale env-derived constants, is unsafe
-        raise SystemExit(f"prewarmed: cannot serve (imported ahead: {early}; threads: {threads})")
+    threads = _threads()
+    if threads:  # a thread's locks would be held forever in a forked child
+        raise SystemExit(f"prewarmed: cannot serve (threads: {threads})")
     import tempfile
 
     tempfile.tempdir = None  # the child finds its own TMPDIR
@@ -101,11 +221,15 @@ def _runner(conn: socket.socket, log: str) -> None:
     """One run: the child forked, its signals passed on, its end reported to the client."""
     conn.settimeout(None)
     request, fds = _receive(conn)
-    unlike = _unlike_load_time(request["env"])
+    rederived, unlike = _differing_reads(request["env"])
+    unlike += _unlike_load_time(request["env"])
     if unlike:
-        print(f"prewarmed: not forked, these differ from the server's: {unlike}", file=sys.stderr, flush=True)
+        readers = {k: sorted(_import_reads[k][1]) for k in unlike if k in _import_reads}
+        print(f"prewarmed: not forked, these differ from the server's: {unlike} (read at import by {readers})",
+              file=sys.stderr, flush=True)
         conn.sendall(b"cold\n")
         return
+    request["rederived"] = rederived
     pid = os.fork()
     if pid == 0:
         try:
@@ -171,6 +295,8 @@ def _become(request: dict, fds: list[int]) -> None:
     os.environ.update(request["env"])
     for name, value in _imports_set.items():
         os.environ.setdefault(name, value)
+    if request["rederived"]:
+        _rederive()
     sys.argv = list(request["argv"])
     sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
     sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0])))
@@ -205,7 +331,11 @@ def _run(script: str) -> int:
     import threading
 
     try:
-        runpy.run_path(script, run_name="__main__")
+        if os.environ.get("HFTM_PROFILE"):
+            import cProfile
+            cProfile.runctx("runpy.run_path(script, run_name='__main__')", globals(), {"runpy": runpy, "script": script}, os.environ["HFTM_PROFILE"])
+        else:
+            runpy.run_path(script, run_name="__main__")
         code = 0
     except SystemExit as exc:
         code = _exit_code(exc.code)
