@@ -37,11 +37,12 @@ PRELOADED = ("torch", "torch._dynamo", "torch._inductor.compile_fx", "bitsandbyt
 STACK = ("huggingface_hub", "datasets", "transformers", "transformers.trainer", "peft", "accelerate", "trackio",
          "trl", "trl.trainer.sft_trainer", "trl.trainer.dpo_trainer", "trl.trainer.grpo_trainer",
          "trl.trainer.kto_trainer", "trl.trainer.reward_trainer")
-# Its modules whose constants come from the environment (HF_HOME, HF_ENDPOINT, HF_HUB_OFFLINE, TRACKIO_DIR, ...),
-# directly or through an earlier one of them, in the order a run whose environment differs there derives them again
+# Its modules whose constants come from the environment (HF_HOME, HF_ENDPOINT, HF_HUB_OFFLINE, TRACKIO_DIR, the
+# terminal's COLUMNS, ...), directly or through an earlier one of them, in the order a run whose environment
+# differs there derives them again
 REDERIVED = ("huggingface_hub.constants", "huggingface_hub.utils._http", "datasets.config", "transformers.utils.hub",
              "transformers.utils.logging", "trackio.utils", "trackio.frontend_config", "trackio._vendor.tunneling",
-             "accelerate.commands.config.config_args")
+             "accelerate.commands.config.config_args", "accelerate.commands.menu.helpers")
 # What native libraries read when they load: a run with other values gets a fresh interpreter.
 _LOAD_TIME = ("OMP_", "MKL_", "OPENBLAS_", "GOMP_", "KMP_", "CUDA_", "NVIDIA_", "LD_", "TORCHINDUCTOR_", "TORCHDYNAMO_",
               "TORCH_LOGS", "TORCH_CPP_", "PYTORCH_", "BNB_", "PYTHONPATH", "PYTHONHASHSEED", "PYTHONWARNINGS",
@@ -74,7 +75,7 @@ def _noting_reads() -> Iterator[None]:
         frame = sys._getframe(1)
         if frame.f_code.co_name in ("__iter__", "__eq__", "copy"):  # a walk over the whole mapping: no variable of its own
             return real(self, key)
-        while frame is not None and frame.f_globals.get("__name__") in ("os", "collections.abc"):  # get, in, getenv
+        while frame is not None and frame.f_globals.get("__name__") in ("os", "collections.abc", "shutil"):
             frame = frame.f_back
         module = frame.f_globals.get("__name__", "?") if frame is not None else "?"
         if not key.startswith(_WALKS.get(module, "")):
@@ -97,8 +98,10 @@ def _noting_reads() -> Iterator[None]:
 def _differing_reads(env: dict[str, str]) -> tuple[list[str], list[str]]:
     """(what the child derives again, what it cannot): the variables the stack read at import whose value in the
     run's environment differs from the one seen, split by whether only REDERIVED modules read them."""
-    effective = {**_imports_set, **env}
-    differing = sorted(k for k, (seen, _) in _import_reads.items() if effective.get(k) != seen)
+    # a variable the imports set themselves (sklearn's KMP_DUPLICATE_LIB_OK, by setdefault) may be there with
+    # that value, as in the environment of a process that imported them before it started the run
+    differing = sorted(k for k, (seen, _) in _import_reads.items()
+                       if env.get(k) != seen and (k not in _imports_set or env.get(k) != _imports_set[k]))
     rederived = [k for k in differing if _import_reads[k][1] <= set(REDERIVED)]  # read by nothing else
     return rederived, [k for k in differing if k not in rederived]
 

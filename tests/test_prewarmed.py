@@ -82,10 +82,11 @@ CWD_AT_IMPORT = {"transformers.utils.auto_docstring.PATH_TO_TRANSFORMERS"}
 
 def run_env(tmp_path: Path) -> dict[str, str]:
     """The environment a test's run gets (tests.helpers.run_script, the local backend): its own HF_HOME, offline,
-    its own Trackio folder, an emulator's endpoint, a token."""
+    its own Trackio folder, an emulator's endpoint, a token, a terminal's size."""
     return {**os.environ, "HF_HOME": str(tmp_path / "hf-home"), "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9",
             "TRACKIO_DIR": str(tmp_path / "trackio"), "HF_TOKEN": "hf_probe_token", "PYTHONUNBUFFERED": "1",
-            "TOKENIZERS_PARALLELISM": "false", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "XDG_CACHE_HOME": str(tmp_path)}
+            "TOKENIZERS_PARALLELISM": "false", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "XDG_CACHE_HOME": str(tmp_path),
+            "COLUMNS": "123", "LINES": "45", "KMP_DUPLICATE_LIB_OK": "True"}  # a CLI test's width; sklearn's own
 
 
 @needs_training
