@@ -33,10 +33,12 @@ from contextlib import contextmanager
 
 PRELOADED = ("torch", "torch._dynamo", "torch._inductor.compile_fx", "bitsandbytes", "numpy", "safetensors",
              "PIL.Image")
-# The training stack, imported ahead under the server's environment (what the rendered scripts import)
+# The training stack, imported ahead under the server's environment (what the rendered scripts import). sklearn
+# (sentence-transformers imports it) sets KMP_DUPLICATE_LIB_OK and KMP_INIT_AT_FORK, which a test worker that
+# imported it passes on to its runs: the server sets them too, so that those runs are forked
 STACK = ("huggingface_hub", "datasets", "transformers", "transformers.trainer", "peft", "accelerate", "trackio",
          "trl", "trl.trainer.sft_trainer", "trl.trainer.dpo_trainer", "trl.trainer.grpo_trainer",
-         "trl.trainer.kto_trainer", "trl.trainer.reward_trainer")
+         "trl.trainer.kto_trainer", "trl.trainer.reward_trainer", "sklearn", "sentence_transformers")
 # Its modules whose constants come from the environment (HF_HOME, HF_ENDPOINT, HF_HUB_OFFLINE, TRACKIO_DIR, the
 # terminal's COLUMNS, ...), directly or through an earlier one of them, in the order a run whose environment
 # differs there derives them again
@@ -73,7 +75,7 @@ def _noting_reads() -> Iterator[None]:
 
     def noted(self: os._Environ, key: str) -> str:
         frame = sys._getframe(1)
-        if frame.f_code.co_name in ("__iter__", "__eq__", "copy"):  # a walk over the whole mapping: no variable of its own
+        if frame.f_code.co_name in ("__iter__", "__eq__", "copy"):  # a walk over the whole mapping: none of its own
             return real(self, key)
         while frame is not None and frame.f_globals.get("__name__") in ("os", "collections.abc", "shutil"):
             frame = frame.f_back
@@ -334,11 +336,7 @@ def _run(script: str) -> int:
     import threading
 
     try:
-        if os.environ.get("HFTM_PROFILE"):
-            import cProfile
-            cProfile.runctx("runpy.run_path(script, run_name='__main__')", globals(), {"runpy": runpy, "script": script}, os.environ["HFTM_PROFILE"])
-        else:
-            runpy.run_path(script, run_name="__main__")
+        runpy.run_path(script, run_name="__main__")
         code = 0
     except SystemExit as exc:
         code = _exit_code(exc.code)

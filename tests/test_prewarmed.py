@@ -31,13 +31,11 @@ def plain(value, depth=0):
         return all(plain(k, depth + 1) and plain(v, depth + 1) for k, v in value.items())
     return False
 
-def ordered(value):
-    if type(value) in (set, frozenset):
+def ordered(value):  # in no order: many of these are built from a set, whose order is the hash seed's
+    if type(value) in (set, frozenset, tuple, list):
         return sorted((ordered(v) for v in value), key=repr)
     if type(value) is dict:
         return sorted(((repr(k), ordered(v)) for k, v in value.items()), key=repr)
-    if type(value) in (tuple, list):
-        return [ordered(v) for v in value]
     return value
 
 def shown(value):
@@ -83,7 +81,8 @@ CWD_AT_IMPORT = {"transformers.utils.auto_docstring.PATH_TO_TRANSFORMERS"}
 def run_env(tmp_path: Path) -> dict[str, str]:
     """The environment a test's run gets (tests.helpers.run_script, the local backend): its own HF_HOME, offline,
     its own Trackio folder, an emulator's endpoint, a token, a terminal's size."""
-    return {**os.environ, "HF_HOME": str(tmp_path / "hf-home"), "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9",
+    return {**os.environ, "HF_HOME": str(tmp_path / "hf-home"), "HF_HUB_OFFLINE": "1",
+            "HF_ENDPOINT": "http://127.0.0.1:9",
             "TRACKIO_DIR": str(tmp_path / "trackio"), "HF_TOKEN": "hf_probe_token", "PYTHONUNBUFFERED": "1",
             "TOKENIZERS_PARALLELISM": "false", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "XDG_CACHE_HOME": str(tmp_path),
             "COLUMNS": "123", "LINES": "45", "KMP_DUPLICATE_LIB_OK": "True"}  # a CLI test's width; sklearn's own
@@ -102,7 +101,8 @@ def test_a_forked_run_sees_the_stack_as_a_fresh_interpreter_does(tmp_path: Path)
                               text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(prewarmed.WORKER.runs()) == forked_before + 1, "the probe was not forked: the test proves nothing"
-    forked, fresh, again = (json.loads((tmp_path / f"{name}.json").read_text()) for name in ("forked", "fresh", "again"))
+    forked, fresh, again = (json.loads((tmp_path / f"{name}.json").read_text())
+                            for name in ("forked", "fresh", "again"))
     # what two fresh interpreters disagree on is no one's environment (a pid, a random id, a set's order)
     settled = {k for k in fresh.keys() | again.keys() if fresh.get(k) == again.get(k)} - CWD_AT_IMPORT
     differing = {k: (forked.get(k), fresh.get(k)) for k in settled if forked.get(k) != fresh.get(k)}
