@@ -34,7 +34,7 @@ os.environ.pop("HF_TOKEN", None)
 os.environ.pop("HUGGING_FACE_HUB_TOKEN", None)
 os.environ.pop("HF_TRAIN_BACKEND", None)
 os.environ["HF_TRAIN_RESUME_SWEEPS"] = "0"  # a server start in one test must not revive another test's sweep
-if os.environ.get("PYTEST_XDIST_WORKER"):  # two workers on two cores: one torch thread each, not two that fight
+if os.environ.get("PYTEST_XDIST_WORKER"):  # workers share two cores: one torch thread each, not several that fight
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 WRITE_TOKEN = next(t for t, role in TOKENS.items() if role == "write")
@@ -84,7 +84,7 @@ _signature_models_built_once()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The slow tests first (training, then detached), each group in its files' order: two workers that draw
+    """The slow tests first (training, then detached), each group in its files' order: workers that draw
     from this list finish together instead of one running the last long test alone."""
     def weight(item: pytest.Item) -> int:
         return 0 if item.get_closest_marker("training") else 1 if item.get_closest_marker("detached") else 2
@@ -285,7 +285,7 @@ def llama_cpp() -> Path:
         return Path(given)
     cache = Path(__file__).resolve().parents[1] / ".cache" / "llama.cpp"
     cache.parent.mkdir(exist_ok=True)
-    with open(cache.parent / "llama.cpp.lock", "a") as lock:  # two workers (pytest -n) fetch it once
+    with open(cache.parent / "llama.cpp.lock", "a") as lock:  # the workers (pytest -n) fetch it once
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (cache / "convert_hf_to_gguf.py").exists():
             _fetch_llama_cpp(cache)
