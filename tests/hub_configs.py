@@ -4,6 +4,10 @@ import json
 from pathlib import Path
 
 CONFIGS = Path(__file__).parent / "data" / "configs"
+# Architectures whose classes live outside transformers (only their files are checked), and those whose classes
+# need a package of their own
+REMOTE_CODE_ONLY = {"microsoft--Phi-3-vision-128k-instruct"}
+NEEDS_EXTRA = {"timm--resnet50.a1_in1k": "timm"}
 
 
 def folder(repo: str) -> Path:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import needs_training
+from tests.hub_configs import NEEDS_EXTRA, REMOTE_CODE_ONLY
 
 pytestmark = pytest.mark.zoo
 CONFIGS = Path(__file__).parent / "data" / "configs"
@@ -50,9 +51,6 @@ COUNTED_AS: dict[str, tuple[str, int, str]] = {
                                    "the Hub file names no architectures; the checkpoint is the masked-LM one"),
     "google-bert--bert-base-uncased": ("BertForPreTraining", 0, "the checkpoint holds both pretraining heads"),
 }
-# Architectures whose classes live outside transformers: only their files are checked here.
-REMOTE_CODE_ONLY = {"microsoft--Phi-3-vision-128k-instruct"}
-NEEDS_EXTRA = {"timm--resnet50.a1_in1k": "timm"}
 
 
 def _read(folder: str, name: str) -> dict:

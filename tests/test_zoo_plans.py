@@ -1,8 +1,8 @@
 """Every model of the zoo (tests/data/configs) through submit_training's dry run (LoRA and QLoRA), with its real Hub
-files served as the Hub serves them: each answer is a plan whose script compiles and whose LoRA targets adapt modules of that
-very architecture (its modules as transformers builds them from the real config, on the meta device), or a clear
-refusal that says why, with nothing launched. Chat rows for every model, and rows with an image for the models
-that see images (the plan then adapts the language tower alone)."""
+files served as the Hub serves them: each answer is a plan whose script compiles and whose LoRA targets adapt
+modules of that very architecture (its modules as transformers builds them from the real config, on the meta
+device), or a clear refusal that says why, with nothing launched. Chat rows for every model, and rows with an image
+for the models that see images (the plan then adapts the language tower alone)."""
 
 import re
 
@@ -13,8 +13,7 @@ from hf_train_mcp.shell.app import build_server
 from tests.conftest import needs_training
 from tests.emulator import Emulator, ViewerDataset
 from tests.helpers import CHAT_ROWS, script_config
-from tests.hub_configs import CONFIGS
-from tests.test_zoo import NEEDS_EXTRA, REMOTE_CODE_ONLY
+from tests.hub_configs import CONFIGS, NEEDS_EXTRA, REMOTE_CODE_ONLY
 
 pytestmark = [pytest.mark.zoo, pytest.mark.anyio]
 FOLDERS = sorted(p.name for p in CONFIGS.iterdir() if p.is_dir())
