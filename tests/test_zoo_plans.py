@@ -4,6 +4,7 @@ modules of that very architecture (its modules as transformers builds them from 
 device), or a clear refusal that says why, with nothing launched. Chat rows for every model, and rows with an image
 for the models that see images (the plan then adapts the language tower alone)."""
 
+import json
 import re
 
 import pytest
@@ -90,3 +91,23 @@ async def test_each_zoo_model_is_planned_with_targets_it_has_or_refused_with_why
                      sorted({n.rsplit(".", 1)[-1] for n in modules})[:40])
         if dataset == "org/screens" and config.get("vision"):  # the language tower alone, never the vision tower
             assert not [n for n in hit if re.search(r"vision|visual|image", n)], (dataset, hit[:8])
+
+
+def _experts(folder: str) -> int:
+    config = json.loads((CONFIGS / folder / "config.json").read_text())
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    return int(next((text[k] for k in ("num_local_experts", "num_experts", "n_routed_experts") if text.get(k)), 0))
+
+
+@pytest.mark.parametrize("folder", [f for f in FOLDERS if _experts(f) > 1])
+async def test_each_zoo_mixture_of_experts_is_estimated_by_its_active_parameters(zoo: Emulator, folder: str) -> None:
+    """A token's compute is its active experts' (Gemma 4 names them top_k_experts: it was estimated at all 25.8B)."""
+    repo = folder.replace("--", "/", 1)
+    async with Client(build_server()) as client:
+        result = await client.call_tool("estimate_cost", {"model": repo, "dataset": "org/chat", "flavor": "a100-large"})
+    assert not result.is_error, result.content[0].text
+    assumptions = result.structured_content["assumptions"]
+    active, total = assumptions.get("active_params_billions"), assumptions["params_billions"]
+    assert active and 0 < active < total / 2, (active, total)
+    if folder == "google--gemma-4-26B-A4B":  # its card: 3.8B active of 25.2B ("A4B")
+        assert 3.5 < active < 4.0, active

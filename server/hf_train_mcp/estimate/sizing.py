@@ -67,7 +67,8 @@ def _experts(cfg: dict) -> tuple[int, int, int] | None:
     """(experts, experts per token, expert width) of a mixture-of-experts config (Mixtral, Qwen-MoE, gpt-oss,
     DeepSeek naming), or None for a dense model."""
     experts = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts")
-    per_token = cfg.get("num_experts_per_tok") or cfg.get("experts_per_token") or cfg.get("num_experts_per_token")
+    per_token = (cfg.get("num_experts_per_tok") or cfg.get("experts_per_token") or cfg.get("num_experts_per_token")
+                 or cfg.get("top_k_experts"))  # Gemma 4 (gemma4_text)
     if not experts or not per_token or experts <= 1:
         return None
     return int(experts), int(per_token), int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size"))
