@@ -344,7 +344,7 @@ async def test_a_nodes_post_answered_late_leaves_one_job_per_node(hub: Emulator,
     for _ in range(3):
         hub.plan_next(JobPlan(scheduling_s=0, running_s=600))
     before = len(hub.posted_jobs())
-    hub.fail_next("POST", r"/api/jobs/emu-user", None, hang=4, skip=1)  # rank 0 posted, rank 1's first POST hangs
+    hub.fail_next("POST", r"/api/jobs/emu-user", None, hang=10, skip=1)  # rank 0 posted, rank 1's first POST hangs
     run = await call("submit_training", {**BASE, "nodes": 2, "flavor": "a100x8", "peft": "full", "timeout": "1h"})
     assert not run.is_error, run.content[0].text
     run_id, node1 = run.structured_content["node_job_ids"]
