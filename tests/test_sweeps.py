@@ -639,6 +639,21 @@ def test_a_supervisor_whose_ledger_is_deleted_ends_and_says_why(monkeypatch: pyt
     assert not home.exists()  # it did not recreate the folder it was told was gone
 
 
+def test_a_supervisor_whose_ledger_went_while_it_started_leaves_it_gone(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under load a supervisor can still be importing when its folder is deleted (its lock is held from before it
+    starts): its first steps (the handed lock, its pid file) must not make the folder again, as data_home() did."""
+    from hf_train_mcp.shell import sweep_supervisor
+
+    home = tmp_path / "gone"
+    monkeypatch.setenv("HF_TRAIN_HOME", str(home))
+    with open(tmp_path / "handed.lock", "a") as lock:  # what spawn_once hands over
+        os.set_inheritable(lock.fileno(), True)
+        monkeypatch.setenv(sweeps.LOCK_FD_ENV, str(os.dup(lock.fileno())))
+        assert sweep_supervisor.run(sweeps.KEY_PREFIX + "0" * 12) == 0
+    assert not home.exists()
+
+
 @pytest.mark.detached
 async def test_a_sweep_cancel_that_fails_on_one_run_cancels_the_others_and_keeps_retrying(capybara: Emulator,
                                                                                          monkeypatch) -> None:

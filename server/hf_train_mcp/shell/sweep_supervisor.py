@@ -20,7 +20,7 @@ from hf_train_mcp.sweeps.sweep import LOCK_FD_ENV
 def _lock(sweep_id: str) -> "IO[str] | None":
     """The sweep's lock, held (handed over by the server that started this process, or taken here); None when
     another supervisor has it."""
-    return held_lock(data_home() / "sweeps" / f"{sweep_id}.lock", lock_env=LOCK_FD_ENV)
+    return held_lock(data_home(create=False) / "sweeps" / f"{sweep_id}.lock", lock_env=LOCK_FD_ENV)
 
 
 def run(sweep_id: str) -> int:
@@ -30,10 +30,11 @@ def run(sweep_id: str) -> int:
     if lock is None:
         return 0  # another supervisor has this sweep
     with lock:
+        home = data_home(create=False)  # deleted while this process imported: it stays deleted
         try:  # names the one that runs
-            (data_home() / "sweeps" / f"{sweep_id}.pid").write_text(str(os.getpid()))
-        except FileNotFoundError:  # deleted while this process started: Core() would make an empty ledger
-            say_gone(sweep_id, data_home())
+            (home / "sweeps" / f"{sweep_id}.pid").write_text(str(os.getpid()))
+        except FileNotFoundError:  # Core() would make an empty ledger
+            say_gone(sweep_id, home)
             return 0
         return supervise(Core(), sweep_id)
 
