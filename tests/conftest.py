@@ -210,6 +210,21 @@ def chat(hub: Emulator) -> Emulator:
 
 
 @pytest.fixture
+def zoo(hub: Emulator) -> Emulator:
+    """The Hub, with the rows every method reads (tests.helpers.ZOO_FORMATS) as org/<method> and, for the methods
+    that read images beside their text, org/<method>-images; a test serves the zoo's models it needs
+    (hub.serve_model)."""
+    from tests.helpers import ZOO_FORMATS, viewer_rows, zoo_dataset
+
+    for method, formats in ZOO_FORMATS.items():
+        for images, data_format in zip((False, True), formats):
+            if data_format:
+                hub.datasets[zoo_dataset(method, images)] = ViewerDataset({"default": {
+                    "train": viewer_rows(data_format, hub.url)}})
+    return hub
+
+
+@pytest.fixture
 def offline(monkeypatch: pytest.MonkeyPatch, emulator: Emulator) -> None:
     """No token; any Hub call would go to a closed emulator port, never the internet."""
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")

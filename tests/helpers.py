@@ -42,6 +42,37 @@ CAPYBARA_ROWS = [
 CAPYBARA_BASE = {"model": "Qwen/Qwen2-0.5B-Instruct", "dataset": "trl-lib/Capybara",
                  "hub_model_id": "emu-user/qwen-sft"}
 
+# The rows each method reads, in its first format and, where it reads images beside the text, its vision format
+# (data/formats.py's own examples; an image is a viewer cell of 448 x 448 pixels): the datasets the `zoo` fixture
+# (conftest.py) puts on the Hub as org/<method> and org/<method>-images.
+ZOO_FORMATS = {"sft": ("messages", "vision_messages"), "dpo": ("preference", "vision_preference"),
+               "grpo": ("prompt_only", "vision_prompt_only"), "reward": ("preference", None),
+               "kto": ("unpaired_preference", None), "distill": ("prompt_only", None),
+               "text-classification": ("text_classification", None),
+               "image-classification": ("image_classification", None), "embedding": ("sentence_pairs", None)}
+ZOO_IMAGE_SIDE = 448
+
+
+def zoo_dataset(method: str, images: bool = False) -> str:
+    return f"org/{method}-images" if images else f"org/{method}"
+
+
+def viewer_rows(data_format: str, url: str, n: int = 12) -> list[dict]:
+    """n rows of a format as the dataset viewer serves them: each image file an image cell {src, height, width}."""
+    from hf_train_mcp_demo.tiny import format_rows
+
+    def cell(name: str) -> dict:
+        return {"src": f"{url}/assets/{name}", "height": ZOO_IMAGE_SIDE, "width": ZOO_IMAGE_SIDE}
+
+    rows = format_rows(data_format, n)
+    for row in rows:
+        if "images" in row:
+            row["images"] = [cell(name) for name in row["images"]]
+        if "image" in row:
+            row["image"] = cell(row["image"])
+    return rows
+
+
 # --- sizes and workloads for the estimator ----------------------------------------------------------------------
 # Qwen2-0.5B-Instruct's config.json: 24 layers, hidden 896, vocab 151936, intermediate 4864, 494M parameters.
 QWEN_05B = ModelSize(494_032_768, 24, 896, 151_936, 4864, "config.json")
@@ -104,10 +135,13 @@ def decoded_script(job_spec: dict) -> str:
 
 
 def script_config(script: str) -> dict:
-    """The CONFIG literal of a rendered script, as the job will see it."""
+    """The CONFIG literal of a rendered script, as the job will see it: its `CONFIG = ` statement alone is read
+    (pprint's lines: each further line of the value indented), not the whole script (~25 ms an AST)."""
+    lines = script.split("\n")
+    first = next(i for i, line in enumerate(lines) if line.startswith("CONFIG = "))
+    last = next((i for i in range(first + 1, len(lines)) if not lines[i].startswith(" ")), len(lines))
     with pysource.LOCK:  # the server's threads may be parsing too (CPython 3.11's AST builder is not thread-safe)
-        node = next(n for n in ast.parse(script).body if isinstance(n, ast.Assign) and n.targets[0].id == "CONFIG")
-        return ast.literal_eval(node.value)
+        return ast.literal_eval("\n".join(lines[first:last]).removeprefix("CONFIG = "))
 
 
 # --- the core, the ledger and the local backend -----------------------------------------------------------------

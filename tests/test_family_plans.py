@@ -14,8 +14,8 @@ from hf_train_mcp.shell.app import build_server
 from hf_train_mcp.estimate.hardware import fallback_catalog
 from hf_train_mcp.estimate.memory import memory_need
 from hf_train_mcp.estimate.sizing import model_size, routed_expert_params
-from hf_train_mcp.models.family import (ENCODER_TYPES, FUSED_EXPERT_LORA, MIXTRAL_STYLE_EXPERTS,
-                                       SEQUENCE_CLASSIFIER_VLMS)
+from hf_train_mcp.models.family import ENCODER_TYPES, FUSED_EXPERT_LORA, MIXTRAL_STYLE_EXPERTS
+from hf_train_mcp.models.native import has_class
 from hf_train_mcp.models.files import quantization_of
 from hf_train_mcp.contract.requests import TrainingRequest
 from tests.hub_configs import CONFIGS, config_of, folder, hub_total
@@ -247,7 +247,8 @@ def test_the_head_tables_are_transformers_own() -> None:
     from transformers.models.auto import modeling_auto as auto
 
     sequence = auto.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES
-    assert SEQUENCE_CLASSIFIER_VLMS == {t for t in auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES if t in sequence}
+    for model_type in auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:  # Gemma 3, Qwen3.5: a VLM with a class
+        assert has_class("sequence_classification", model_type) == (model_type in sequence), model_type
     assert ENCODER_TYPES == {t for t in sequence if t in auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES}
     for model_type in ("qwen2_vl", "llava", "idefics3", "smolvlm", "paligemma", "qwen3_vl", "clip", "siglip"):
         assert model_type not in sequence

@@ -9,7 +9,7 @@ from hf_train_mcp.access import STDIO, Access, is_local
 from hf_train_mcp.data import rules
 from hf_train_mcp.data.checks import LISTED_LABELS, DatasetIssue, is_conversation, label_names
 from hf_train_mcp.data.formats import has_classes, reads_images
-from hf_train_mcp.models.chat_template import SHAREGPT_ROLES
+from hf_train_mcp.models.chat_template import SHAREGPT_ROLES, has_chat_template
 from hf_train_mcp.data.images import OUTSIDE, image_folder_classes, part_problem, path_problem, sample_image_folder
 from hf_train_mcp.data.layout import layout_problem
 from hf_train_mcp.data.local import MAX_WALK_ENTRIES, data_files, sample_local
@@ -56,11 +56,13 @@ def validate_dataset(dataset: str, method: str, *, split: str = "train", config:
     issues += _row_issues(dataset, method, fmt, rows, sample.offsets, suggested, access)
     if not sample.rows:
         issues.append(DatasetIssue(severity="error", message="the dataset has no rows"))
-    if model and (reads_images(fmt) or methods.get(method).classifier):
+    refused = False  # the model cannot train this way: its tokenizer would count rows that will not train
+    if model:
         step(f"reading {model}'s config.json")
-        issues += _model_issues(model, method, token, vision=reads_images(fmt))
+        found = _model_issues(model, method, token, fmt=fmt, first=rows[0] if rows else None)
+        refused, issues = any(i.severity == "error" for i in found), issues + found
     stats, no_stats = None, None
-    if model and rows and methods.get(method).inputs == "text":  # an image's tokens are its patch grid
+    if model and rows and methods.get(method).inputs == "text" and not refused:  # an image's: its patch grid
         step(f"counting tokens with {model}'s tokenizer")
         stats, no_stats = _token_stats(model, token, rows, fmt, max_length or methods.get(method).max_length,
                                        sample.num_rows, issues)
@@ -117,11 +119,26 @@ def _row_issues(dataset: str, method: str, fmt: str | None, rows: list[dict], of
     return issues
 
 
-def _model_issues(model: str, method: str, token: str | None, *, vision: bool) -> list[DatasetIssue]:
-    """Images for a model that reads none as a vision-language model (a text model, a dual encoder such as CLIP),
-    a classification or reward head the model has no class for: the family submit_training and estimate_cost
-    decide from the same files (models/family.py)."""
-    from hf_train_mcp.models.family import family_of, training_refusal
+def _model_issues(model: str, method: str, token: str | None, *, fmt: str, first: dict | None
+                  ) -> list[DatasetIssue]:
+    """What the model named rules out for these rows, as submit_training and estimate_cost decide it from the same
+    files: images for a model that reads none as a vision-language model (a text model, a dual encoder such as
+    CLIP), a classification or reward head the model has no class for (models/family.py); conversations for a
+    model without a chat template (models/chat_template.py)."""
+    issues = _family_issues(model, method, token, vision=reads_images(fmt),
+                            said=reads_images(fmt) or methods.get(method).classifier)
+    if first is not None and conversational(fmt, first) and has_chat_template(model, token,
+                                                                              local=is_local(model)) is False:
+        issues.append(DatasetIssue(severity="warning", message=(
+            f"{model} has no chat template (its tokenizer files hold none), and these rows are conversations: "
+            "submit_training refuses them with it unless you send chat_template='chatml'; or use the model's "
+            "instruct/chat version")))
+    return issues
+
+
+def _family_issues(model: str, method: str, token: str | None, *, vision: bool, said: bool) -> list[DatasetIssue]:
+    """said: files that cannot be read are worth a warning (images, or a head: else the job's loading decides)."""
+    from hf_train_mcp.models.family import family_of, method_refusal
     from hf_train_mcp.models.files import model_files
 
     try:
@@ -129,14 +146,18 @@ def _model_issues(model: str, method: str, token: str | None, *, vision: bool) -
         family = family_of(files)
     except Exception as exc:  # unreadable here: the job's own loading decides, and sizing says why
         return [DatasetIssue(severity="warning", message=f"could not read {model}'s config.json ({exc}): whether "
-                             "it reads images was not checked")]
-    spec = methods.get(method)
-    refusal = training_refusal(family, model, method=method, generative=not spec.classifier, vision=vision,
-                               sequence_head=spec.auto_class == "AutoModelForSequenceClassification",
-                               appends_eos=spec.appends_eos)
+                             "it reads images was not checked")] if said else []
+    refusal = method_refusal(family, model, methods.get(method), vision=vision)
     if not refusal:
         return []
     return [DatasetIssue(severity="error", message=refusal.removesuffix(" Nothing was launched.").rstrip("."))]
+
+
+def conversational(fmt: str, row: dict) -> bool:
+    """Whether rows of this format (and this first row) are conversations, which the job renders with the
+    model's chat template."""
+    return fmt in ("messages", "vision_messages", "conversational_prompt_completion") or any(
+        is_conversation(row.get(c)) for c in ("prompt", "chosen", "rejected", "completion"))
 
 
 def data_folder(dataset: str) -> Path:

@@ -168,14 +168,19 @@ def params_from_config(cfg: dict) -> int:
     return param_counts(cfg)[0]
 
 
-def _from_config(cfg: dict, params: int | None, source: str, family: Family | None = None) -> ModelSize:
+def _from_config(cfg: dict, params: int | None, source: str, family: Family | None = None,
+                 stored: dict[str, int] | None = None) -> ModelSize:
+    """stored: the Hub's count of the checkpoint's tensors by dtype (what a quantized checkpoint's count is read
+    back from)."""
     text = text_config(cfg)
     h, layers, inter = _shape(text)
     total, active = param_counts(cfg)
     experts = routed_expert_params(cfg)
     quantization = quantization_of(cfg)
-    if quantization is not None:  # a stored 4-bit tensor counts its packed bytes (the Hub's U8 total): the
-        params, source = None, f"config.json ({quantization.describe()} checkpoint, counted unpacked)"
+    if quantization is not None:  # a stored 4-bit tensor counts its packed bytes (the Hub's U8 total): undone
+        params = quantization.unpacked_params(stored)  # where exact, else the config's shape counts them
+        source = (f"{source} ({quantization.describe()} checkpoint, counted unpacked)" if params else
+                  f"config.json ({quantization.describe()} checkpoint, counted unpacked)")
     if params and active:  # the Hub's exact total, with the config's share of it active per token
         active = int(params * active / total)
     if params and experts:
@@ -268,7 +273,7 @@ def model_size(model: str, token: str | None = None, *, offline: bool = False) -
         files, note = None, str(exc)
     if files is not None and files.config is not None:
         try:
-            size = _from_config(files.config, files.params, files.source, family_of(files))
+            size = _from_config(files.config, files.params, files.source, family_of(files), files.stored)
         except ValueError as exc:
             if files.params:  # no transformer shape (a convolutional net): its weights were counted
                 return replace(_conv_size(files.config, files.params, files.source, family_of(files)), files=files)

@@ -2,6 +2,7 @@
 
 from hf_train_mcp.methods.base import MethodSpec
 from hf_train_mcp.methods.dpo import PAIR_ALIASES
+from hf_train_mcp.methods.text_classification import no_qlora_overflow
 
 
 def no_liger(req) -> None:
@@ -19,5 +20,6 @@ METHOD = MethodSpec(
     eval_metric="preference", pipeline_tag="text-classification",
     aliases=PAIR_ALIASES, keep_columns=("prompt", "chosen", "rejected"), sequences_per_example=2,
     classifier=True, appends_eos=True, peft_task="SEQ_CLS", check=no_liger,
+    check_sizes=no_qlora_overflow,  # the same DeBERTa attention under the same 4-bit layers as a text classifier
     auto_class="AutoModelForSequenceClassification",
 )

@@ -2,20 +2,19 @@
 estimate_cost's sizing, submit_training's model checks, and the evaluation and export of a model no job of this
 server trained.
 
-The files decide in this order: modules.json (or the Hub's library_name) makes a sentence-transformers model; a
-dual encoder's model type (CLIP, SigLIP: a vision and a text tower side by side, no text written); a vision tower
+The files decide in this order: config.json's `auto_map` with a model type transformers does not know makes a
+model whose architecture is its repository's own code; modules.json (or the Hub's library_name) makes a
+sentence-transformers model; a dual encoder's model type (CLIP, SigLIP: a vision and a text tower side by side, no text written); a vision tower
 (`vision_config`) with a generating architecture, an image token id or the image-text-to-text tag makes a
 vision-language model, flat (Qwen2-VL) or nested (LLaVA); then config.json's `architectures` head
 (*ForCausalLM, *ForSequenceClassification, *ForImageClassification, *ForMaskedLM, *Model); then the pipeline tag.
 """
 
-import json
 import re
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 from hf_train_mcp.models.files import ModelFiles, Quantization
+from hf_train_mcp.models.native import has_class, knows_model_type
 
 VISION_LANGUAGE = "vision-language"
 CAUSAL_LM = "causal-lm"
@@ -26,6 +25,7 @@ TEXT_CLASSIFIER = "text-classifier"
 IMAGE_CLASSIFIER = "image-classifier"
 IMAGE_ENCODER = "image-encoder"
 SEQ2SEQ = "seq2seq"
+REMOTE_CODE = "remote-code"  # its architecture is the repository's own Python (config.json auto_map)
 UNKNOWN = "unknown"  # nothing was read (offline, or no config.json)
 
 DUAL_ENCODER_TYPES = frozenset({"clip", "siglip", "siglip2", "chinese_clip", "altclip", "align", "owlvit", "owlv2",
@@ -50,10 +50,8 @@ NO_ACTIVATION_CHECKPOINTING = frozenset({
 VLM_EXAMPLES = ("Qwen/Qwen2-VL-2B-Instruct", "HuggingFaceTB/SmolVLM-Instruct")
 TEXT_CLASSIFIER_EXAMPLES = ("answerdotai/ModernBERT-base", "Qwen/Qwen2.5-0.5B")
 REWARD_EXAMPLE = "Qwen/Qwen2.5-0.5B-Instruct"
-# Vision-language model types transformers also gives a sequence-classification class
-# (AutoModelForSequenceClassification loads them); every other VLM has none ("Unrecognized configuration class" at
-# load). tests/test_family_plans.py holds both tables to transformers' auto mappings.
-SEQUENCE_CLASSIFIER_VLMS = frozenset({"gemma3", "mistral4", "qwen3_5", "t5gemma2"})
+IMAGE_CLASSIFIER_EXAMPLES = ("google/vit-base-patch16-224", "facebook/dinov2-small")
+EMBEDDING_EXAMPLES = ("sentence-transformers/all-MiniLM-L6-v2", "BAAI/bge-small-en-v1.5")
 # Bidirectional encoders (and BART-style encoder-decoders): the model types transformers gives both a masked-LM and
 # a sequence-classification class. TRL's RewardTrainer appends the tokenizer's EOS to every sequence
 # (trl/trainer/reward_trainer.py add_eos: `if not example["chosen"].endswith(eos_token)`), which BERT's and
@@ -106,6 +104,8 @@ class Family:
                 EMBEDDING: "a sentence-transformers embedding model", ENCODER: "an encoder without a task head",
                 TEXT_CLASSIFIER: "a text classifier", IMAGE_CLASSIFIER: "an image classifier",
                 IMAGE_ENCODER: "an image encoder", SEQ2SEQ: "an encoder-decoder (seq2seq) model",
+                REMOTE_CODE: "a model whose architecture is its repository's own code (config.json auto_map), "
+                             "which transformers does not include",
                 UNKNOWN: "a model of unknown family"}[self.kind]
         named = ", ".join(x for x in (self.architecture, f"model_type {self.model_type!r}" if self.model_type
                                       else None) if x)
@@ -149,6 +149,8 @@ def decide(config: dict | None, *, pipeline_tag: str | None = None, library_name
     arch = _architecture(config) if config else None
     labels = config.get("id2label") if config else None
     common = {"model_type": model_type, "architecture": arch, "classes": len(labels) if isinstance(labels, dict) else 0}
+    if config and isinstance(config.get("auto_map"), dict) and model_type and not knows_model_type(model_type):
+        return Family(REMOTE_CODE, **common, why=f"config.json auto_map, model_type {model_type!r}")
     if sentence_transformers or library_name == "sentence-transformers":
         return Family(EMBEDDING, **common, why="modules.json (sentence-transformers)")
     if config is None:
@@ -188,44 +190,25 @@ def family_of(files: ModelFiles) -> Family:
     return found
 
 
-MAX_ROUTER_DEPTH = 4  # routers inside routers, read this deep (deeper ones are reported as custom)
-
-
-def custom_modules(folder: Path, depth: int = 0) -> list[str]:
-    """The module classes a local sentence-transformers folder names outside `sentence_transformers.*`: its
-    modules.json's types and its routers' (router_config.json, else config.json, "types"). sentence-transformers
-    imports each from the folder's own Python files whatever trust_remote_code says, a local folder being trusted
-    (util/misc.py import_module_class: `trusted = trust_remote_code or is_local_dir`)."""
-    modules = _json_file(folder / "modules.json") if depth == 0 else None
-    if depth:
-        config = _json_file(folder / "router_config.json") or _json_file(folder / "config.json")
-        types = config.get("types") if isinstance(config, dict) else None
-        modules = [{"type": t, "path": name} for name, t in types.items()] if isinstance(types, dict) else []
-    found = []
-    for module in modules if isinstance(modules, list) else []:
-        kind = module.get("type") if isinstance(module, dict) else module
-        if not isinstance(kind, str) or not kind.startswith("sentence_transformers."):
-            found.append(str(kind))
-        elif kind.rsplit(".", 1)[-1] == "Router":
-            inner = folder / str(module.get("path") or "")
-            found += custom_modules(inner, depth + 1) if depth < MAX_ROUTER_DEPTH else [kind]
-    return found
-
-
-def _json_file(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
 def training_refusal(family: Family, model: str, *, method: str, generative: bool, vision: bool,
-                     sequence_head: bool = False, appends_eos: bool = False) -> str | None:
+                     sequence_head: bool = False, appends_eos: bool = False, image_rows: bool = False,
+                     sentence_model: bool = False) -> str | None:
     """Why a model cannot be trained this way, with what to pick instead; None when it can (or is unknown).
     sequence_head: the method loads AutoModelForSequenceClassification (text-classification, reward);
-    appends_eos: it ends every text with an end token (reward: a causal LM is the example to pick)."""
+    appends_eos: it ends every text with an end token (reward: a causal LM is the example to pick);
+    image_rows: it loads AutoModelForImageClassification (image-classification); sentence_model: it loads a
+    SentenceTransformer that embeds text (embedding)."""
     if not family.known:
         return None
+    if family.kind == REMOTE_CODE:
+        return (f"{model} is {family.describe()}: the job loads models with transformers' own classes and never "
+                "runs a repository's code (trust_remote_code would run it next to your token), so it would fail "
+                f"loading it. Pick a model transformers supports (e.g. {REWARD_EXAMPLE} for text, "
+                f"{VLM_EXAMPLES[0]} for images). Nothing was launched.")
+    refusal = (_image_head_refusal(family, model, method=method) if image_rows else
+               _sentence_refusal(family, model, method=method) if sentence_model else None)
+    if refusal:
+        return refusal
     if sequence_head:
         refusal = _sequence_head_refusal(family, model, method=method, appends_eos=appends_eos)
         if refusal:
@@ -245,15 +228,52 @@ def training_refusal(family: Family, model: str, *, method: str, generative: boo
     return None
 
 
+def method_refusal(family: Family, model: str, spec, *, vision: bool) -> str | None:
+    """training_refusal for a method (its methods.MethodSpec: what it loads and what it feeds the model), as
+    submit_training, estimate_cost and validate_dataset ask it."""
+    return training_refusal(family, model, method=spec.name, generative=not spec.classifier, vision=vision,
+                            sequence_head=spec.auto_class == "AutoModelForSequenceClassification",
+                            appends_eos=spec.appends_eos, image_rows=spec.inputs == "image",
+                            sentence_model=spec.model_library == "sentence-transformers")
+
+
+def _image_head_refusal(family: Family, model: str, *, method: str) -> str | None:
+    """An image-classification head on a model transformers has no AutoModelForImageClassification class for: a
+    text model, a vision-language model (its vision tower reads images for the text model), an embedding model."""
+    known = has_class("image_classification", family.model_type)  # CLIP's and SigLIP's too: their vision tower
+    if known or (known is None and family.kind in (IMAGE_CLASSIFIER, IMAGE_ENCODER)):
+        return None
+    vlm = (" To teach a vision-language model labels of images, train it with method='sft' on rows whose answer "
+           "is the label." if family.vision_language else "")
+    return (f"method={method!r} loads the model with AutoModelForImageClassification, and {model} is "
+            f"{family.describe()}, which transformers has no image-classification class for (the job would fail "
+            f"loading it): pick an image classifier or backbone (e.g. {' or '.join(IMAGE_CLASSIFIER_EXAMPLES)})."
+            f"{vlm} Nothing was launched.")
+
+
+def _sentence_refusal(family: Family, model: str, *, method: str) -> str | None:
+    """Sentence embeddings of text from an image model: sentence-transformers loads it for the image modality alone
+    and refuses texts (sentence_transformers/base/modality.py: "Modality 'text' is not supported by this
+    SentenceTransformer model. Supported modalities: image.")."""
+    if family.kind not in (IMAGE_CLASSIFIER, IMAGE_ENCODER):
+        return None
+    return (f"method={method!r} trains a SentenceTransformer on texts, and {model} is {family.describe()}, which "
+            "reads images only (sentence-transformers refuses its texts: \"Modality 'text' is not supported\"): "
+            f"pick a text encoder or an embedding model (e.g. {' or '.join(EMBEDDING_EXAMPLES)}), or "
+            "method='image-classification' for images. Nothing was launched.")
+
+
 def _sequence_head_refusal(family: Family, model: str, *, method: str, appends_eos: bool) -> str | None:
     """A text classifier's or reward model's head on a model transformers has no sequence-classification class for
-    (most VLMs, dual encoders, image models). An encoder whose tokenizer has no EOS (BERT) is no reason: the reward
-    script ends its texts with the [SEP] token instead (templates/reward.py.j2)."""
+    (most VLMs, dual encoders, image models, and decoders such as OLMoE, Granite, Cohere or Gemma 4: transformers'
+    MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES, models/native.py; a model type it does not know is judged by
+    its family). An encoder whose tokenizer has no EOS (BERT) is no reason: the reward script ends its texts with
+    the [SEP] token instead (templates/reward.py.j2)."""
     instead = (f"a causal language model (e.g. {REWARD_EXAMPLE})" if appends_eos else
                f"a text encoder or a causal language model (e.g. {' or '.join(TEXT_CLASSIFIER_EXAMPLES)})")
-    no_head = (family.kind == VISION_LANGUAGE and family.model_type not in SEQUENCE_CLASSIFIER_VLMS) or family.kind in (
-        DUAL_ENCODER, IMAGE_CLASSIFIER, IMAGE_ENCODER)
-    if no_head:
+    known = has_class("sequence_classification", family.model_type)
+    if known is False or (known is None and family.kind in (VISION_LANGUAGE, DUAL_ENCODER, IMAGE_CLASSIFIER,
+                                                            IMAGE_ENCODER)):
         images = (" To teach it labels of images, train it with method='sft' on rows whose answer is the label"
                   if family.kind == VISION_LANGUAGE else " For images, method='image-classification' fits"
                   if family.kind in (IMAGE_CLASSIFIER, IMAGE_ENCODER) else "")
@@ -334,6 +354,8 @@ _FOLLOWUP_INSTEAD = {
                   f"(e.g. {VLM_EXAMPLES[0]}), causal language models, classifiers and sentence-transformers models",
     SEQ2SEQ: "this server evaluates and exports causal and vision-language models, classifiers and "
              "sentence-transformers models",
+    REMOTE_CODE: "its jobs load models with transformers' own classes and never run a repository's code "
+                 f"(trust_remote_code): pick a model transformers supports (e.g. {REWARD_EXAMPLE})",
 }
 
 

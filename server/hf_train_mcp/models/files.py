@@ -89,6 +89,16 @@ class Quantization:
     def bitsandbytes(self) -> bool:
         return self.method.startswith("bitsandbytes")
 
+    def unpacked_params(self, stored: dict[str, int] | None) -> int | None:
+        """The parameters of a checkpoint stored so, from the Hub's count of its tensors by dtype (safetensors
+        parameters), where that count can be undone exactly; None where not (the config's shape counts them).
+        MXFP4 (gpt-oss): the Hub counts every byte of a `*_blocks` tensor as its two 4-bit weights, and one U8
+        `*_scales` entry per 32 weights beside them (openai/gpt-oss-20b: U8 19,707,494,400 = 19,110,297,600
+        weights x 33/32), and the rest (attention, biases, norms, embeddings) in bf16."""
+        if self.method != "mxfp4" or not stored or not stored.get("U8") or stored["U8"] % 33:
+            return None
+        return sum(count for dtype, count in stored.items() if dtype != "U8") + stored["U8"] // 33 * 32
+
     def describe(self) -> str:
         name = {"bitsandbytes_4bit": "bitsandbytes 4-bit", "bitsandbytes_8bit": "bitsandbytes 8-bit"}.get(
             self.method, self.method)
@@ -195,6 +205,8 @@ class ModelFiles:
         self.library_name = getattr(info, "library_name", None)
         safetensors = getattr(info, "safetensors", None)
         self.params = int(safetensors.total) if safetensors is not None and safetensors.total else params
+        counts = getattr(safetensors, "parameters", None)  # the Hub's tensor elements by dtype
+        self.stored = {str(k): int(v) for k, v in counts.items()} if isinstance(counts, dict) else None
         self._json: dict[str, Any] = {}
         self._weights = weights
 
@@ -293,3 +305,34 @@ def _read_files(model: str, token: str | None, *, offline: bool) -> ModelFiles:
     found = bounded(f"reading {model}/config.json", config, token)
     return ModelFiles(model, token=token, local=False, info=info, config=found,
                       source="hub config.json + safetensors", note=None if found else "it has no config.json")
+
+
+MAX_ROUTER_DEPTH = 4  # routers inside routers, read this deep (deeper ones are reported as custom)
+
+
+def custom_modules(folder: Path, depth: int = 0) -> list[str]:
+    """The module classes a local sentence-transformers folder names outside `sentence_transformers.*`: its
+    modules.json's types and its routers' (router_config.json, else config.json, "types"). sentence-transformers
+    imports each from the folder's own Python files whatever trust_remote_code says, a local folder being trusted
+    (util/misc.py import_module_class: `trusted = trust_remote_code or is_local_dir`)."""
+    modules = _json_file(folder / "modules.json") if depth == 0 else None
+    if depth:
+        config = _json_file(folder / "router_config.json") or _json_file(folder / "config.json")
+        types = config.get("types") if isinstance(config, dict) else None
+        modules = [{"type": t, "path": name} for name, t in types.items()] if isinstance(types, dict) else []
+    found = []
+    for module in modules if isinstance(modules, list) else []:
+        kind = module.get("type") if isinstance(module, dict) else module
+        if not isinstance(kind, str) or not kind.startswith("sentence_transformers."):
+            found.append(str(kind))
+        elif kind.rsplit(".", 1)[-1] == "Router":
+            inner = folder / str(module.get("path") or "")
+            found += custom_modules(inner, depth + 1) if depth < MAX_ROUTER_DEPTH else [kind]
+    return found
+
+
+def _json_file(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None

@@ -6,8 +6,7 @@ from pathlib import Path
 
 from hf_train_mcp import backends, methods
 from hf_train_mcp.access import Access, is_local
-from hf_train_mcp.data import rules
-from hf_train_mcp.data.validate import image_facts, outside_images, validate_dataset
+from hf_train_mcp.data.validate import conversational, image_facts, outside_images, validate_dataset
 from hf_train_mcp.errors import DatasetError, TrainError
 from hf_train_mcp.contract.requests import EvaluateRequest, TrainingRequest
 from hf_train_mcp.contract.results import DatasetReport
@@ -47,15 +46,12 @@ def checked_dataset(req: TrainingRequest, token: str | None,
     if req.dataset_config is None and report.config and report.config != "default":
         req = req.model_copy(update={"dataset_config": report.config})
     first = report.sample_rows[0] if report.sample_rows else {}
-    conversational = report.detected_format in ("messages", "vision_messages",
-                                                "conversational_prompt_completion") or any(
-        rules.is_conversation(first.get(c)) for c in ("prompt", "chosen", "rejected", "completion"))
     if report.token_stats is None:
         why = report.no_token_stats or "no tokenizer"
         warnings.append(f"{why}: the estimate and default timeout assume "
                         f"{methods.get(req.method).tokens_per_example} tokens per row; pass timeout= for longer rows")
     data = DataFacts(num_rows=report.num_rows, mean_tokens=report.token_stats.mean if report.token_stats else None,
-                     conversational=conversational, **image_facts(report))
+                     conversational=conversational(report.detected_format, first), **image_facts(report))
     return req, data, warnings
 
 

@@ -11,6 +11,7 @@ from hf_train_mcp.estimate.sizing import DTYPE_BYTES, ModelSize
 from hf_train_mcp.hub import hub_endpoint
 from hf_train_mcp.contract.requests import ExportRequest
 from hf_train_mcp.planning.followups import common_config, followup_plan, followup_timeout, is_vision, place
+from hf_train_mcp.planning.gguf_architectures import GGUF_ARCHITECTURES
 from hf_train_mcp.planning.subjects import Subject
 from hf_train_mcp.planning.training import RunPlan
 
@@ -66,29 +67,63 @@ def export_dtype(subject: Subject, size: ModelSize) -> str:
 
 
 def _exportable(req: ExportRequest, subject: Subject, size: ModelSize) -> bool:
-    """Whether the model is a classifier; refused: GGUF of what llama.cpp cannot run or this server cannot convert,
-    and a model this export cannot write."""
-    classifier = bool(subject.method and methods.get(subject.method).classifier)
-    if is_vision(size) and req.format == "gguf":
-        raise TrainError("GGUF export of a vision-language model needs its vision projector (mmproj) converted too, "
-                         "which this server does not do yet: export format='merged' and convert with llama.cpp's "
-                         "own tools. Nothing was launched.")
-    spec = methods.get(subject.method) if subject.method else None
-    embedding = bool(spec and spec.model_library == "sentence-transformers")
-    if embedding and req.format == "gguf" and size.model_type not in GGUF_ENCODERS:
-        raise TrainError(f"llama.cpp's converter takes embedding models built on BERT-style encoders "
-                         f"({', '.join(sorted(GGUF_ENCODERS))}); this one is a {size.model_type or 'unknown'!r} model. "
-                         "format='merged' makes an adapter a standalone SentenceTransformer. Nothing was launched.")
-    if classifier and not embedding and req.format == "gguf":
-        summary = methods.get(subject.method).summary
-        raise TrainError(f"{'an' if summary[0] in 'aeiou' else 'a'} {summary} is a classifier, which llama.cpp does "
-                         "not run: GGUF does not apply. format='merged' makes an adapter a standalone model. Nothing "
-                         "was launched.")
-    if not classifier and size.model_type and not size.config_vocab:
-        raise TrainError(f"{subject.sized_by} is a {size.model_type!r} model without a vocabulary (no vocab_size in "
-                         "its config.json): export_model writes causal language models (merged or GGUF). Nothing "
-                         "was launched.")
-    return classifier
+    """Whether the model is a classifier; refused (export_refusal) with what to send instead."""
+    refusal = export_refusal(size, subject.method, req.format, subject.sized_by)
+    if refusal:
+        raise TrainError(refusal)
+    return bool(subject.method and methods.get(subject.method).classifier)
+
+
+def export_refusal(size: ModelSize, method: str | None, format: str, model: str) -> str | None:
+    """Why this export cannot write a model of this size and family trained with `method` (None: a language
+    model's): a checkpoint stored in bitsandbytes, GGUF of what llama.cpp cannot run or this server cannot convert,
+    a model without a vocabulary; None when it can."""
+    refusal = stored_refusal(size, format, model) or (gguf_refusal(size, method) if format == "gguf" else None)
+    classifier = bool(method and methods.get(method).classifier)
+    if not refusal and not classifier and size.model_type and not size.config_vocab:
+        refusal = (f"{model} is a {size.model_type!r} model without a vocabulary (no vocab_size in its config.json): "
+                   "export_model writes causal language models (merged or GGUF). Nothing was launched.")
+    return refusal
+
+
+def gguf_refusal(size: ModelSize, method: str | None) -> str | None:
+    """Why no GGUF is made of a model of this size and family trained with `method` (None: a language model's),
+    with what to send instead; None when llama.cpp's converter takes it."""
+    spec = methods.get(method) if method else None
+    if is_vision(size):
+        return ("GGUF export of a vision-language model needs its vision projector (mmproj) converted too, which "
+                "this server does not do yet: export format='merged' and convert with llama.cpp's own tools. Nothing "
+                "was launched.")
+    if spec and spec.model_library == "sentence-transformers":
+        return None if size.model_type in GGUF_ENCODERS else (
+            f"llama.cpp's converter takes embedding models built on BERT-style encoders "
+            f"({', '.join(sorted(GGUF_ENCODERS))}); this one is a {size.model_type or 'unknown'!r} model. "
+            "format='merged' makes an adapter a standalone SentenceTransformer. Nothing was launched.")
+    if spec and spec.classifier:
+        return (f"{'an' if spec.summary[0] in 'aeiou' else 'a'} {spec.summary} is a classifier, which llama.cpp does "
+                "not run: GGUF does not apply. format='merged' makes an adapter a standalone model. Nothing was "
+                "launched.")
+    architecture = size.family.architecture if size.family else None
+    if architecture and architecture not in GGUF_ARCHITECTURES:
+        return (f"llama.cpp's converter ({LLAMA_CPP_REPO['version']}) has no converter for {architecture} (it would "
+                f"stop with \"Architecture {architecture!r} not supported\"): export format='merged' (safetensors, "
+                "which transformers, vLLM and TGI load), or pick a model llama.cpp converts (Llama, Qwen, Gemma, "
+                "Mistral, Phi, ...). Nothing was launched.")
+    return None
+
+
+def stored_refusal(size: ModelSize, format: str, model: str) -> str | None:
+    """A checkpoint stored in bitsandbytes 4/8-bit (config.json quantization_config) is no export's input: loading
+    it needs bitsandbytes, which the export job does not install, and would write the same 4-bit weights again;
+    and llama.cpp's converter refuses them (conversion/base.py: "Quant method is not yet supported: ...")."""
+    stored = size.quantization
+    if stored is None or not stored.bitsandbytes:
+        return None
+    what = ("a GGUF" if format == "gguf" else "a merged model")
+    return (f"{model} is stored quantized ({stored.describe()}, config.json quantization_config), which {what} "
+            "cannot be made from: the export would load bitsandbytes weights the job cannot read, and llama.cpp's "
+            "converter refuses them. Export from the unquantized original it was made from (its model card's "
+            "base_model), or train on that original and export the result. Nothing was launched.")
 
 
 def plan_export(req: ExportRequest, subject: Subject, *, backend: str, size: ModelSize, catalog: Catalog,

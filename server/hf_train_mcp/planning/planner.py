@@ -26,7 +26,7 @@ from hf_train_mcp.access import Access
 from hf_train_mcp.jobs.ledger import JobRecord, Ledger
 from hf_train_mcp.hub import adapter_config, hub_endpoint, hub_token, repo_has_file, resolve_identity
 from hf_train_mcp.estimate.measured import config_key
-from hf_train_mcp.models.family import custom_modules
+from hf_train_mcp.models.files import custom_modules
 from hf_train_mcp.planning.datasets import checked_dataset, eval_data
 from hf_train_mcp.planning.training import plan_run
 from hf_train_mcp.jobs.prepared import Prepared, Progress
@@ -75,7 +75,7 @@ class Planner:
 
     def model_size(self, model: str, token: str | None, offline: bool) -> ModelSize:
         self.access.check_ref(model, "model")
-        if is_local(model):  # the job would import the folder's own module classes (model_family.custom_modules)
+        if is_local(model):  # the job would import the folder's own module classes (models/files.py custom_modules)
             self.access.check_model_code(model, custom_modules(Path(model).expanduser()))
         try:
             return model_size(model, token, offline=offline)

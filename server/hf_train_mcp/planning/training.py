@@ -19,8 +19,8 @@ from hf_train_mcp.estimate.advice import model_warnings
 from hf_train_mcp.estimate.cost import FlavorEstimate
 from hf_train_mcp.estimate.hardware import Catalog
 from hf_train_mcp.estimate.measured import probe_config, probe_timeout
-from hf_train_mcp.models.family import (UNKNOWN, Family, lora_reaches_experts, lora_target_refusal,
-                                       quantization_refusal, training_refusal)
+from hf_train_mcp.models.family import (UNKNOWN, Family, lora_reaches_experts, lora_target_refusal, method_refusal,
+                                       quantization_refusal)
 from hf_train_mcp.estimate.sizing import ModelSize
 from hf_train_mcp.hub import hub_endpoint
 from hf_train_mcp.planning.budget import chosen_timeout, within_budget, worst_case_usd
@@ -45,7 +45,6 @@ BUCKET_MOUNT = "/outputs"
 # target against each module's whole name (re.fullmatch), so vision blocks' own q/k/v/o or gate/up/down_proj
 # (SigLIP, Mllama's encoder, Qwen2.5-VL's, Idefics2's perceiver) are left out.
 LANGUAGE_TOWER = r"(.*\.)?(language_model|text_model)\.(.*\.)?(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
-SEQUENCE_CLASSIFIER = "AutoModelForSequenceClassification"
 
 
 
@@ -220,7 +219,7 @@ def _run_name_and_folder(req: TrainingRequest, where: type) -> tuple[str, str]:
 
 def check_models(req: "RunShape", size: ModelSize, *, teacher: ModelSize | None, data: DataFacts) -> None:
     """What the models' files rule out before anything is launched, for estimate_cost and submit_training alike
-    (validate_dataset asks model_family.training_refusal too): the method's own checks (a distillation teacher of
+    (validate_dataset asks models/family.py method_refusal too): the method's own checks (a distillation teacher of
     another vocabulary size), images for a model that is no vision-language model, a chat method for a model that
     writes no text, a classification or reward head the model has no class for (models/family.py decides), a
     checkpoint stored quantized that the job cannot train so, LoRA target names that name none of the model's
@@ -231,9 +230,7 @@ def check_models(req: "RunShape", size: ModelSize, *, teacher: ModelSize | None,
     except ValueError as exc:
         raise TrainError(str(exc)) from None
     family = size.family or Family(UNKNOWN)
-    refusal = training_refusal(family, req.model, method=req.method, generative=not spec.classifier,
-                               vision=data.vision, sequence_head=spec.auto_class == SEQUENCE_CLASSIFIER,
-                               appends_eos=spec.appends_eos)
+    refusal = method_refusal(family, req.model, spec, vision=data.vision)
     if refusal:
         raise (DatasetError if data.vision else TrainError)(refusal)
     refusal = quantization_refusal(size.quantization, req.model, peft=req.peft)

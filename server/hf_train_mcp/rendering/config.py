@@ -7,6 +7,7 @@ A method's own keys live in its module, as a subclass of TrainingConfig (methods
 """
 
 import ast
+from functools import lru_cache
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -194,6 +195,11 @@ def reachable_keys(source: str) -> dict[str, bool]:
     return keys
 
 
+@lru_cache(maxsize=64)
+def _reachable_keys_once(source: str) -> dict[str, bool]:
+    return reachable_keys(source)
+
+
 def declared_keys() -> set[str]:
     """Every key some schema declares (the methods' subclasses included, once their modules are imported)."""
     keys: set[str] = set()
@@ -205,12 +211,14 @@ def declared_keys() -> set[str]:
     return keys
 
 
-def check_template_keys(source: str, schema: type[ScriptConfig]) -> None:
+def check_template_keys(source: str, schema: type[ScriptConfig], config_literal: str | None = None) -> None:
     """Every key the script can read is a field of its schema; an optional read (.get) names a key some schema
-    declares (a typo is no optional key)."""
+    declares (a typo is no optional key). config_literal: the CONFIG value as the source spells it, which reads no
+    key and calls nothing: the keys of every script that differs from another by its CONFIG alone are walked once."""
     fields = set(schema.model_fields)
     known = declared_keys()
-    for key, required in reachable_keys(source).items():
+    code = source.replace(f"CONFIG = {config_literal}\n", "CONFIG = {}\n", 1) if config_literal else source
+    for key, required in _reachable_keys_once(code).items():
         if key not in fields and (required or key not in known):
             raise TemplateKeyError(f"the {schema.__name__} template reads CONFIG[{key!r}], which {schema.__name__} "
                                    "does not declare")

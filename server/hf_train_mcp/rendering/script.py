@@ -101,7 +101,7 @@ def render_script(method: str, schema: type[ScriptConfig], context: dict[str, An
     with pysource.LOCK:  # Jinja compiles a template to Python on first use
         text = _environment().get_template(f"{method}.py.j2").render(**context)
         pysource.check_compiles(text, f"{method}.py")
-        check_template_keys(text, schema)
+        check_template_keys(text, schema, python_literal(context["config"]))
     return Script(text=text, sha256=hashlib.sha256(text.encode()).hexdigest())
 
 
