@@ -214,3 +214,184 @@ async def test_a_dry_run_says_what_it_would_upload_and_uploads_nothing(hub: Emul
     (upload,) = plan["uploads"]
     assert (upload["bucket"], upload["files"], upload["bytes"], upload["new_bytes"]) == (BUCKET, 1, size, size)
     assert script_config(plan["script"])["dataset"] == f"/inputs/{upload['path'].rsplit('/', 1)[1]}/tickets.jsonl"
+
+
+# --- refusals: nothing uploaded, nothing launched ------------------------------------------------------------
+def untouched(hub: Emulator, before: int, wire: tuple[int, int]) -> None:
+    assert len(hub.posted_jobs()) == before and traffic(hub) == wire
+    assert not any(p.startswith("hf-train-mcp/inputs/") for p in hub.buckets.get(BUCKET, {}).get("files", {}))
+
+
+async def refusal(hub: Emulator, arguments: dict, access=None) -> str:
+    before, wire = len(hub.posted_jobs()), traffic(hub)
+    async with Client(build_server(access=access) if access else build_server()) as client:
+        text = await refused(client, "submit_training", arguments)
+    untouched(hub, before, wire)
+    return text
+
+
+async def test_data_that_looks_like_credentials_is_refused(hub: Emulator, here: Path) -> None:
+    folder = here / "export"
+    write_jsonl(folder / "part-0.jsonl", [{"prompt": "a", "completion": "b"}] * 4)
+    write_jsonl(folder / "credentials.json", [{"prompt": "key", "completion": "AKIA..."}])
+    text = await refusal(hub, {**TICKETS, "dataset": "./export"})
+    assert "'credentials.json'" in text and "named like a credentials file" in text and "Nothing was uploaded" in text
+    key = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----"
+    write_jsonl(here / "keys.jsonl", [{"prompt": "deploy with", "completion": key}] * 3)
+    text = await refusal(hub, {**TICKETS, "dataset": "./keys.jsonl"})
+    assert "'keys.jsonl'" in text and "private key" in text
+
+
+async def test_unreadable_missing_or_absolute_images_are_refused(hub: Emulator, here: Path) -> None:
+    vit = hub.serve_model(VIT)
+    rows = example_rows("image-classification", 6)
+    write_images(here, rows)
+    base = {"model": vit, "method": "image-classification", "backend": "hf", "hub_model_id": "emu-user/c"}
+    (here / "images" / "red" / "broken.png").write_bytes(b"not a png at all")
+    text = await refusal(hub, {**base, "dataset": "./images"})
+    assert "cannot be read: 'red/broken.png'" in text
+    (here / "images" / "red" / "broken.png").unlink()
+    named = [{"image": r["image"], "label": r["label"]} for r in rows]
+    write_jsonl(here / "absolute.jsonl", [{**named[0], "image": str(here / named[0]["image"])}, *named[1:]])
+    assert "by an absolute path" in await refusal(hub, {**base, "dataset": "./absolute.jsonl"})
+
+
+@pytest.mark.parametrize(("cap", "value", "said"), [("MAX_UPLOAD_FILES", 5, "over the cap of 5 files"),
+                                                     ("MAX_UPLOAD_BYTES", 100, "over the cap of 0 GiB")])
+async def test_more_than_a_cap_is_refused_naming_the_cap(hub: Emulator, here: Path, monkeypatch, cap: str,
+                                                         value: int, said: str) -> None:
+    from hf_train_mcp.jobs import uploads
+
+    monkeypatch.setattr(uploads, cap, value)
+    vit = hub.serve_model(VIT)
+    write_images(here, example_rows("image-classification", 8))
+    text = await refusal(hub, {"model": vit, "dataset": "./images", "method": "image-classification",
+                               "backend": "hf", "hub_model_id": "emu-user/c"})
+    assert said in text and "push it to the Hub" in text
+
+
+async def test_a_public_bucket_is_refused(hub: Emulator, here: Path) -> None:
+    hub.buckets[BUCKET] = {"private": False, "created": "2026-01-01T00:00:00.000Z", "files": {}}
+    text = await refusal(hub, TICKETS)
+    assert f"your bucket {BUCKET} is public" in text and "Make it private" in text
+
+
+async def test_over_http_the_allowed_folder_rules_hold_for_uploads(hub: Emulator, tmp_path: Path) -> None:
+    from hf_train_mcp.access import Access
+
+    allowed, outside = tmp_path / "shared", tmp_path / "private"
+    rows = [{"prompt": "p", "completion": "c"}] * 4
+    write_jsonl(outside / "secret.jsonl", rows)
+    allowed.mkdir()
+    (allowed / "linked.jsonl").symlink_to(outside / "secret.jsonl")
+    os.link(outside / "secret.jsonl", allowed / "hard.jsonl")
+    model = allowed / "model"
+    model.mkdir()
+    (model / "config.json").symlink_to(outside / "secret.jsonl")
+    access = Access.http(local_dirs=[str(allowed)])
+    base = {**TICKETS, "dataset": str(allowed / "ok.jsonl")}
+    write_jsonl(allowed / "ok.jsonl", rows)
+    for arguments in ({**base, "dataset": str(allowed / "linked.jsonl")}, {**base, "dataset": str(allowed / "hard.jsonl")},
+                      {**base, "model": str(model)}):
+        text = await refusal(hub, arguments, access)
+        assert "may not read" in text or "outside the folders" in text, text
+
+
+# --- follow-ups, sweeps ---------------------------------------------------------------------------------------
+async def test_an_evaluation_of_the_job_mounts_the_copy_it_trained_on_and_uploads_nothing(hub: Emulator,
+                                                                                        here: Path) -> None:
+    from tests.emulator import JobPlan
+    from tests.helpers import finished
+
+    hub.plan_next(JobPlan(scheduling_s=0.0, running_s=0.1))
+    async with Client(build_server()) as client:
+        job = await call(client, "submit_training", {**TICKETS, "eval_split": 0.2})
+        assert (await finished(client, job["job_id"], 30))["stage"] == "COMPLETED"
+        trained = hub.posted_jobs()[-1]
+        (here / "tickets.jsonl").unlink()  # the copy the job read is what its evaluation reads
+        before, wire = len(hub.posted_jobs()), traffic(hub)
+        evaluation = await call(client, "evaluate_model", {"model": job["job_id"], "backend": "hf"})
+    spec = posted_one(hub, before)
+    assert traffic(hub) == wire and input_volumes(spec) == input_volumes(trained)
+    config = script_config(decoded_script(spec))
+    assert config["dataset"] == script_config(decoded_script(trained))["dataset"] and config["eval_split"] == 0.2
+    assert evaluation["uploads"][0]["new_bytes"] == 0
+
+
+async def test_a_sweep_uploads_its_data_once_for_all_its_runs(hub: Emulator, here: Path, monkeypatch) -> None:
+    from hf_train_mcp.sweeps import sweep as sweeps
+
+    monkeypatch.setattr(sweeps, "ensure_supervised", lambda core, sweep: None)  # every run starts at once
+    before, wire = len(hub.posted_jobs()), traffic(hub)
+    async with Client(build_server()) as client:
+        await call(client, "submit_sweep", {"base": TICKETS, "grid": {"learning_rate": [1e-4, 2e-4, 3e-4]},
+                                            "max_parallel": 3})
+    posted = hub.posted_jobs()[before:]
+    assert len(posted) == 3 and len({json.dumps(input_volumes(spec)) for spec in posted}) == 1
+    assert traffic(hub) == (wire[0] + 1, wire[1] + 1)  # one batch, one xorb: the file went once
+
+
+# --- a large upload is the user's decision; a long one says how far along it is -----------------------------
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_an_upload_over_the_threshold_is_asked_and_sent_only_on_accept(hub: Emulator, here: Path, monkeypatch,
+                                                                            mode: str) -> None:
+    from tests.helpers import answering
+
+    monkeypatch.setenv("HF_TRAIN_CONFIRM_UPLOAD_ABOVE_GB", "0.000001")  # 1 kB: tickets.jsonl is over it
+    asked: list[str] = []
+    before, wire = len(hub.posted_jobs()), traffic(hub)
+    async with Client(build_server(), mode=mode, elicitation_callback=answering("decline", asked=asked)) as client:
+        declined = await client.call_tool("submit_training", TICKETS)
+    assert declined.is_error and "not submitted" in declined.content[0].text
+    untouched(hub, before, wire)
+    size = (here / "tickets.jsonl").stat().st_size
+    assert asked[0].startswith(f"It first uploads {size / 1e3:.1f} kB of your local files to your private "
+                               "jobs-artifacts bucket.")
+    async with Client(build_server(), mode=mode, elicitation_callback=answering("accept", {"submit": True},
+                                                                                asked)) as client:
+        accepted = await client.call_tool("submit_training", TICKETS)
+        assert not accepted.is_error, accepted.content[0].text
+        again = await client.call_tool("submit_training", TICKETS)  # in the bucket now: nothing to ask about
+    assert len(asked) == 2 and not again.is_error and len(hub.posted_jobs()) == before + 2
+
+
+async def test_a_long_upload_reports_its_bytes_as_progress(hub: Emulator, here: Path, monkeypatch) -> None:
+    from hf_train_mcp.backends import jobs_uploads
+
+    monkeypatch.setattr(jobs_uploads, "BATCH_FILES", 2)  # 8 images: four batches, progress after each
+    vit = hub.serve_model(VIT)
+    write_images(here, example_rows("image-classification", 8))
+    seen: list[tuple[float, float | None, str]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total, message or ""))
+
+    async with Client(build_server(), mode="legacy") as client:
+        result = await client.call_tool("submit_training", {"model": vit, "dataset": "./images", "backend": "hf",
+                                                            "method": "image-classification",
+                                                            "hub_model_id": "emu-user/c"}, progress_callback=on_progress)
+        assert not result.is_error, result.content[0].text
+    uploading = [(p, t) for p, t, m in seen if m.startswith("uploading local files")]
+    assert len(uploading) == 5 and uploading[-1][0] == uploading[-1][1]  # 0, 2, 4, 6 and 8 images' bytes
+    values = [p for p, _, _ in seen]
+    assert values == sorted(values)  # MCP progress only grows
+
+
+def test_the_cli_draws_an_upload_as_a_bar(capsys) -> None:
+    import io
+
+    from hf_train_mcp.jobs.prepared import Share
+    from hf_train_mcp.shell.cli import _progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    screen = Terminal()
+    show = _progress(screen)
+    show("validating ./images")
+    for done in (0, 50, 100):
+        show(Share(f"uploading local files: {done} of 100 bytes", done, 100))
+    lines = screen.getvalue().split("\r")
+    assert lines[0] == "... validating ./images\n" and lines[-1] == f"... [{'#' * 30}] uploading local files: 100 of 100 bytes\n"
+    assert lines[2].startswith("... [" + "#" * 15 + "." * 15 + "]")

@@ -92,6 +92,8 @@ def _send_files(api, bucket: str, upload: Upload, missing: list[UploadFile], hel
         bounded(f"copying files of the {upload.role} inside your bucket",
                 lambda: api.batch_bucket_files(bucket, copy=copies), token, deadline_s=LIST_DEADLINE_S)
     sent, total = 0, sum(f.size for f in missing if xet[f.name] not in known)
+    if share and total:
+        share(0, total)
     for batch in _batches([f for f in missing if xet[f.name] not in known]):
         size = sum(f.size for f in batch)
         add = [(f.source, f"{upload.place}/{f.name}") for f in batch]

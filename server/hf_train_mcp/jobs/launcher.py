@@ -20,7 +20,7 @@ from hf_train_mcp.durations import minutes_since
 from hf_train_mcp.jobs import keys
 from hf_train_mcp.jobs.ledger import PENDING, SUBMITTING, UNKNOWN, JobRecord, KeyConflict, Ledger, claim_id, now_iso
 from hf_train_mcp.jobs.prepared import Prepared, Progress, Share
-from hf_train_mcp.jobs.uploads import Sent, Upload
+from hf_train_mcp.jobs.uploads import Sent, Upload, shown_bytes
 from hf_train_mcp.contract.results import Submission
 from hf_train_mcp.jobs import duplicates
 from hf_train_mcp.nodes import rules as node_rules
@@ -168,12 +168,26 @@ class Launcher:
             return []
         total = sum(u.size for u in prepared.uploads)
         if progress:
-            progress(f"checking your bucket for the {total / 1e6:,.1f} MB of local files the job reads")
+            progress(f"checking your bucket for the {shown_bytes(total)} of local files the job reads")
 
         def share(done: int, of: int) -> None:
             if progress:
-                progress(Share(f"uploading local files: {done / 1e6:,.1f} of {of / 1e6:,.1f} MB", done, of))
+                progress(Share(f"uploading local files: {shown_bytes(done)} of {shown_bytes(of)}", done, of))
         return backend.upload(prepared.uploads, prepared.namespace, share=share)
+
+    def count_uploads(self, prepared: Any) -> None:
+        """Set what a launch of this plan (a sweep: of all its runs, which share their uploads) would upload that
+        the bucket lacks; all of it when the bucket cannot be asked."""
+        runs = getattr(prepared, "runs", None)
+        parts = [run.prepared for run in runs] if runs is not None else [prepared]
+        uploads = list({u.place: u for part in parts for u in part.uploads if u.files}.values())
+        prepared.new_upload_bytes = 0
+        if uploads:
+            try:
+                sent = self.backend(parts[0].backend_name).upload(uploads, parts[0].namespace, dry_run=True)
+                prepared.new_upload_bytes = sum(s.new_bytes or 0 for s in sent)
+            except TrainError:
+                prepared.new_upload_bytes = sum(u.size for u in uploads)
 
     @staticmethod
     def _would_send(backend: Backend, prepared: Prepared) -> list[dict]:

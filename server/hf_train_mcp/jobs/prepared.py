@@ -41,6 +41,7 @@ class Prepared:
     reads: list[tuple[str, str]]  # (repo type, id) the job reads from the Hub: a local job's token depends on them
     parent_job_id: str | None = None  # the training job an evaluation or export works on
     uploads: list = field(default_factory=list)  # jobs/uploads.py Upload: local files the job reads, sent at launch
+    new_upload_bytes: int | None = None  # what of them the bucket lacks, once asked (the upload question's figure)
     asked: str | None = None  # the call as its caller sent it (retries.asked_json)
 
     @property

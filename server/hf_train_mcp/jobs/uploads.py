@@ -101,6 +101,14 @@ class Sent:
                 "delete": f"hf buckets rm {where}/ --recursive (a follow-up of the job needs it)"}
 
 
+def shown_bytes(size: float) -> str:
+    """A size as an answer or a question says it (decimal units, as the Hub's pages do)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size >= scale:
+            return f"{size / scale:,.{2 if unit == 'GB' else 1}f} {unit}"
+    return f"{int(size)} bytes"
+
+
 # --- hashing --------------------------------------------------------------------------------------------------
 _HASHED: dict[tuple, tuple[str, bool]] = {}  # (path, inode, size, mtime) -> (sha256, holds a secret)
 _HASHED_KEPT = 100_000
