@@ -395,3 +395,49 @@ def test_the_cli_draws_an_upload_as_a_bar(capsys) -> None:
     lines = screen.getvalue().split("\r")
     assert lines[0] == "... validating ./images\n" and lines[-1] == f"... [{'#' * 30}] uploading local files: 100 of 100 bytes\n"
     assert lines[2].startswith("... [" + "#" * 15 + "." * 15 + "]")
+
+
+# --- the estimate, and the measurement it may launch --------------------------------------------------------
+async def test_the_estimate_counts_the_upload_at_its_stated_bandwidth(hub: Emulator, here: Path,
+                                                                      monkeypatch) -> None:
+    from hf_train_mcp.planning import estimation
+
+    arguments = {"model": TICKETS["model"], "dataset": "./tickets.jsonl", "backend": "hf", "flavor": "a10g-small"}
+    async with Client(build_server()) as client:
+        fast = await call(client, "estimate_cost", arguments)
+        monkeypatch.setattr(estimation, "UPLOAD_BYTES_PER_S", 1.0)  # a byte a second: an hour per 3.6 kB
+        slow = await call(client, "estimate_cost", arguments)
+    size = (here / "tickets.jsonl").stat().st_size
+    assert "at 20.0 MB/s" in fast["assumptions"]["upload"] and "not billed" in fast["assumptions"]["upload"]
+    assert slow["hours"] == pytest.approx(fast["hours"] + size / 3600, abs=0.01)
+    assert slow["cost_usd"] == fast["cost_usd"]  # the upload happens before the job bills
+
+
+async def test_a_measurement_reads_the_uploaded_copy(hub: Emulator, here: Path) -> None:
+    before = len(hub.posted_jobs())
+    async with Client(build_server()) as client:
+        estimate = await call(client, "estimate_cost", {"model": TICKETS["model"], "dataset": "./tickets.jsonl",
+                                                        "backend": "hf", "flavor": "a10g-small", "measure": True})
+    spec = posted_one(hub, before)
+    (volume,) = input_volumes(spec)
+    assert estimate["measurement"]["job_id"] and placed(hub, volume) == {"tickets.jsonl": xet_hash(here / "tickets.jsonl")}
+    assert script_config(decoded_script(spec))["dataset"] == f"{volume['mountPath']}/tickets.jsonl"
+
+
+async def test_an_export_of_a_job_on_a_local_base_model_mounts_that_models_copy(hub: Emulator, here: Path,
+                                                                                tiny_model: Path) -> None:
+    from tests.emulator import JobPlan
+    from tests.helpers import finished
+
+    hub.plan_next(JobPlan(scheduling_s=0.0, running_s=0.1))
+    async with Client(build_server()) as client:
+        job = await call(client, "submit_training", {**TICKETS, "model": str(tiny_model)})
+        assert (await finished(client, job["job_id"], 30))["stage"] == "COMPLETED"
+        trained = hub.posted_jobs()[-1]
+        before, wire = len(hub.posted_jobs()), traffic(hub)
+        await call(client, "export_model", {"model": job["job_id"], "format": "merged", "backend": "hf",
+                                            "hub_model_id": "emu-user/tickets-merged"})
+    spec = posted_one(hub, before)
+    base = script_config(decoded_script(spec))["base_model"]
+    assert traffic(hub) == wire and base == script_config(decoded_script(trained))["model"]
+    assert base in {v["mountPath"] for v in input_volumes(spec)}

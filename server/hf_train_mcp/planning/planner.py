@@ -252,12 +252,12 @@ class Planner:
                  *([("model", resume_repo)] if resume_repo else [])]
         if mounting:
             step("hashing the local files the job reads")
-        uploads = self._uploads([(req.model, "model"), (req.dataset, "dataset"), (req.teacher_model, "teacher model")],
+        uploads = self.uploads_for([(req.model, "model"), (req.dataset, "dataset"), (req.teacher_model, "teacher model")],
                                 mapping=req.column_mapping) if mounting else []
         return self._package(req, backend_name, kind, namespace, plan, hub_model_id=req.hub_model_id if pushes else None,
                              model=req.model, dataset=req.dataset, reads=reads, uploads=uploads)
 
-    def _uploads(self, refs: list[tuple[str | None, str]], *, mapping: dict[str, str] | None,
+    def uploads_for(self, refs: list[tuple[str | None, str]], *, mapping: dict[str, str] | None,
                  recorded: list[dict] = ()) -> list[Upload]:
         """The uploads of the local paths among `refs` ((ref, role) pairs): a copy a job already read (`recorded`,
         a follow-up's parent's) as it is, else planned from the local files."""
@@ -342,7 +342,7 @@ class Planner:
             plan.warnings.append(f"the results are not written to {card}'s card: over {self.access.over} only a "
                                  "repo a job of this server pushed to is written to; they are in the job's output")
         job = subject.job
-        uploads = self._uploads([(subject.ref, "model"), (subject.base_model, "base model"),
+        uploads = self.uploads_for([(subject.ref, "model"), (subject.base_model, "base model"),
                                  (data.dataset if data else None, "dataset")],
                                 mapping=data.column_mapping if data else None, recorded=job.uploads if job else [],
                                 ) if backends.mounts_uploads(backend_name) else []
@@ -368,7 +368,7 @@ class Planner:
             check_push_target(target, token=token or hub_token(), access=self.access, warnings=plan.warnings,
                               pushed_before=self.ledger.pushed_to(target), dry_run=req.dry_run,
                               what="the export", export=True)
-        uploads = self._uploads([(subject.ref, "model"), (subject.base_model, "base model")], mapping=None,
+        uploads = self.uploads_for([(subject.ref, "model"), (subject.base_model, "base model")], mapping=None,
                                 recorded=subject.job.uploads if subject.job else []
                                 ) if backends.mounts_uploads(backend_name) else []
         return self._package(
