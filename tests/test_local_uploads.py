@@ -441,3 +441,38 @@ async def test_an_export_of_a_job_on_a_local_base_model_mounts_that_models_copy(
     base = script_config(decoded_script(spec))["base_model"]
     assert traffic(hub) == wire and base == script_config(decoded_script(trained))["model"]
     assert base in {v["mountPath"] for v in input_volumes(spec)}
+
+
+async def test_resuming_a_job_trained_on_uploaded_data_reuses_its_copy(hub: Emulator, here: Path) -> None:
+    from tests.emulator import JobPlan
+    from tests.helpers import finished
+
+    hub.plan_next(JobPlan(scheduling_s=0.0, running_s=0.1))
+    async with Client(build_server()) as client:
+        job = await call(client, "submit_training", TICKETS)
+        assert (await finished(client, job["job_id"], 30))["stage"] == "COMPLETED"
+        trained = hub.posted_jobs()[-1]
+        before, wire = len(hub.posted_jobs()), traffic(hub)
+        resumed = await call(client, "submit_training", {**TICKETS, "resume_from": job["job_id"]})
+    spec = posted_one(hub, before)
+    assert traffic(hub) == wire and input_volumes(spec) == input_volumes(trained)
+    assert resumed["uploads"][0]["new_bytes"] == 0
+    assert script_config(decoded_script(spec))["resume_from_repo"] == TICKETS["hub_model_id"]
+
+
+def test_a_file_changed_after_it_was_judged_is_not_sent(hub: Emulator, here: Path) -> None:
+    """The job reads the bytes validation judged: a file edited between the plan (a confirmation question may
+    sit in between) and the upload is refused, and nothing is launched."""
+    from hf_train_mcp.contract.requests import TrainingRequest
+    from hf_train_mcp.errors import TrainError
+    from hf_train_mcp.service import Core
+
+    core = Core()
+    req = TrainingRequest(**TICKETS)
+    core.preview(req)  # kept for the submission that follows, as a confirmation keeps it
+    with open(here / "tickets.jsonl", "a") as f:
+        f.write(json.dumps({"prompt": "Ticket 30: an edit after the check", "completion": "other"}) + "\n")
+    before, wire = len(hub.posted_jobs()), traffic(hub)
+    with pytest.raises(TrainError, match="changed .* after it was checked"):
+        core.submit_training(req)
+    untouched(hub, before, wire)
