@@ -1,6 +1,7 @@
 """The emulator's Storage Buckets and the xet CAS they upload through, as huggingface_hub 2.4.0 speaks to them
 (shared/reference/hf-jobs-wire-contract.md 4.7, 4.8): create (a 409 with `url` once it exists), info, tree,
-the NDJSON batch (adds, server-side copies, deletes), the xet write token, and CAS endpoints that accept what hf_xet sends (and verify nothing)."""
+the NDJSON batch (adds, server-side copies by xet hash, deletes), the xet write token, and CAS endpoints that accept
+what hf_xet sends (and verify nothing)."""
 
 import json
 import re

@@ -329,6 +329,11 @@ async def test_a_sweep_uploads_its_data_once_for_all_its_runs(hub: Emulator, her
     posted = hub.posted_jobs()[before:]
     assert len(posted) == 3 and len({json.dumps(input_volumes(spec)) for spec in posted}) == 1
     assert traffic(hub) == (wire[0] + 1, wire[1] + 1)  # one batch, one xorb: the file went once
+    async with Client(build_server()) as client:
+        plan = await call(client, "submit_sweep", {"base": TICKETS, "grid": {"learning_rate": [1e-4, 2e-4]},
+                                                   "dry_run": True})
+    place = input_volumes(posted[0])[0]["path"]
+    assert any("1 local file(s)" in w and place in w and "sent once" in w for w in plan["warnings"])
 
 
 # --- a large upload is the user's decision; a long one says how far along it is -----------------------------

@@ -31,7 +31,7 @@ from hf_train_mcp.models.family import custom_modules
 from hf_train_mcp.planning.datasets import checked_dataset, eval_data
 from hf_train_mcp.planning.training import plan_run
 from hf_train_mcp.jobs.prepared import Prepared, Progress
-from hf_train_mcp.jobs.uploads import Upload, mounted, plan_dataset, plan_folder, withheld_warnings
+from hf_train_mcp.jobs.uploads import Upload, mounted, plan_dataset, plan_folder, shown_bytes, withheld_warnings
 from hf_train_mcp.contract.requests import EvaluateRequest, ExportRequest, RunShape, ScriptRequest
 from hf_train_mcp.contract.requests import SweepRequest, TrainingRequest
 from hf_train_mcp.planning.user_script import plan_script
@@ -180,7 +180,14 @@ class Planner:
 
     def _prepare_sweep(self, req: SweepRequest, backend_name: str, *, kind: str,
                        progress: Progress) -> Any:
-        return self._plan_sweep(lambda run: self.preview(run, kind="train"), req, backend_name, progress)
+        plan = self._plan_sweep(lambda run: self.preview(run, kind="train"), req, backend_name, progress)
+        uploads = list({u.place: u for run in plan.runs for u in run.prepared.uploads}.values())
+        if uploads:  # one copy for every run: said once, where the sweep's answer has no field for it
+            plan.warnings.append(f"the runs read {sum(u.count for u in uploads)} local file(s) "
+                                 f"({shown_bytes(sum(u.size for u in uploads))}), sent once to your private "
+                                 f"jobs-artifacts bucket ({', '.join(u.place for u in uploads)}) as the first run "
+                                 "launches, and mounted read-only into each")
+        return plan
 
     def _prepare_script(self, req: ScriptRequest, backend_name: str, *, kind: str, progress: Progress) -> Prepared:
         """run_script: the caller's program read (a URL fetched, a folder hashed) and planned like any job."""
@@ -252,8 +259,8 @@ class Planner:
                  *([("model", resume_repo)] if resume_repo else [])]
         if mounting:
             step("hashing the local files the job reads")
-        uploads = self.uploads_for([(req.model, "model"), (req.dataset, "dataset"), (req.teacher_model, "teacher model")],
-                                mapping=req.column_mapping) if mounting else []
+        refs = [(req.model, "model"), (req.dataset, "dataset"), (req.teacher_model, "teacher model")]
+        uploads = self.uploads_for(refs, mapping=req.column_mapping) if mounting else []
         return self._package(req, backend_name, kind, namespace, plan, hub_model_id=req.hub_model_id if pushes else None,
                              model=req.model, dataset=req.dataset, reads=reads, uploads=uploads)
 
