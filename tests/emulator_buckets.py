@@ -69,7 +69,8 @@ def _batch(handler: Any, emu: Any, bucket: dict, raw: bytes) -> None:
                 continue
         if op["type"] in ("addFile", "copyFile"):
             bucket["files"][op["path"]] = {"type": "file", "path": op["path"], "size": op.get("size", 0),
-                                           "xetHash": op["xetHash"], "mtime": _now(), "uploadedAt": _now()}
+                                           "xetHash": op["xetHash"], "mtime": _now(), "uploadedAt": _now(),
+                                           "via": op["type"]}  # tests tell a copy from an upload (clients ignore it)
         elif op["type"] == "deleteFile":
             bucket["files"].pop(op["path"], None)
         done += 1

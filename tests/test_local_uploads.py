@@ -481,3 +481,28 @@ def test_a_file_changed_after_it_was_judged_is_not_sent(hub: Emulator, here: Pat
     with pytest.raises(TrainError, match="changed .* after it was checked"):
         core.submit_training(req)
     untouched(hub, before, wire)
+
+
+async def test_a_changed_image_folder_gets_a_new_place_and_sends_only_the_changed_file(hub: Emulator,
+                                                                                     here: Path) -> None:
+    """Two versions never share a folder (a running job's files never change under it), and the unchanged files
+    of the new version are copied inside the bucket by their xet hash, never sent again."""
+    from PIL import Image
+
+    vit = hub.serve_model(VIT)
+    rows = example_rows("image-classification", 8)
+    write_images(here, rows)
+    arguments = {"model": vit, "dataset": "./images", "method": "image-classification", "backend": "hf",
+                 "hub_model_id": "emu-user/colours"}
+    async with Client(build_server()) as client:
+        first = await call(client, "submit_training", arguments)
+        changed = here / rows[0]["image"]
+        Image.new("RGB", (32, 32), (250, 10, 10)).save(changed)  # a new picture under the same name
+        second = await call(client, "submit_training", arguments)
+    old, new = first["uploads"][0]["path"], second["uploads"][0]["path"]
+    assert old != new and second["uploads"][0]["new_bytes"] == changed.stat().st_size
+    files = hub.buckets[BUCKET]["files"]
+    fresh = {path[len(new) + 1:]: entry["via"] for path, entry in files.items() if path.startswith(new + "/")}
+    name = Path(rows[0]["image"]).relative_to("images").as_posix()
+    assert fresh.pop(name) == "addFile" and set(fresh.values()) == {"copyFile"} and len(fresh) == 7
+    assert sum(path.startswith(old + "/") for path in files) == 8  # the first version is left as it was

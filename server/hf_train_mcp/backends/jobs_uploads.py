@@ -46,12 +46,12 @@ def _private_bucket(api, bucket: str, *, create: bool, token: str | None) -> boo
     return True
 
 
-def _listing(api, bucket: str, token: str | None) -> dict[str, str]:
-    """path -> xet hash of every upload the bucket holds."""
+def _listing(api, bucket: str, prefix: str, token: str | None) -> dict[str, str]:
+    """path -> xet hash of every file the bucket holds under `prefix` (a folder)."""
     from huggingface_hub import BucketFile
 
     items = bounded("listing your jobs-artifacts bucket", lambda: list(api.list_bucket_tree(
-        bucket, prefix=PLACE_ROOT, recursive=True)), token, deadline_s=LIST_DEADLINE_S)
+        bucket, prefix=prefix, recursive=True)), token, deadline_s=LIST_DEADLINE_S)
     return {item.path: item.xet_hash for item in items if isinstance(item, BucketFile)}
 
 
@@ -119,26 +119,28 @@ def send(api, uploads: list[Upload], namespace: str | None, *, token: str | None
 
     bucket = bucket_of(api, namespace)
     exists = _private_bucket(api, bucket, create=not dry_run, token=token)
-    held = _listing(api, bucket, token) if exists else {}
-    out = []
+    out, every = [], None  # every upload's files, listed only when one must be sent (its copies' sources)
     for upload in uploads:
-        present = sum(1 for path in held if path.startswith(upload.place + "/"))
+        held = _listing(api, bucket, upload.place, token) if exists else {}
+        present = len(held)
         if not upload.files:  # recorded by the job a follow-up works on
             if present < upload.count:
-                raise TrainError(f"the copy of the {upload.role} {upload.shown} is no longer whole in your bucket "
-                                 f"({bucket}/{upload.place}): send the local path again instead of the job's, and it "
-                                 "is uploaded again. Nothing was launched.")
+                raise TrainError(f"the copy of the {upload.role} {upload.shown} that the job read is no longer whole "
+                                 f"in your bucket ({bucket}/{upload.place}): name the local {upload.role} in the call "
+                                 "(it is uploaded again), or push it to the Hub. Nothing was launched.")
             out.append(Sent(bucket, upload, 0))
             continue
         missing = [f for f in upload.files if f"{upload.place}/{f.name}" not in held]
         if dry_run or not missing:
             out.append(Sent(bucket, upload, sum(f.size for f in missing)))
             continue
+        every = every if every is not None else _listing(api, bucket, PLACE_ROOT, token)
         disable_progress_bars()  # as sync_bucket(quiet=True) does: stdout and stderr are no place for bars here
         try:
-            out.append(Sent(bucket, upload, _send_files(api, bucket, upload, missing, held, share, token)))
+            out.append(Sent(bucket, upload, _send_files(api, bucket, upload, missing, every, share, token)))
         finally:
             enable_progress_bars()
+        every = None  # what it sent may be the next upload's to copy
     return out
 
 
