@@ -506,3 +506,18 @@ async def test_a_changed_image_folder_gets_a_new_place_and_sends_only_the_change
     name = Path(rows[0]["image"]).relative_to("images").as_posix()
     assert fresh.pop(name) == "addFile" and set(fresh.values()) == {"copyFile"} and len(fresh) == 7
     assert sum(path.startswith(old + "/") for path in files) == 8  # the first version is left as it was
+
+
+def test_the_command_line_sends_a_local_file_and_says_where_it_went(hub: Emulator, here: Path) -> None:
+    import subprocess
+    import sys
+
+    before = len(hub.posted_jobs())
+    done = subprocess.run([sys.executable, "-m", "hf_train_mcp", "submit", TICKETS["model"], "./tickets.jsonl",
+                           "--backend", "hf", "--hub-model-id", TICKETS["hub_model_id"], "--max-steps", "20"],
+                          capture_output=True, text=True, timeout=120, cwd=here, env=os.environ.copy())
+    assert done.returncode == 0, done.stderr
+    (volume,) = input_volumes(posted_one(hub, before))
+    size = (here / "tickets.jsonl").stat().st_size
+    assert f"... uploading local files: {size / 1e3:.1f} kB of {size / 1e3:.1f} kB" in done.stderr.splitlines()
+    assert "uploads:" in done.stdout and volume["path"] in done.stdout

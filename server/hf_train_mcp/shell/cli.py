@@ -28,8 +28,11 @@ def _table(rows: list[dict]) -> list[str]:
     columns = [c for c in dict.fromkeys(k for row in rows for k in row) if not isinstance(rows[0].get(c), dict | list)]
     widths = {c: min(40, max(len(c), *(len(_cell(r.get(c))) for r in rows))) for c in columns}
     out = ["  ".join(c.ljust(widths[c]) for c in columns)]
-    out += ["  ".join(_cell(r.get(c))[:40].ljust(widths[c]) for c in columns) for r in rows]
-    return out
+    if not columns:
+        return out
+    *first, last = columns  # the last column whole: nothing is beside it (an upload's delete command)
+    out += ["  ".join([*(_cell(r.get(c))[:40].ljust(widths[c]) for c in first), _cell(r.get(last))]) for r in rows]
+    return [line.rstrip() for line in out]
 
 
 def render(result: Any) -> str:
