@@ -10,6 +10,7 @@ import runpy
 import shutil
 from pathlib import Path
 
+import anyio
 import pytest
 from mcp import Client
 
@@ -115,7 +116,7 @@ async def test_a_local_jsonl_is_uploaded_once_mounted_read_only_and_read_by_the_
     assert first["uploads"] == [{"bucket": BUCKET, "path": volume["path"], "files": 1, "bytes": size, "new_bytes": size,
                                  "delete": f"hf buckets rm {BUCKET}/{volume['path']}/ --recursive (a follow-up of the "
                                            "job needs it)"}]
-    assert after_first[0] > wire[0] and after_first[1] > wire[1]
+    assert after_first[0] > wire[0]  # (xorbs too, unless hf_xet's own cache had the bytes: it dedups by chunk)
     # the same call again: the same copy mounted, nothing sent
     assert traffic(hub) == after_first and again["uploads"][0]["new_bytes"] == 0
     assert input_volumes(second) == [volume]
@@ -328,7 +329,8 @@ async def test_a_sweep_uploads_its_data_once_for_all_its_runs(hub: Emulator, her
                                             "max_parallel": 3})
     posted = hub.posted_jobs()[before:]
     assert len(posted) == 3 and len({json.dumps(input_volumes(spec)) for spec in posted}) == 1
-    assert traffic(hub) == (wire[0] + 1, wire[1] + 1)  # one batch, one xorb: the file went once
+    sent = traffic(hub)
+    assert sent[0] == wire[0] + 1 and sent[1] <= wire[1] + 1  # one batch, at most one xorb: the file went once
     async with Client(build_server()) as client:
         plan = await call(client, "submit_sweep", {"base": TICKETS, "grid": {"learning_rate": [1e-4, 2e-4]},
                                                    "dry_run": True})
@@ -376,8 +378,11 @@ async def test_a_long_upload_reports_its_bytes_as_progress(hub: Emulator, here: 
                                                             "method": "image-classification",
                                                             "hub_model_id": "emu-user/c"}, progress_callback=on_progress)
         assert not result.is_error, result.content[0].text
-    uploading = [(p, t) for p, t, m in seen if m.startswith("uploading local files")]
-    assert len(uploading) == 5 and uploading[-1][0] == uploading[-1][1]  # 0, 2, 4, 6 and 8 images' bytes
+        uploading = lambda: [(p, t) for p, t, m in seen if m.startswith("uploading local files")]  # noqa: E731
+        with anyio.fail_after(10):  # notifications may trail the result
+            while len(uploading()) < 5 or not any(m.startswith("submitting") for _, _, m in seen):
+                await anyio.sleep(0.05)
+    assert len(uploading()) == 5 and uploading()[-1][0] == uploading()[-1][1]  # 0, 2, 4, 6 and 8 images' bytes
     values = [p for p, _, _ in seen]
     assert values == sorted(values)  # MCP progress only grows
 
