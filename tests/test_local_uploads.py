@@ -258,7 +258,7 @@ async def test_unreadable_missing_or_absolute_images_are_refused(hub: Emulator, 
 
 
 @pytest.mark.parametrize(("cap", "value", "said"), [("MAX_UPLOAD_FILES", 5, "over the cap of 5 files"),
-                                                     ("MAX_UPLOAD_BYTES", 100, "over the cap of 0 GiB")])
+                                                     ("MAX_UPLOAD_BYTES", 100, "over the cap of 100 bytes")])
 async def test_more_than_a_cap_is_refused_naming_the_cap(hub: Emulator, here: Path, monkeypatch, cap: str,
                                                          value: int, said: str) -> None:
     from hf_train_mcp.jobs import uploads

@@ -28,12 +28,12 @@ from hf_train_mcp.data.images import cell_paths, image_folder_classes, is_image
 from hf_train_mcp.data.local import data_files
 from hf_train_mcp.data.rows import every_row
 from hf_train_mcp.errors import AccessError, DatasetError, NotFoundError, TrainError
-from hf_train_mcp.user_scripts.source import credential, folder_left_out, holds_secret, left_out
+from hf_train_mcp.user_scripts.source import SECRET_OVERLAP, credential, folder_left_out, left_out, marks_secret
 
 PLACE_ROOT = "hf-train-mcp/inputs"  # inside {namespace}/jobs-artifacts, beside run_script's project folders
 MOUNT_ROOT = "/inputs"
 MAX_UPLOAD_FILES = 10_000  # one call's uploads together: a dataset of more files belongs on the Hub
-MAX_UPLOAD_BYTES = 100 * 2**30
+MAX_UPLOAD_BYTES = 100 * 10**9
 # The upload speed estimate_cost assumes (a home or office uplink; a cloud machine's is faster): said in its answer
 UPLOAD_BYTES_PER_S = 20e6
 _CHUNK = 1 << 20
@@ -119,13 +119,15 @@ def _hashed(path: Path, info: os.stat_result) -> tuple[str, bool]:
     file (same inode, size and modification time) is not read again (a sweep plans each run)."""
     key = (str(path), info.st_ino, info.st_size, info.st_mtime_ns)
     if key not in _HASHED:
-        digest = hashlib.sha256()
+        digest, secret, tail = hashlib.sha256(), False, b""
         with open(path, "rb") as f:
             while chunk := f.read(_CHUNK):
                 digest.update(chunk)
+                secret = secret or marks_secret(tail + chunk)
+                tail = chunk[-SECRET_OVERLAP:]
         if len(_HASHED) >= _HASHED_KEPT:
             _HASHED.clear()
-        _HASHED[key] = digest.hexdigest(), holds_secret(path)
+        _HASHED[key] = digest.hexdigest(), secret
     return _HASHED[key]
 
 
@@ -147,11 +149,11 @@ def _check_caps(count: int, size: int, what: str) -> None:
                          "push it to the Hub (a dataset or model repo) and send its id. Nothing was uploaded or "
                          "launched.")
     if size > MAX_UPLOAD_BYTES:
-        raise TrainError(f"{what} is {size / 1e9:,.1f} GB, over the cap of {MAX_UPLOAD_BYTES / 2**30:.0f} GiB one "
-                         "call uploads: push it to the Hub and send its id. Nothing was uploaded or launched.")
+        raise TrainError(f"{what} is {shown_bytes(size)}, over the cap of {shown_bytes(MAX_UPLOAD_BYTES)} one call "
+                         "uploads: push it to the Hub and send its id. Nothing was uploaded or launched.")
 
 
-def _planned(role: str, ref: str, root: Path, paths: list[Path], reads: str, *, refuse_secrets: bool
+def _planned(role: str, ref: str, root: Path, paths: list[Path], *, refuse_secrets: bool
              ) -> tuple[list[UploadFile], list[str]]:
     """The files with their hashes (and the credential files among them, refused or left behind)."""
     stats = [(path, path.stat()) for path in paths]
@@ -173,7 +175,7 @@ def _planned(role: str, ref: str, root: Path, paths: list[Path], reads: str, *, 
 
 
 def _upload(role: str, ref: str, root: Path, paths: list[Path], reads: str, *, refuse_secrets: bool) -> Upload:
-    files, withheld = _planned(role, ref, root, sorted(set(paths)), reads, refuse_secrets=refuse_secrets)
+    files, withheld = _planned(role, ref, root, sorted(set(paths)), refuse_secrets=refuse_secrets)
     digest = _digest(files)
     return Upload(role=role, ref=ref, place=f"{PLACE_ROOT}/{_place_name(ref)}-{digest[:16]}", reads=reads,
                   digest=digest, count=len(files), size=sum(f.size for f in files), files=tuple(files),
