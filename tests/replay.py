@@ -29,6 +29,29 @@ def replay_script(tmp_path: Path, model: Path, data: Path, **fields: Any) -> dic
     return script
 
 
+def planned_script(tmp_path: Path, model: Path, data: Path, *, images: bool = False, **fields: Any) -> dict[str, Any]:
+    """The script an HF job on an A10G gets for this request as the server plans it: sized from the model's own
+    folder, chat_template='chatml' where the model has none (what the server asks for conversational rows), rows
+    with images planned for the vision-language path; loaded without running main()."""
+    from hf_train_mcp.estimate.sizing import model_size
+    from hf_train_mcp.models.chat_template import has_chat_template
+
+    conversational = fields.get("method", "sft") not in ("text-classification", "image-classification", "embedding")
+    if conversational and has_chat_template(str(model), None, local=True) is False:
+        fields.setdefault("chat_template", "chatml")
+    request = TrainingRequest(**{"model": str(model), "dataset": str(data), "hub_model_id": "me/out",
+                                 "flavor": "a10g-large", "max_steps": 1, "per_device_batch_size": 2,
+                                 "gradient_accumulation": 1, "learning_rate": 1e-3, "save_steps": 100, **fields})
+    facts = DataFacts(num_rows=16, conversational=conversational, vision=images, images_per_row=1.0 if images else 0)
+    plan = plan_run(request, backend="hf", size=model_size(str(model), offline=True), catalog=fallback_catalog(),
+                    namespace="me", data=facts)
+    path = tmp_path / "train.py"
+    path.write_text(plan.render().text)
+    script = runpy.run_path(str(path), run_name="hftm_replay")
+    script["CONFIG"].update(output_dir=str(tmp_path / "out"), trackio=False, push_to_hub=False, hub_model_id=None)
+    return script
+
+
 def gpu_trainer(script: dict[str, Any], monkeypatch: pytest.MonkeyPatch, precision: str):
     """The job's trainer under the GPU's precision (and QLoRA's 4-bit) as its main() builds it."""
     monkeypatch.setenv("HFTM_PRECISION", precision)

@@ -218,8 +218,10 @@ def _vlm_top(config: dict, top: str) -> None:
 def _image_classifier(config: dict) -> None:
     kind = config.get("model_type")
     if kind in ("vit", "dinov2"):
-        config.update(hidden_size=WIDTH, intermediate_size=FFN, num_attention_heads=HEADS, num_hidden_layers=2,
+        config.update(hidden_size=WIDTH, num_attention_heads=HEADS, num_hidden_layers=2,
                       image_size=2 * config["patch_size"])
+        if "intermediate_size" in config:  # DINOv2 sizes its MLP by mlp_ratio
+            config["intermediate_size"] = FFN
         if config.get("pooler_output_size"):
             config["pooler_output_size"] = WIDTH
         if "stage_names" in config:  # DINOv2's backbone outputs: its last stage
@@ -252,7 +254,7 @@ def _remap_ids(config: dict, ids: dict[int, int]) -> None:
 
 
 # --- the folder: weights, tokenizer, processor ----------------------------------------------------------------
-def _model_class(name: str, config):
+def model_class(name: str, config):
     """The class a training job loads (TRL's create_model_from_path: architectures[0], else a causal LM); a
     sentence-transformers checkpoint holds the bare encoder."""
     import transformers
@@ -301,7 +303,7 @@ def tiny_files(name: str, dest: Path) -> Path:
     if hasattr(config, "quantization_config"):  # the weights are written as the format stores them (below)
         del config.quantization_config
     torch.manual_seed(0)
-    model = built(_model_class(name, config), config)
+    model = built(model_class(name, config), config)
     _save_weights(model, work, tiny.get("quantization_config"))
     (work / "config.json").write_text(json.dumps(tiny, indent=2))  # the Hub's layout, not save_pretrained's
     if vocabulary:
