@@ -228,8 +228,9 @@ def _image_classifier(config: dict) -> None:
             config.update(stage_names=["stem", "stage1", "stage2"], out_features=["stage2"], out_indices=[2])
     elif kind == "swin":
         stages = len(config["depths"])
+        # windows of 2 patches: each stage's side (16, 8, 4, 2 at 64 px) a multiple of it, as 56 is of 7 at 224 px
         config.update(embed_dim=16, depths=[1] * stages, num_heads=[2 ** i for i in range(stages)],
-                      hidden_size=16 * 2 ** (stages - 1), image_size=32)
+                      hidden_size=16 * 2 ** (stages - 1), image_size=64, window_size=2)
     elif kind in ("convnext", "resnet", "regnet"):
         stages = len(config["depths"])
         base = {"convnext": 8, "resnet": 16, "regnet": 16}[kind]
@@ -292,8 +293,8 @@ def tiny_files(name: str, dest: Path) -> Path:
                                   getattr(real_config.get_text_config(), "vocab_size", 0) or 0) \
         if name in PROFILES else None  # image models read no text
     # Mllama's <|image|> is past its language model's vocabulary (its embedding holds vocab_size + 8 rows)
-    size = len(vocabulary.tokenizer) - (vocabulary.beyond if real.get("model_type") == "mllama" else 0) \
-        if vocabulary else 0
+    size = _loaded_size(vocabulary.tokenizer, real, dest) - (
+        vocabulary.beyond if real.get("model_type") == "mllama" else 0) if vocabulary else 0
     tiny = shrunk(real, ids=vocabulary.ids if vocabulary else {}, vocab=size, defaults=_text_defaults(real))
     work = dest.with_name(dest.name + ".partial")
     shutil.rmtree(work, ignore_errors=True)
@@ -306,11 +307,28 @@ def tiny_files(name: str, dest: Path) -> Path:
     model = built(model_class(name, config), config)
     _save_weights(model, work, tiny.get("quantization_config"))
     (work / "config.json").write_text(json.dumps(tiny, indent=2))  # the Hub's layout, not save_pretrained's
-    if vocabulary:
+    if vocabulary:  # as AutoTokenizer loads it (the pad token it adds: _loaded_size)
+        from transformers import AutoTokenizer
+
         vocabulary.tokenizer.save_pretrained(work)
+        AutoTokenizer.from_pretrained(work).save_pretrained(work)
     _beside(name, zoo, work, tiny)
     work.rename(dest)
     return dest
+
+
+def _loaded_size(tokenizer, real: dict, dest: Path) -> int:
+    """The tokenizer's length as AutoTokenizer loads it beside this config: transformers 5 adds the model type's
+    default pad token where the tokenizer names none (Qwen2's <|endoftext|>), which the embedding must hold."""
+    from transformers import AutoTokenizer
+
+    probe = dest.with_name(dest.name + ".tokenizer")
+    shutil.rmtree(probe, ignore_errors=True)
+    tokenizer.save_pretrained(probe)
+    (probe / "config.json").write_text(json.dumps(real))
+    size = len(AutoTokenizer.from_pretrained(probe))
+    shutil.rmtree(probe)
+    return size
 
 
 def _save_weights(model, folder: Path, quantization: dict | None) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 # each image classifier's tiny picture and its Hub repos' processor (microsoft/resnet-50's, facebook/regnet's and
 # facebook/convnext's ConvNextImageProcessor; google/vit's and microsoft/swin's ViTImageProcessor; DINOv2's
 # BitImageProcessor; google/efficientnet's EfficientNetImageProcessor)
-IMAGE_SIZES = {"vit": 32, "swin": 32, "dinov2": 28, "convnext": 32, "resnet": 32, "regnet": 32, "efficientnet": 32}
+IMAGE_SIZES = {"vit": 32, "swin": 64, "dinov2": 28, "convnext": 32, "resnet": 32, "regnet": 32, "efficientnet": 32}
 _CLASSIFIER_PROCESSORS = {"vit": "ViTImageProcessor", "swin": "ViTImageProcessor", "dinov2": "BitImageProcessor",
                           "convnext": "ConvNextImageProcessor", "resnet": "ConvNextImageProcessor",
                           "regnet": "ConvNextImageProcessor", "efficientnet": "EfficientNetImageProcessor"}
