@@ -88,10 +88,12 @@ def checkpointing_on(trainer) -> bool:
     return bool(getattr(args, "activation_checkpointing", None) or getattr(args, "gradient_checkpointing", None))
 
 
-def two_ranks(tmp_path: Path, model: Path, data: Path, precision: str = "bf16", **fields: Any):
+def two_ranks(tmp_path: Path, model: Path, data: Path, precision: str = "bf16", sized: bool = False, **fields: Any):
     """The local job for this request run as a multi-GPU flavor runs it (torchrun, one process a GPU), on 2 gloo
     ranks under the GPU's precision (activation checkpointing on): the finished process, output in
-    tmp_path/output."""
+    tmp_path/output. sized: planned with the size read from the model's folder, as the server plans it."""
+    from hf_train_mcp.estimate.sizing import model_size
+
     import os
     import subprocess
 
@@ -100,7 +102,8 @@ def two_ranks(tmp_path: Path, model: Path, data: Path, precision: str = "bf16", 
     request = TrainingRequest(**{"model": str(model), "dataset": str(data), "backend": "local", "max_steps": 2,
                                  "per_device_batch_size": 2, "gradient_accumulation": 1, "save_steps": 100,
                                  **fields})
-    plan = plan_run(request, backend="local", size=RENDER_SIZE, catalog=fallback_catalog(), namespace=None,
+    size = model_size(str(model), offline=True) if sized else RENDER_SIZE
+    plan = plan_run(request, backend="local", size=size, catalog=fallback_catalog(), namespace=None,
                     data=DataFacts(num_rows=16))
     (tmp_path / "train.py").write_text(plan.render().text)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRACKIO_DIR": str(tmp_path / "trackio"), "PYTHONUNBUFFERED": "1",

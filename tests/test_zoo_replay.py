@@ -251,3 +251,20 @@ def test_what_the_tools_refuse_they_refuse_with_why_and_what_instead(name: str, 
         planned_script(tmp_path, model, data, images=images, method=METHOD[rows], peft=peft)
     assert re.search(why, str(refused.value), re.S), str(refused.value)
     assert not (tmp_path / "train.py").exists()
+
+
+# --- multi-GPU flavors: 2 gloo ranks ---------------------------------------------------------------------------
+DDP_RUNS = [("Qwen--Qwen3-30B-A3B", "chat", "lora"), ("answerdotai--ModernBERT-base", "labels", "full")]
+
+
+@pytest.mark.parametrize(("name", "rows", "peft"), DDP_RUNS, ids=["-".join(r) for r in DDP_RUNS])
+def test_a_multi_gpu_flavor_trains_on_two_gloo_ranks(name: str, rows: str, peft: str, zoo_root: Path,
+                                                    tmp_path: Path) -> None:
+    """torchrun, one process a GPU, bf16 autocast with checkpointing: a mixture of experts' LoRA on its fused
+    experts (each rank routes its own tokens) and an encoder's full fine-tune with its new head."""
+    model = zoo_model(name, zoo_root)
+    data, _ = _rows(tmp_path, rows)
+    fields = {"chat_template": "chatml"} if rows == "chat" else {}
+    proc = two_ranks(tmp_path, model, data, method=METHOD[rows], peft=peft, sized=True, **fields)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert "HFTM_DONE" in proc.stdout
