@@ -15,7 +15,6 @@ Built once per test session into a folder the xdist workers share (`zoo_model`),
 import copy
 import fcntl
 import json
-import math
 import shutil
 from pathlib import Path
 from typing import Any

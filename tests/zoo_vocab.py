@@ -135,7 +135,8 @@ PROFILES: dict[str, Profile] = {
     "microsoft--deberta-v3-base": Profile(_DEBERTA, _BERT_ROLES, wrap="bert", wordpiece=True, inputs=_TYPED),
     "FacebookAI--roberta-base": Profile(_ROBERTA, _ROBERTA_ROLES, wrap="roberta"),
     "FacebookAI--xlm-roberta-base": Profile(_XLMR, _ROBERTA_ROLES, wrap="roberta"),
-    "sentence-transformers--all-mpnet-base-v2": Profile(_MPNET, _ROBERTA_ROLES, wrap="roberta", wordpiece=True),
+    "sentence-transformers--all-mpnet-base-v2": Profile(_MPNET, _ROBERTA_ROLES, wrap="roberta",
+                                                        wordpiece=True),
     "answerdotai--ModernBERT-base": Profile(_MODERNBERT, _BERT_ROLES, wrap="bert"),
     "distilbert--distilbert-base-uncased": Profile(_BERT, _BERT_ROLES, wrap="bert", wordpiece=True),
     **{name: BERT for name in ("google-bert--bert-base-uncased", "google--electra-base-discriminator",
@@ -177,7 +178,7 @@ def _zoo_tokenizer_config(folder: Path) -> dict:
 
 
 def _tokenizer(profile: Profile, specials: dict[int, str], zoo: dict):
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     first = [specials[i] for i in sorted(specials) if i < _START]
@@ -212,8 +213,8 @@ def _wrap(profile: Profile, roles: dict[str, str], tok):
 
     if profile.wrap == "bert":
         cls, sep = special("cls_token"), special("sep_token")
-        return processors.TemplateProcessing(single=f"{cls[0]} $A {sep[0]}", pair=f"{cls[0]} $A {sep[0]} $B:1 {sep[0]}:1",
-                                             special_tokens=[cls, sep])
+        return processors.TemplateProcessing(single=f"{cls[0]} $A {sep[0]}",
+                                             pair=f"{cls[0]} $A {sep[0]} $B:1 {sep[0]}:1", special_tokens=[cls, sep])
     if profile.wrap == "roberta":
         bos, eos = special("bos_token"), special("eos_token")
         return processors.TemplateProcessing(single=f"{bos[0]} $A {eos[0]}",
