@@ -148,14 +148,14 @@ TEXT_CLASSIFIERS = {name: ALL_THREE for name in (
     "google-bert--bert-base-uncased", "distilbert--distilbert-base-uncased", "FacebookAI--roberta-base",
     "FacebookAI--xlm-roberta-base", "answerdotai--ModernBERT-base", "albert--albert-base-v2",
     "google--electra-base-discriminator")} | {"microsoft--deberta-v3-base": [("lora", "bf16"), ("full", "fp16")]}
-# bf16 for EfficientNet's and RegNet's LoRA: under fp16 the grad scaler's first step overflows and is skipped, as it
+# bf16 for EfficientNet's LoRA and RegNet's runs: under fp16 the grad scaler's first step overflows and is skipped, as it
 # may on a GPU, and one step would move nothing
 IMAGE_CLASSIFIERS = {name: ALL_THREE for name in (
     "google--vit-base-patch16-224", "facebook--convnext-base-224", "microsoft--resnet-50",
     "microsoft--swin-tiny-patch4-window7-224", "facebook--dinov2-small")} | {
     "facebook--dinov2-base": [("lora", "bf16")],
     "google--efficientnet-b0": [("lora", "bf16"), ("qlora", "bf16"), ("full", "fp16")],
-    "facebook--regnet-y-040": [("lora", "bf16"), ("qlora", "bf16"), ("full", "fp16")]}
+    "facebook--regnet-y-040": [("lora", "bf16"), ("qlora", "bf16"), ("full", "bf16")]}
 EMBEDDERS = {name: [("lora", "bf16"), ("full", "fp16")] for name in (
     "sentence-transformers--all-MiniLM-L6-v2", "sentence-transformers--all-mpnet-base-v2",
     "Qwen--Qwen3-Embedding-0.6B")} | {name: [("lora", "fp16")] for name in (
