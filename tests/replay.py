@@ -29,6 +29,29 @@ def replay_script(tmp_path: Path, model: Path, data: Path, **fields: Any) -> dic
     return script
 
 
+def planned_script(tmp_path: Path, model: Path, data: Path, *, images: bool = False, **fields: Any) -> dict[str, Any]:
+    """The script an HF job on an A10G gets for this request as the server plans it: sized from the model's own
+    folder, chat_template='chatml' where the model has none (what the server asks for conversational rows), rows
+    with images planned for the vision-language path; loaded without running main()."""
+    from hf_train_mcp.estimate.sizing import model_size
+    from hf_train_mcp.models.chat_template import has_chat_template
+
+    conversational = fields.get("method", "sft") not in ("text-classification", "image-classification", "embedding")
+    if conversational and has_chat_template(str(model), None, local=True) is False:
+        fields.setdefault("chat_template", "chatml")
+    request = TrainingRequest(**{"model": str(model), "dataset": str(data), "hub_model_id": "me/out",
+                                 "flavor": "a10g-large", "max_steps": 1, "per_device_batch_size": 2,
+                                 "gradient_accumulation": 1, "learning_rate": 1e-3, "save_steps": 100, **fields})
+    facts = DataFacts(num_rows=16, conversational=conversational, vision=images, images_per_row=1.0 if images else 0)
+    plan = plan_run(request, backend="hf", size=model_size(str(model), offline=True), catalog=fallback_catalog(),
+                    namespace="me", data=facts)
+    path = tmp_path / "train.py"
+    path.write_text(plan.render().text)
+    script = runpy.run_path(str(path), run_name="hftm_replay")
+    script["CONFIG"].update(output_dir=str(tmp_path / "out"), trackio=False, push_to_hub=False, hub_model_id=None)
+    return script
+
+
 def gpu_trainer(script: dict[str, Any], monkeypatch: pytest.MonkeyPatch, precision: str):
     """The job's trainer under the GPU's precision (and QLoRA's 4-bit) as its main() builds it."""
     monkeypatch.setenv("HFTM_PRECISION", precision)
@@ -65,10 +88,12 @@ def checkpointing_on(trainer) -> bool:
     return bool(getattr(args, "activation_checkpointing", None) or getattr(args, "gradient_checkpointing", None))
 
 
-def two_ranks(tmp_path: Path, model: Path, data: Path, precision: str = "bf16", **fields: Any):
+def two_ranks(tmp_path: Path, model: Path, data: Path, precision: str = "bf16", sized: bool = False, **fields: Any):
     """The local job for this request run as a multi-GPU flavor runs it (torchrun, one process a GPU), on 2 gloo
     ranks under the GPU's precision (activation checkpointing on): the finished process, output in
-    tmp_path/output."""
+    tmp_path/output. sized: planned with the size read from the model's folder, as the server plans it."""
+    from hf_train_mcp.estimate.sizing import model_size
+
     import os
     import subprocess
 
@@ -77,7 +102,8 @@ def two_ranks(tmp_path: Path, model: Path, data: Path, precision: str = "bf16", 
     request = TrainingRequest(**{"model": str(model), "dataset": str(data), "backend": "local", "max_steps": 2,
                                  "per_device_batch_size": 2, "gradient_accumulation": 1, "save_steps": 100,
                                  **fields})
-    plan = plan_run(request, backend="local", size=RENDER_SIZE, catalog=fallback_catalog(), namespace=None,
+    size = model_size(str(model), offline=True) if sized else RENDER_SIZE
+    plan = plan_run(request, backend="local", size=size, catalog=fallback_catalog(), namespace=None,
                     data=DataFacts(num_rows=16))
     (tmp_path / "train.py").write_text(plan.render().text)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRACKIO_DIR": str(tmp_path / "trackio"), "PYTHONUNBUFFERED": "1",
