@@ -113,3 +113,67 @@ def two_ranks(tmp_path: Path, model: Path, data: Path, precision: str = "bf16", 
     return subprocess.run(torchrun_command("--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port",
                                            str(free_port()), script="train.py"),
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=420)
+
+
+def accelerate_env(args: list[str]) -> dict[str, str]:
+    """The environment `accelerate launch` gives every rank for these launcher arguments (its own parser and
+    prepare_multi_gpu_env, as multi_gpu_launcher calls them)."""
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+    from accelerate.utils.launch import prepare_multi_gpu_env
+
+    parsed, _, _ = _validate_launch_command(launch_command_parser().parse_args([*args, "train.py"]))
+    env = prepare_multi_gpu_env(parsed)
+    return {k: v for k, v in env.items() if k.startswith(("ACCELERATE_", "FSDP_"))}
+
+
+def torchrun(tmp_path: Path, script: str, *args: str, env: dict[str, str] | None = None, timeout: int = 300):
+    """`script` (a worker's text) on 2 gloo ranks in tmp_path, offline: the finished process."""
+    import os
+    import subprocess
+
+    from tests.helpers import free_port, torchrun_command
+
+    (tmp_path / "worker.py").write_text(script)
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+                "HF_HUB_DISABLE_PROGRESS_BARS": "1", **(env or {})}
+    full_env.pop("PYTHONWARNINGS", None)
+    return subprocess.run(torchrun_command("--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port",
+                                           str(free_port()), script="worker.py", args=args), cwd=tmp_path,
+                          env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+# Each rank of a multi-node run loads the model as the script in tmp_path/train.py would on its GPU machine (its
+# model_init_kwargs under CUDA), through TRL's own loader, and writes what it got.
+_LOADING = '''
+import json, os, runpy, sys
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+script = runpy.run_path("train.py", run_name="hftm_script_under_test")
+script["CONFIG"]["model"] = sys.argv[1]
+real = torch.cuda.is_available
+torch.cuda.is_available = lambda: True  # the GPU branch: what the kwargs would be on the paid machine
+kwargs = script["model_init_kwargs"]({"dtype": "float32"})
+torch.cuda.is_available = real
+from trl.trainer.utils import create_model_from_path  # what TRL's trainers load a model id with
+
+model = create_model_from_path(sys.argv[1], **kwargs)
+report = {"rank": dist.get_rank(), "kwargs": {k: v for k, v in kwargs.items() if k != "dtype"},
+          "class": type(model).__name__, "devices": sorted({p.device.type for p in model.parameters()}),
+          "buffers": sorted({b.device.type for b in model.buffers()})}
+with open(f"loaded-{dist.get_rank()}.json", "w") as f:
+    json.dump(report, f)
+dist.barrier()
+dist.destroy_process_group()
+'''
+
+
+def fsdp_ranks_load(tmp_path: Path, model: Path, *, env: dict[str, str]) -> list[dict]:
+    """2 gloo ranks load `model` with tmp_path/train.py's kwargs under `env` (accelerate_env's): each rank's report
+    (kwargs but dtype, the class, the devices of its parameters and buffers)."""
+    import json
+
+    proc = torchrun(tmp_path, _LOADING, str(model), env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return [json.loads((tmp_path / f"loaded-{rank}.json").read_text()) for rank in (0, 1)]

@@ -15,7 +15,6 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -271,3 +270,34 @@ def test_a_multi_gpu_flavor_trains_on_two_gloo_ranks(name: str, rows: str, peft:
     proc = two_ranks(tmp_path, model, data, method=METHOD[rows], peft=peft, sized=True, **fields)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     assert "HFTM_DONE" in proc.stdout
+
+
+# --- multi-node full fine-tunes: every rank loads as FSDP's ranks do ---------------------------------------------
+FSDP_LOADS = ["meta-llama--Llama-3.1-8B", "allenai--OLMoE-1B-7B-0924"]  # a dense model, a MoE (fused experts)
+
+
+@pytest.mark.parametrize("name", FSDP_LOADS)
+def test_a_multi_node_full_fine_tune_loads_on_each_rank_as_fsdp_wants(name: str, zoo_root: Path,
+                                                                      tmp_path: Path) -> None:
+    """The real model planned on 2 nodes of a10g-largex2, full (FSDP over 4 GPUs), sized from its real config; 2
+    gloo ranks under the environment accelerate launch gives a node's ranks load its tiny twin with the script's
+    kwargs through TRL's loader: the class a job loads, no GPU device_map (a rank's GPU would get all the fp32
+    weights before FSDP shards them), the weights on the CPU."""
+    from hf_train_mcp.contract.requests import TrainingRequest
+    from hf_train_mcp.estimate.hardware import fallback_catalog
+    from hf_train_mcp.estimate.sizing import model_size
+    from hf_train_mcp.nodes import rendezvous
+    from hf_train_mcp.planning.training import DataFacts, plan_run
+    from tests.replay import accelerate_env, fsdp_ranks_load
+
+    request = TrainingRequest(model=name.replace("--", "/", 1), dataset="org/chat", hub_model_id="me/out",
+                              peft="full", nodes=2, flavor="a10g-largex2", max_steps=2, timeout="1h")
+    run = plan_run(request, backend="hf", size=model_size(str(CONFIGS / name), offline=True),
+                   catalog=fallback_catalog(), namespace="me", data=DataFacts(num_rows=1000, mean_tokens=300))
+    assert run.nodes == 2 and run.config["peft"] == "full"
+    (tmp_path / "train.py").write_text(run.render().text)
+    env = accelerate_env(rendezvous.launcher_args(nodes=2, rank=1, gpus=2, full=True))
+    assert env["ACCELERATE_USE_FSDP"] == "true"
+    reports = fsdp_ranks_load(tmp_path, zoo_model(name, zoo_root), env=env)
+    real = json.loads((CONFIGS / name / "config.json").read_text())["architectures"][0]
+    assert [(r["kwargs"], r["class"], r["devices"]) for r in reports] == [({"device_map": None}, real, ["cpu"])] * 2
