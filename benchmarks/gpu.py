@@ -193,7 +193,7 @@ def compare_engines(rows: dict[str, dict]) -> None:
 
 
 REPLAYS = ("test_gpu_replay_text.py", "test_gpu_replay_classifiers.py", "test_gpu_replay_vlm.py",
-           "test_gpu_replay_nodes.py", "test_gpu_paths.py")
+           "test_gpu_replay_nodes.py", "test_gpu_paths.py", "test_zoo_replay.py")
 
 
 def families() -> int:

@@ -1,6 +1,7 @@
 """The emulator's Storage Buckets and the xet CAS they upload through, as huggingface_hub 2.4.0 speaks to them
 (shared/reference/hf-jobs-wire-contract.md 4.7, 4.8): create (a 409 with `url` once it exists), info, tree,
-the NDJSON batch, the xet write token, and CAS endpoints that accept what hf_xet sends (and verify nothing)."""
+the NDJSON batch (adds, server-side copies by xet hash, deletes), the xet write token, and CAS endpoints that accept
+what hf_xet sends (and verify nothing)."""
 
 import json
 import re
@@ -49,23 +50,32 @@ def handle(handler: Any, emu: Any, method: str, path: str, query: dict, raw: byt
     elif action.startswith("xet-"):
         handler._send(200, {"accessToken": "xet-emu", "exp": int(time.time()) + 3600, "casUrl": emu.url})
     else:
-        _batch(handler, bucket, raw)
+        _batch(handler, emu, bucket, raw)
     return True
 
 
-def _batch(handler: Any, bucket: dict, raw: bytes) -> None:
-    done = 0
+def _batch(handler: Any, emu: Any, bucket: dict, raw: bytes) -> None:
+    """addFile (the bytes went to the CAS first), copyFile (server-side, by the xet hash of a file the source
+    bucket holds: refused in `failed` when it holds none) and deleteFile."""
+    done, failed = 0, []
     for line in raw.decode().splitlines():
         if not line.strip():
             continue
         op = json.loads(line)
-        if op["type"] == "addFile":
+        if op["type"] == "copyFile":
+            source = emu.buckets.get(op["sourceRepoId"], {}) if op.get("sourceRepoType") == "bucket" else {}
+            if not any(f["xetHash"] == op["xetHash"] for f in source.get("files", {}).values()):
+                failed.append({"path": op["path"], "error": "no file with this xet hash in the source"})
+                continue
+        if op["type"] in ("addFile", "copyFile"):
             bucket["files"][op["path"]] = {"type": "file", "path": op["path"], "size": op.get("size", 0),
-                                           "xetHash": op["xetHash"], "mtime": _now(), "uploadedAt": _now()}
+                                           "xetHash": op["xetHash"], "mtime": _now(), "uploadedAt": _now(),
+                                           "via": op["type"]}  # tests tell a copy from an upload (clients ignore it)
         elif op["type"] == "deleteFile":
             bucket["files"].pop(op["path"], None)
         done += 1
-    handler._send(200, {"processed": done, "succeeded": done, "failed": []})
+    handler._send(422 if failed and not done else 200,
+                  {"processed": done + len(failed), "succeeded": done, "failed": failed})
 
 
 def _cas(handler: Any, method: str, path: str) -> bool:

@@ -263,7 +263,8 @@ async def test_follow_ups_refuse_what_they_cannot_do_before_posting_anything(tra
         assert "nothing to evaluate" in text
         assert "quantization" in await refused(client, "export_model", {"model": done["job_id"],
                                                                           "quantization": "q8_0"})
-        assert "local path" in await refused(client, "evaluate_model", {"model": str(tmp_path), "backend": "hf"})
+        text = await refused(client, "evaluate_model", {"model": str(tmp_path), "backend": "hf"})
+        assert "holds neither an adapter" in text  # a local folder is uploaded, once it holds a model
         hub.plan_next(JobPlan(scheduling_s=0.0, running_s=0.1))
         await call(client, "submit_training", {**BASE, "max_steps": 10, "idempotency_key": "train-key"})
         text = await refused(client, "evaluate_model", {"model": done["job_id"], "idempotency_key": "train-key"})

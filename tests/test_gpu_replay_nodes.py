@@ -25,6 +25,7 @@ from hf_train_mcp.planning.training import DataFacts, plan_run
 from hf_train_mcp.contract.requests import TrainingRequest
 from tests.conftest import needs_training
 from tests.helpers import free_port, torchrun_command
+from tests.replay import accelerate_env, fsdp_ranks_load, torchrun
 
 # Llama-3.1-8B's config.json (meta-llama/Llama-3.1-8B): 32 layers, hidden 4096, vocab 128256, MLP 14336, 8.03B
 LLAMA_8B = ModelSize(8_030_261_248, 32, 4096, 128_256, 14_336, "config.json", dtype="bfloat16", model_type="llama")
@@ -42,17 +43,6 @@ def plan(size: ModelSize = LLAMA_8B, **overrides):
 def node_command(run_plan, rank: int) -> str:
     spec = dataclasses.replace(run_plan.job_spec(), node_rank=rank, network_group="hftm-x")
     return HfJobsBackend(token="t").command(spec)[-1]
-
-
-def accelerate_env(args: list[str]) -> dict[str, str]:
-    """The environment `accelerate launch` gives every rank for these launcher arguments (its own parser and
-    prepare_multi_gpu_env, as multi_gpu_launcher calls them)."""
-    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
-    from accelerate.utils.launch import prepare_multi_gpu_env
-
-    parsed, _, _ = _validate_launch_command(launch_command_parser().parse_args([*args, "train.py"]))
-    env = prepare_multi_gpu_env(parsed)
-    return {k: v for k, v in env.items() if k.startswith(("ACCELERATE_", "FSDP_"))}
 
 
 def torchrun_config(args: list[str]):
@@ -92,42 +82,6 @@ def test_a_multi_node_full_fine_tune_loads_with_no_gpu_device_map_under_fsdp(tmp
     assert script["model_init_kwargs"]({"dtype": "float32"})["device_map"] == {"": 1}
 
 
-LOADING = '''
-import json, os, runpy, sys
-import torch
-import torch.distributed as dist
-
-dist.init_process_group("gloo")
-script = runpy.run_path("train.py", run_name="hftm_script_under_test")
-script["CONFIG"]["model"] = sys.argv[1]
-real = torch.cuda.is_available
-torch.cuda.is_available = lambda: True  # the GPU branch: what the kwargs would be on the paid machine
-kwargs = script["model_init_kwargs"]({"dtype": "float32"})
-torch.cuda.is_available = real
-from trl.trainer.utils import create_model_from_path  # what TRL's trainers load a model id with
-
-model = create_model_from_path(sys.argv[1], **kwargs)
-report = {"rank": dist.get_rank(), "kwargs": {k: v for k, v in kwargs.items() if k != "dtype"},
-          "devices": sorted({p.device.type for p in model.parameters()}),
-          "buffers": sorted({b.device.type for b in model.buffers()})}
-with open(f"loaded-{dist.get_rank()}.json", "w") as f:
-    json.dump(report, f)
-dist.barrier()
-dist.destroy_process_group()
-'''
-
-
-def torchrun(tmp_path: Path, script: str, *args: str, env: dict[str, str] | None = None,
-             timeout: int = 300) -> subprocess.CompletedProcess:
-    (tmp_path / "worker.py").write_text(script)
-    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-                "HF_HUB_DISABLE_PROGRESS_BARS": "1", **(env or {})}
-    full_env.pop("PYTHONWARNINGS", None)
-    return subprocess.run(torchrun_command("--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port",
-                                           str(free_port()), script="worker.py", args=args), cwd=tmp_path,
-                          env=full_env, capture_output=True, text=True, timeout=timeout)
-
-
 @needs_training
 @pytest.mark.training
 def test_two_ranks_load_the_model_under_fsdps_environment_on_the_cpu_not_a_gpu(tiny_model: Path,
@@ -144,9 +98,7 @@ def test_two_ranks_load_the_model_under_fsdps_environment_on_the_cpu_not_a_gpu(t
     (tmp_path / "train.py").write_text(run.render().text)
     env = accelerate_env(rendezvous.launcher_args(nodes=2, rank=1, gpus=1, full=True))
     assert env["ACCELERATE_USE_FSDP"] == "true" and env["FSDP_CPU_RAM_EFFICIENT_LOADING"] == "true"
-    proc = torchrun(tmp_path, LOADING, str(tiny_model), env=env)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    reports = [json.loads((tmp_path / f"loaded-{rank}.json").read_text()) for rank in (0, 1)]
+    reports = fsdp_ranks_load(tmp_path, tiny_model, env=env)
     assert [r["kwargs"] for r in reports] == [{"device_map": None}] * 2
     assert [r["devices"] for r in reports] == [["cpu"], ["cpu"]], reports  # no GPU; and not "meta" on rank 1
 

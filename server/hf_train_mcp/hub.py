@@ -232,13 +232,17 @@ def _detail(exc: BaseException, token: str | None) -> str:
 
 ADVICE = {
     401: "the token was rejected: log in again (`hf auth login`) or set a valid HF_TOKEN",
-    402: ("the account has no credits or payment method for Jobs: add one at "
-          "https://huggingface.co/settings/billing (or run in an organization that has one); nothing was launched"),
     403: ("the token lacks the scope for this: use a token with write access to the namespace (a fine-grained "
           "token needs 'jobs' and 'repo write' permissions)"),
     404: "not found: check the id and namespace",
     429: "rate-limited by the Hub: wait a minute and retry",
 }
+
+
+def _unpaid(instead: str | None) -> str:
+    elsewhere = f", or send {instead}" if instead else ""
+    return ("the account has no credits or payment method for Jobs: add one at https://huggingface.co/settings/billing"
+            f" (or run in an organization that has one){elsewhere}; nothing was launched")
 
 
 def hub_error(action: str, exc: BaseException, token: str | None, *, instead: str | None = None) -> TrainError:
@@ -248,9 +252,8 @@ def hub_error(action: str, exc: BaseException, token: str | None, *, instead: st
     status = status_of(exc) or 0
     refused = 400 <= status < 500 and status not in TRANSIENT_STATUS  # the request itself, not the Hub's state
     fix = "the Hub refused it as sent: fix what it names (the same call again will be refused again)"
-    advice = ADVICE.get(status, fix if refused else "retry later; if it persists, check https://status.huggingface.co")
-    if status == 402 and instead:
-        advice = advice.replace("; nothing was launched", f", or send {instead}; nothing was launched")
+    advice = _unpaid(instead) if status == 402 else ADVICE.get(
+        status, fix if refused else "retry later; if it persists, check https://status.huggingface.co")
     kind = {401: AuthError, 402: BudgetError, 403: AuthError, 404: NotFoundError}.get(status, HubError)
     return kind(f"{action} failed ({_detail(exc, token)}); {advice}")
 

@@ -140,6 +140,11 @@ class Core:
             return self.estimator.measurement_preview(req, progress=progress)
         return self.planner.preview(req, kind=kind, progress=progress)
 
+    def count_uploads(self, prepared: Any) -> None:
+        """What of a previewed plan's local files the bucket lacks (prepared.new_upload_bytes): the upload question's
+        figure."""
+        self.launcher.count_uploads(prepared)
+
     def prepare(self, req: Any, backend_name: str, *, kind: str = "train", progress: Progress | None = None) -> Any:
         return self.planner.prepare(req, backend_name, kind=kind, progress=progress)
 

@@ -53,6 +53,13 @@ def traits(name: str) -> type:
         raise ValueError(f"unknown backend {name!r}; one of {', '.join(NAMES)}") from None
 
 
+def mounts_uploads(name: str) -> bool:
+    """Whether the backend's jobs read a caller's local files as uploaded copies (Backend.upload), since they
+    cannot read this machine's."""
+    cls = traits(name)
+    return not cls.reads_local_paths and callable(getattr(cls, "upload", None))
+
+
 def open(name: str, *, access, token: str | None) -> Backend:  # noqa: A001 - backends.open reads as what it does
     """The backend of a name, ready to use; one that runs code on this machine only for callers allowed to."""
     check_permission(name, access)
@@ -110,6 +117,6 @@ def catalog_flavors() -> set[str]:
     return {name for cls in BACKENDS.values() for name in cls.catalog(None, offline=True).flavors}
 
 
-__all__ = ["Backend", "BACKENDS", "NAMES", "register", "traits", "open", "check_permission", "default", "owner_of",
+__all__ = ["Backend", "BACKENDS", "NAMES", "register", "traits", "mounts_uploads", "open", "check_permission", "default", "owner_of",
            "permitted", "gpu_backend", "lost_ledger_note",
            "gpuless_flavors", "catalog_flavors"]

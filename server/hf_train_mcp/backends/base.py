@@ -63,6 +63,7 @@ class JobSpec:
     node_rank: int = 0
     network_group: str | None = None
     full: bool = False  # the whole model trains (FSDP across the nodes), not adapters (data parallel)
+    uploads: tuple = ()  # jobs/uploads.py Upload: local files the backend's upload() put in place, mounted read-only
 
 
 @dataclass(frozen=True)
@@ -193,6 +194,10 @@ class Backend(Protocol):
              upto: int | None = None) -> LogRead: ...
 
     def cancel(self, job_id: str, namespace: str | None) -> None: ...
+
+    # Optional: a backend whose jobs cannot read this machine's files but can mount uploaded copies of them
+    # (jobs/uploads.py plans them). dry_run: say what would be sent, send nothing. share(sent, total): bytes.
+    def upload(self, uploads: list, namespace: str | None, *, dry_run: bool = False, share=None) -> list: ...
 
     # Optional: a backend without it reports no GPU figures (job_status.gpu stays null).
     def gpus(self, job_id: str, namespace: str | None) -> list[GpuReading] | None:

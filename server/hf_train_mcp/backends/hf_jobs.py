@@ -6,7 +6,7 @@ import time
 import uuid
 from dataclasses import replace
 
-from hf_train_mcp.backends import jobs_commands
+from hf_train_mcp.backends import jobs_commands, jobs_uploads
 from hf_train_mcp.backends.base import IDEMPOTENCY_LABEL, key_label
 from hf_train_mcp.backends.base import GpuReading, JobGone, JobRef, JobSpec, JobState, LogRead, SubmissionUnknown
 from hf_train_mcp.backends.base import Words
@@ -86,6 +86,11 @@ class HfJobsBackend:
             return []
         return [Volume(type="bucket", source=spec.output_bucket, mount_path=spec.output_mount, read_only=False)]
 
+    def upload(self, uploads: list, namespace: str | None, *, dry_run: bool = False, share=None) -> list:
+        """The caller's local files into the account's private jobs-artifacts bucket (jobs_uploads.send)."""
+        return jobs_uploads.send(hub_api(self._token), uploads, namespace, token=self._token, dry_run=dry_run,
+                                 share=share)
+
     def secrets(self, spec: JobSpec) -> dict[str, str]:
         """HF_TOKEN always (the only way the token reaches a job), and a run_script job's other secrets by name,
         read from this server's environment."""
@@ -141,6 +146,8 @@ class HfJobsBackend:
         """One POST of the job, as often as submit needs it: its environment, secrets and volumes made once."""
         env, secrets = self.environment(script, spec), self.secrets(spec)
         volumes = self.volumes(spec) + self.synced_folder(spec, api)
+        if spec.uploads:  # sent by upload() before: mounted read-only where the script reads them
+            volumes += jobs_uploads.volumes(jobs_uploads.bucket_of(api, spec.namespace), list(spec.uploads))
         network = ({"network_group": spec.network_group, "network_aliases": [rendezvous.node_alias(spec.node_rank)]}
                    if spec.network_group else {})
         return lambda: job_ref(api.run_job(

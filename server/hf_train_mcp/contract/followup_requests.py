@@ -13,8 +13,7 @@ from hf_train_mcp.contract.results import BackendName, DatasetRef, Flavor, HubRe
 class FollowupShape(Request):
     """What an evaluation or an export takes besides its own options: the model, and where and how long it runs."""
 
-    model: Annotated[str, Field(min_length=1, max_length=512, description="training job_id, Hub id, or folder"),
-                     AfterValidator(check_reference)]
+    model: Annotated[str, Field(min_length=1, max_length=512), AfterValidator(check_reference)]  # the tools say what
     backend: BackendName | None = None
     flavor: Flavor | None = None
     timeout: Timeout | None = None
@@ -24,7 +23,7 @@ class FollowupShape(Request):
 
 
 class EvaluateRequest(FollowupShape):
-    dataset: Annotated[DatasetRef, Field(description="default: the job's eval split")] | None = None
+    dataset: DatasetRef | None = None  # default: the job's eval split (evaluate_model's description says so)
     split: SplitName | None = None
     tasks: Annotated[list[TaskName], Field(max_length=16, description="lm-eval tasks, e.g. hellaswag")] | None = None
     num_samples: Annotated[int, Field(ge=1, le=100_000, description="rows (and items per task)")] | None = None

@@ -92,6 +92,8 @@ class Submission(BaseModel):
     command: list[str] | None = Field(default=None, description="dry_run only: what would run")
     node_job_ids: list[str] | None = Field(default=None, description="a run across nodes: every node's job, rank "
                                            "0 first (job_id is rank 0's and stands for the run)")
+    uploads: list[dict[str, Any]] | None = Field(default=None, description="local files put in your private bucket "
+                                                 "for the job: bucket, path, files, bytes, new_bytes, delete")
 
 
 class NodeStage(BaseModel):

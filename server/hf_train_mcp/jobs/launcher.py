@@ -19,7 +19,8 @@ from hf_train_mcp.hub import needs_token, hub_token
 from hf_train_mcp.durations import minutes_since
 from hf_train_mcp.jobs import keys
 from hf_train_mcp.jobs.ledger import PENDING, SUBMITTING, UNKNOWN, JobRecord, KeyConflict, Ledger, claim_id, now_iso
-from hf_train_mcp.jobs.prepared import Prepared, Progress
+from hf_train_mcp.jobs.prepared import Prepared, Progress, Share
+from hf_train_mcp.jobs.uploads import Sent, Upload, shown_bytes
 from hf_train_mcp.contract.results import Submission
 from hf_train_mcp.jobs import duplicates
 from hf_train_mcp.nodes import rules as node_rules
@@ -34,8 +35,10 @@ RECOVERY_SCAN_S = 5.0  # status calls look for orphaned submissions at most this
 ABANDON_AFTER_MIN = 30
 
 
-def submission_of(record: JobRecord, extra_warnings: list[str] | None = None, *, ledger: Any = None) -> Submission:
-    """What submit_training (and the follow-ups) answer for a job of the ledger (with `ledger`, a run's nodes)."""
+def submission_of(record: JobRecord, extra_warnings: list[str] | None = None, *, ledger: Any = None,
+                  sent: list[Sent] | None = None) -> Submission:
+    """What submit_training (and the follow-ups) answer for a job of the ledger (with `ledger`, a run's nodes;
+    with `sent`, what this call uploaded for it: else nothing was)."""
     nodes = [record.job_id, *(n.job_id for n in node_ranks.nodes_of(ledger, record)  # not a journal's label
                               if not n.job_id.startswith(SUBMITTING))] \
         if ledger is not None and node_ranks.is_run(record) else None
@@ -48,6 +51,8 @@ def submission_of(record: JobRecord, extra_warnings: list[str] | None = None, *,
         estimated_cost_usd=record.estimated_cost_usd, effective_batch_size=record.effective_batch_size or 0,
         worst_case_cost_usd=record.worst_case_cost_usd, script_sha256=record.script_sha256,
         warnings=[*(extra_warnings or []), *record.warnings], node_job_ids=nodes,
+        uploads=[s.summary() for s in sent] if sent else [
+            Sent(entry["bucket"], Upload.from_record(entry), 0).summary() for entry in record.uploads] or None,
     )
 
 
@@ -63,7 +68,7 @@ def checked_run(runs: node_ranks.RunControl, run: JobRecord) -> JobRecord:
     return runs.ledger.get(run.job_id) or run
 
 
-def _planned_record(prepared: Prepared, submission: str, claim: str | None) -> JobRecord:
+def _planned_record(prepared: Prepared, submission: str, claim: str | None, sent: list[Sent]) -> JobRecord:
     """The ledger's entry of a submission about to be posted (journalled under its one-off label)."""
     req, plan, common = prepared.req, prepared.plan, prepared.common
     return JobRecord(
@@ -79,6 +84,7 @@ def _planned_record(prepared: Prepared, submission: str, claim: str | None) -> J
         output_dir=plan.config["output_dir"], kind=prepared.kind, parent_job_id=prepared.parent_job_id,
         asked_json=prepared.asked, submission=submission,
         secrets_json=json.dumps(list(prepared.spec.run.secrets)) if prepared.spec.run else None,  # masked in its logs
+        uploads_json=json.dumps([{**s.upload.recorded(), "bucket": s.bucket} for s in sent]) if sent else None,
     )
 
 
@@ -109,19 +115,21 @@ class Launcher:
         backend = self.backend(backend_name)
         if req.dry_run:
             return Submission(job_id=None, stage=None, job_url=None, model_url=model_url, trackio_url=trackio_url,
-                              script=script.text, command=backend.command(spec), **common)
-        if progress:
-            progress(f"submitting to {backend.place}")
+                              script=script.text, command=backend.command(spec),
+                              uploads=self._would_send(backend, prepared) or None, **common)
         if backend.reads_local_paths:  # a job on this machine reads the Hub with the server's token, if it must
             spec = replace(spec, read_token=self._local_job_reads_private(prepared.reads, plan.warnings))
         if claim is not None and not self.ledger.renew(req.idempotency_key, claim):
             raise ConflictError(f"another server took over idempotency_key {req.idempotency_key!r} while this one was "
                              "preparing; nothing was submitted here: call again to get that server's job")
+        sent = self._send(backend, prepared, progress)
+        if progress:
+            progress(f"submitting to {backend.place}")
         submission = uuid.uuid4().hex[:12]
         if spec.nodes > 1:  # rank 0 of a run across machines: the group every node joins, named by this submission
             spec = replace(spec, network_group=node_rules.group_name(submission), node_rank=0)
         node_spec = spec  # what ranks 1..N-1 are posted with (their own labels, no idempotency key)
-        planned = _planned_record(prepared, submission, claim)
+        planned = _planned_record(prepared, submission, claim, sent)
         journal = None
         if backend.labels_submissions:  # a server killed mid-POST leaves this; _recover_submissions finds the job
             adopted = self._keyed_on_hub(backend, planned, req.idempotency_key, claim)
@@ -151,7 +159,48 @@ class Launcher:
             self._post_nodes(backend, script, node_spec, record)
         elif record.doubted:  # a copy may still appear: its watcher looks the label up, and cancels it
             node_ranks.ensure_watched(record)
-        return submission_of(record, ledger=self.ledger)
+        return submission_of(record, ledger=self.ledger, sent=sent)
+
+    @staticmethod
+    def _send(backend: Backend, prepared: Prepared, progress: Progress | None) -> list[Sent]:
+        """The job's local files put in place before it is posted (nothing is posted if they cannot be)."""
+        if not prepared.uploads:
+            return []
+        total = sum(u.size for u in prepared.uploads)
+        if progress:
+            progress(f"checking your bucket for the {shown_bytes(total)} of local files the job reads")
+
+        def share(done: int, of: int) -> None:
+            if progress:
+                progress(Share(f"uploading local files: {shown_bytes(done)} of {shown_bytes(of)}", done, of))
+        return backend.upload(prepared.uploads, prepared.namespace, share=share)
+
+    def count_uploads(self, prepared: Any) -> None:
+        """Set what a launch of this plan (a sweep: of all its runs, which share their uploads) would upload that
+        the bucket lacks; all of it when the bucket cannot be asked."""
+        runs = getattr(prepared, "runs", None)
+        parts = [run.prepared for run in runs] if runs is not None else [prepared]
+        uploads = list({u.place: u for part in parts for u in part.uploads if u.files}.values())
+        prepared.new_upload_bytes = 0
+        if uploads:
+            try:
+                sent = self.backend(parts[0].backend_name).upload(uploads, parts[0].namespace, dry_run=True)
+                prepared.new_upload_bytes = sum(s.new_bytes or 0 for s in sent)
+            except TrainError:
+                prepared.new_upload_bytes = sum(u.size for u in uploads)
+
+    @staticmethod
+    def _would_send(backend: Backend, prepared: Prepared) -> list[dict]:
+        """A dry run's account of the uploads: what is already in the bucket is asked when a token can ask."""
+        if not prepared.uploads:
+            return []
+        if prepared.namespace and hub_token():
+            try:
+                return [s.summary() for s in backend.upload(prepared.uploads, prepared.namespace, dry_run=True)]
+            except TrainError as exc:
+                prepared.common["warnings"].append(f"could not look in your bucket for what is there already: {exc}")
+        bucket = f"{prepared.namespace or '<your namespace>'}/jobs-artifacts"
+        return [Sent(bucket, upload, None).summary() for upload in prepared.uploads]
 
     def _submit(self, backend: Backend, script: Any, spec: Any, journal: JobRecord | None) -> Any:
         """POST the job (its journal entry written): a POST whose outcome cannot be told keeps the entry as

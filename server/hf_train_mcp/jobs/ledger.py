@@ -90,7 +90,8 @@ CREATE TABLE IF NOT EXISTS sweep_runs (
 _ADDED_COLUMNS = {"worst_case_cost_usd": "REAL", "claim": "TEXT", "output_dir": "TEXT", "started_at": "TEXT",
                   "message": "TEXT", "kind": "TEXT NOT NULL DEFAULT 'train'", "measured_json": "TEXT",
                   "parent_job_id": "TEXT", "node_rank": "INTEGER", "asked_json": "TEXT",
-                  "secrets_json": "TEXT", "submission": "TEXT", "doubted": "INTEGER", "stopped": "TEXT"}
+                  "secrets_json": "TEXT", "submission": "TEXT", "doubted": "INTEGER", "stopped": "TEXT",
+                  "uploads_json": "TEXT"}
 
 
 STALE_RESERVATION_S = 600

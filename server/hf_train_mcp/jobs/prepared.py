@@ -1,12 +1,25 @@
 """A submission planned and rendered but not launched: what a confirmation shows and what a launch sends."""
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from hf_train_mcp.access import question_name, script_reference
 
 Progress = Callable[[str], None]  # a phase of a long call, for MCP progress notifications
+
+
+class Share(str):
+    """A progress message that also says how far along its phase is (bytes uploaded of bytes to upload): a
+    shell shows it as a bar, or as the numbers of an MCP progress notification."""
+
+    done: int
+    total: int
+
+    def __new__(cls, text: str, done: int, total: int) -> "Share":
+        share = super().__new__(cls, text)
+        share.done, share.total = done, total
+        return share
 
 
 @dataclass
@@ -27,6 +40,8 @@ class Prepared:
     dataset: str | None
     reads: list[tuple[str, str]]  # (repo type, id) the job reads from the Hub: a local job's token depends on them
     parent_job_id: str | None = None  # the training job an evaluation or export works on
+    uploads: list = field(default_factory=list)  # jobs/uploads.py Upload: local files the job reads, sent at launch
+    new_upload_bytes: int | None = None  # what of them the bucket lacks, once asked (the upload question's figure)
     asked: str | None = None  # the call as its caller sent it (retries.asked_json)
 
     @property

@@ -63,6 +63,9 @@ class JobRecord:
     submission: str | None = None  # the one-off label its POST carried: any other job with it is a copy
     doubted: int | None = 0  # 1: a POST of it went unanswered, so a copy may appear (duplicates.py)
     stopped: str | None = None  # why this server stopped the run (node_ranks.py): later looks say it, not the cancel
+    # the local files it reads from the account's bucket (jobs/uploads.py Upload.recorded, with its bucket): a
+    # follow-up mounts the same copies, and the content's sha256 says which bytes it read
+    uploads_json: str | None = None
 
     @property
     def secret_names(self) -> tuple[str, ...]:
@@ -84,6 +87,10 @@ class JobRecord:
     @property
     def warnings(self) -> list[str]:
         return json.loads(self.warnings_json)
+
+    @property
+    def uploads(self) -> list[dict[str, Any]]:
+        return json.loads(self.uploads_json) if self.uploads_json else []
 
     @property
     def measured(self) -> dict | None:

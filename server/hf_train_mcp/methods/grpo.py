@@ -31,8 +31,8 @@ RESERVED_NAMES = frozenset({
     "truncated_prompt", "teardown", "adapter_labels", "load_processing", "trainer_model", "unsloth_model", "unsloth",
     "as_images", "vision_rows", "vision_loss", "image_path", "as_turns", "vision_processor", "vision_generate",
     "vision_preference_accuracy", "fsdp_loading", "full_state_dict_for_final_save", "cap_image_tokens",
-    "frozen_vision_tower", "checkpointing", "input_limit", "weightless_model", "head_modules", "check_lora_targets",
-    "position_limit", "fit_positions", "peak_memory_gb", "stop_over_budget",
+    "image_placeholder", "frozen_vision_tower", "checkpointing", "input_limit", "weightless_model", "head_modules",
+    "check_lora_targets", "position_limit", "fit_positions", "peak_memory_gb", "stop_over_budget",
 })
 
 

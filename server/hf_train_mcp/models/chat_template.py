@@ -17,6 +17,19 @@ CHATML = (
     " }}{% if message['role'] == 'assistant' and eos_token != '<|im_end|>' %}{{ eos_token }}{% endif %}{{ '\\n' }}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
+# ChatML for rows with images: a vision-language model reads its chat template from its processor, and each image
+# part of a turn must become the text the processor expands into the picture's tokens, which is the processor's own
+# (the job puts it where IMAGE_SLOT is: templates/_base.py.j2 vision_processor). CHATML itself concatenates the
+# content, a list of parts in such rows (a TypeError), and was only set on the tokenizer.
+IMAGE_SLOT = "<|hftm_image|>"
+VISION_CHATML = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' }}{% if message['content'] is string %}"
+    "{{ message['content'] }}{% else %}{% for part in message['content'] %}{% if part['type'] == 'image' %}"
+    "{{ '" + IMAGE_SLOT + "' }}{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}"
+    "{{ '<|im_end|>' }}{% if message['role'] == 'assistant' and eos_token is defined and eos_token != '<|im_end|>' %}"
+    "{{ eos_token }}{% endif %}{{ '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+    "{% endif %}"
+)
 # ShareGPT's speaker names -> chat roles: validation previews with it and the scripts convert with it (rendered in)
 SHAREGPT_ROLES = {"human": "user", "gpt": "assistant", "system": "system", "user": "user", "assistant": "assistant",
                   "bot": "assistant", "model": "assistant", "tool": "tool", "function": "tool"}

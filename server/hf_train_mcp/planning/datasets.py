@@ -58,7 +58,8 @@ def checked_dataset(req: TrainingRequest, token: str | None,
 def eval_data(req: EvaluateRequest, subject: Subject, backend_name: str, token: str | None, warnings: list[str],
               access: Access) -> tuple[EvalData | None, DataFacts]:
     if req.dataset:
-        if not backends.traits(backend_name).reads_local_paths and is_local(req.dataset):
+        where = backends.traits(backend_name)
+        if not where.reads_local_paths and not backends.mounts_uploads(backend_name) and is_local(req.dataset):
             words = backends.traits(backend_name).words
             raise TrainError(f"dataset {req.dataset!r} is a local path, which {words.job} cannot read: "
                              f"push it to the Hub first, or use {words.instead}")

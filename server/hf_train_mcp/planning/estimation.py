@@ -29,6 +29,7 @@ from hf_train_mcp.planning.hyperparameters import DataFacts, Hyper
 from hf_train_mcp.planning.placement import estimate_flavors
 from hf_train_mcp.planning.training import check_models
 from hf_train_mcp.jobs.prepared import Prepared, Progress
+from hf_train_mcp.jobs.uploads import UPLOAD_BYTES_PER_S, shown_bytes
 from hf_train_mcp.contract.requests import EstimateRequest, RunShape, TrainingRequest
 from hf_train_mcp.contract.results import CostEstimate, FlavorOption, HardwareList, HardwareRow, Measurement, Submission
 from hf_train_mcp.planning.planner import Planner, default_backend
@@ -82,19 +83,35 @@ class Estimator:
         work = hyper.workload(size, gpus, data)
         warnings += _warnings(chosen, work, fitting, size, hyper, req.model)
         fastest = min(fitting, key=lambda e: e.hours) if fitting else None
+        upload_h, upload = self._upload_time(req)  # before the job starts, so in its time but not its bill
         return CostEstimate(
             flavor=chosen.flavor, fits=chosen.fits, memory_gb_needed=chosen.memory.gb,
-            gpu_memory_gb=chosen.gpu_memory_gb, hours=round(chosen.hours, 2), cost_usd=chosen.cost_usd,
+            gpu_memory_gb=chosen.gpu_memory_gb, hours=round(chosen.hours + upload_h, 2), cost_usd=chosen.cost_usd,
             recommended_timeout=chosen.recommended_timeout, steps=chosen.steps,
             effective_batch_size=hyper.schedule(size.billions, gpus).effective(gpus),
-            alternatives=[FlavorOption(flavor=e.flavor, fits=e.fits, hours=round(e.hours, 2), cost_usd=e.cost_usd)
-                          for e in basis.ranked if e.flavor != chosen.flavor][:8],
-            fastest=FlavorOption(flavor=fastest.flavor, fits=True, hours=round(fastest.hours, 2),
+            alternatives=[FlavorOption(flavor=e.flavor, fits=e.fits, hours=round(e.hours + upload_h, 2),
+                                       cost_usd=e.cost_usd) for e in basis.ranked if e.flavor != chosen.flavor][:8],
+            fastest=FlavorOption(flavor=fastest.flavor, fits=True, hours=round(fastest.hours + upload_h, 2),
                                  cost_usd=fastest.cost_usd) if fastest else None,
             assumptions={**_assumptions(chosen, size, work, data, basis.token_source, catalog.source),
-                         **_scaling(size, work, catalog.flavors.get(chosen.flavor), hyper.nodes)},
+                         **_scaling(size, work, catalog.flavors.get(chosen.flavor), hyper.nodes), **upload},
             warnings=warnings, measurement=measurement,
         )
+
+    def _upload_time(self, req: EstimateRequest) -> tuple[float, dict[str, str]]:
+        """(hours, the assumption said) of sending the run's local files to the bucket at UPLOAD_BYTES_PER_S,
+        where its backend reads them as uploaded copies: all of them, as a first submission sends them."""
+        if not backends.mounts_uploads(req.backend or default_backend()):
+            return 0.0, {}
+        uploads = self.planner.uploads_for([(req.model, "model"), (req.dataset, "dataset"),
+                                            (getattr(req, "teacher_model", None), "teacher model")], mapping=None)
+        size = sum(u.size for u in uploads)
+        if not size:
+            return 0.0, {}
+        seconds = size / UPLOAD_BYTES_PER_S
+        return seconds / 3600, {"upload": f"{shown_bytes(size)} of local files sent to your private bucket at "
+                                          f"{shown_bytes(UPLOAD_BYTES_PER_S)}/s: +{seconds / 60:.1f} min before the "
+                                          "job starts (not billed; a later submission sends only what changed)"}
 
     def measurement_preview(self, req: EstimateRequest, *, progress: Progress | None = None) -> Prepared | None:
         """The measurement job estimate_cost(measure=True) would launch, planned (and kept, like any preview) but

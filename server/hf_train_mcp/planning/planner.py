@@ -6,6 +6,7 @@ Previews are kept a few minutes, so that a spend confirmation asked in between d
 
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from collections.abc import Callable
 from typing import Any
@@ -30,6 +31,7 @@ from hf_train_mcp.models.files import custom_modules
 from hf_train_mcp.planning.datasets import checked_dataset, eval_data
 from hf_train_mcp.planning.training import plan_run
 from hf_train_mcp.jobs.prepared import Prepared, Progress
+from hf_train_mcp.jobs.uploads import Upload, mounted, plan_dataset, plan_folder, shown_bytes, withheld_warnings
 from hf_train_mcp.contract.requests import EvaluateRequest, ExportRequest, RunShape, ScriptRequest
 from hf_train_mcp.contract.requests import SweepRequest, TrainingRequest
 from hf_train_mcp.planning.user_script import plan_script
@@ -178,7 +180,14 @@ class Planner:
 
     def _prepare_sweep(self, req: SweepRequest, backend_name: str, *, kind: str,
                        progress: Progress) -> Any:
-        return self._plan_sweep(lambda run: self.preview(run, kind="train"), req, backend_name, progress)
+        plan = self._plan_sweep(lambda run: self.preview(run, kind="train"), req, backend_name, progress)
+        uploads = list({u.place: u for run in plan.runs for u in run.prepared.uploads}.values())
+        if uploads:  # one copy for every run: said once, where the sweep's answer has no field for it
+            plan.warnings.append(f"the runs read {sum(u.count for u in uploads)} local file(s) "
+                                 f"({shown_bytes(sum(u.size for u in uploads))}), sent once to your private "
+                                 f"jobs-artifacts bucket ({', '.join(u.place for u in uploads)}) as the first run "
+                                 "launches, and mounted read-only into each")
+        return plan
 
     def _prepare_script(self, req: ScriptRequest, backend_name: str, *, kind: str, progress: Progress) -> Prepared:
         """run_script: the caller's program read (a URL fetched, a folder hashed) and planned like any job."""
@@ -207,14 +216,15 @@ class Planner:
         step = progress
         where = backends.traits(backend_name)
         here = not where.chooses_flavor  # sized and planned offline: nothing is asked of the Hub
-        if not where.reads_local_paths:
+        mounting = backends.mounts_uploads(backend_name)  # local files travel to the job as uploaded copies
+        if not where.reads_local_paths and not mounting:
             for ref, what in ((req.model, "model"), (req.dataset, "dataset"), (req.teacher_model, "teacher_model")):
                 if ref and is_local(ref):
                     raise TrainError(f"{what} {ref!r} is a local path, which {where.words.job} cannot read: push it "
                                      f"to the Hub first, or use {where.words.instead}")
         token = None if here else hub_token()
         namespace = self._namespace(req, backend_name, token)
-        if where.reads_local_paths:  # the job runs in its own folder: relative paths must not change meaning
+        if where.reads_local_paths or mounting:  # the job runs elsewhere: relative paths must not change meaning
             req = req.model_copy(update={ref: str(Path(getattr(req, ref)).expanduser().resolve())
                                          for ref in ("model", "dataset", "teacher_model")
                                          if getattr(req, ref) and is_local(getattr(req, ref))})
@@ -247,19 +257,40 @@ class Planner:
                               pushed_before=self.ledger.pushed_to(req.hub_model_id), dry_run=req.dry_run)
         reads = [("model", req.model), ("dataset", req.dataset), ("model", req.teacher_model),
                  *([("model", resume_repo)] if resume_repo else [])]
+        if mounting:
+            step("hashing the local files the job reads")
+        refs = [(req.model, "model"), (req.dataset, "dataset"), (req.teacher_model, "teacher model")]
+        uploads = self.uploads_for(refs, mapping=req.column_mapping) if mounting else []
         return self._package(req, backend_name, kind, namespace, plan, hub_model_id=req.hub_model_id if pushes else None,
-                             model=req.model, dataset=req.dataset, reads=reads)
+                             model=req.model, dataset=req.dataset, reads=reads, uploads=uploads)
+
+    def uploads_for(self, refs: list[tuple[str | None, str]], *, mapping: dict[str, str] | None,
+                 recorded: list[dict] = ()) -> list[Upload]:
+        """The uploads of the local paths among `refs` ((ref, role) pairs): a copy a job already read (`recorded`,
+        a follow-up's parent's) as it is, else planned from the local files."""
+        known = {entry["ref"]: Upload.from_record(entry) for entry in recorded}
+        out = []
+        for ref, role in refs:
+            if not ref or not is_local(ref):
+                continue
+            out.append(known.get(ref) or (plan_dataset(ref, mapping=mapping, access=self.access) if role == "dataset"
+                                          else plan_folder(ref, role, self.access)))
+        return out
 
     def _package(self, req: Any, backend_name: str, kind: str, namespace: str | None, plan: Any, *,
                  hub_model_id: str | None, model: str, dataset: str | None, reads: list[tuple[str, str | None]],
                  parent_job_id: str | None = None, model_url: str | None = None,
-                 trackio_url: str | None = None) -> Prepared:
-        """The rendered script, the job spec and what the Submission will say, for any kind of job."""
+                 trackio_url: str | None = None, uploads: list[Upload] = ()) -> Prepared:
+        """The rendered script, the job spec and what the Submission will say, for any kind of job; uploaded
+        local files read from their mounted copies."""
         if plan.trackio_space_id:  # trackio hands the Space the token
             check_trackio_space(plan.trackio_space_id, namespace=namespace, token=hub_token(),
                                 access=self.access, warnings=plan.warnings)
+        if uploads:
+            plan.config = mounted(plan.config, list(uploads))
+            plan.warnings += withheld_warnings(list(uploads))
         script = plan.render()
-        spec = plan.job_spec(kind)
+        spec = replace(plan.job_spec(kind), uploads=tuple(uploads))
         endpoint = hub_endpoint()
         if hub_model_id:
             model_url = f"{endpoint}/{hub_model_id}"
@@ -277,7 +308,7 @@ class Planner:
         return Prepared(req=req, backend_name=backend_name, kind=kind, namespace=namespace, plan=plan, script=script,
                         spec=spec, model_url=model_url, trackio_url=trackio_url, common=common, model=model,
                         dataset=dataset, reads=[(what, ref) for what, ref in reads if ref and not is_local(ref)],
-                        parent_job_id=parent_job_id)
+                        parent_job_id=parent_job_id, uploads=list(uploads))
 
     def _subject(self, ref: str, backend_name: str, token: str | None) -> Subject:
         record = self.ledger_job(ref)
@@ -318,11 +349,15 @@ class Planner:
             plan.warnings.append(f"the results are not written to {card}'s card: over {self.access.over} only a "
                                  "repo a job of this server pushed to is written to; they are in the job's output")
         job = subject.job
+        uploads = self.uploads_for([(subject.ref, "model"), (subject.base_model, "base model"),
+                                 (data.dataset if data else None, "dataset")],
+                                mapping=data.column_mapping if data else None, recorded=job.uploads if job else [],
+                                ) if backends.mounts_uploads(backend_name) else []
         return self._package(
             req, backend_name, kind, namespace, plan, hub_model_id=None, model=subject.ref,
             dataset=data.dataset if data else None,
             reads=[("model", subject.ref), ("model", subject.base_model), ("dataset", data.dataset if data else None)],
-            parent_job_id=job.job_id if job else None,
+            parent_job_id=job.job_id if job else None, uploads=uploads,
             model_url=(job.model_url if job else None) or (None if is_local(subject.ref) else
                                                           f"{hub_endpoint()}/{subject.ref}"),
             trackio_url=job.trackio_url if job and backend_name == job.backend else None)
@@ -340,7 +375,10 @@ class Planner:
             check_push_target(target, token=token or hub_token(), access=self.access, warnings=plan.warnings,
                               pushed_before=self.ledger.pushed_to(target), dry_run=req.dry_run,
                               what="the export", export=True)
+        uploads = self.uploads_for([(subject.ref, "model"), (subject.base_model, "base model")], mapping=None,
+                                recorded=subject.job.uploads if subject.job else []
+                                ) if backends.mounts_uploads(backend_name) else []
         return self._package(
             req, backend_name, kind, namespace, plan, hub_model_id=plan.config["hub_model_id"], model=subject.ref,
             dataset=None, reads=[("model", subject.ref), ("model", subject.base_model)],
-            parent_job_id=subject.job.job_id if subject.job else None)
+            parent_job_id=subject.job.job_id if subject.job else None, uploads=uploads)

@@ -97,7 +97,7 @@ def subject_from_ref(ref: str, *, access: Access, backend_name: str, adapter_con
     holds labels.json (a classifier's classes)."""
     access.check_ref(ref, "model")
     if is_local(ref):
-        if not backends.traits(backend_name).reads_local_paths:
+        if not backends.traits(backend_name).reads_local_paths and not backends.mounts_uploads(backend_name):
             words = backends.traits(backend_name).words
             raise TrainError(f"model {ref!r} is a local path, which {words.job} cannot read: push it to the "
                              f"Hub first, or use {words.instead}")

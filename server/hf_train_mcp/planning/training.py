@@ -12,7 +12,7 @@ from hf_train_mcp.methods import defaults as D
 from hf_train_mcp import backends, engines, methods
 from hf_train_mcp.backends.base import JobSpec
 from hf_train_mcp.planning.cards import training_card
-from hf_train_mcp.models.chat_template import CHATML, SHAREGPT_ROLES
+from hf_train_mcp.models.chat_template import CHATML, IMAGE_SLOT, SHAREGPT_ROLES, VISION_CHATML
 from hf_train_mcp.durations import header_duration
 from hf_train_mcp.errors import DatasetError, TrainError
 from hf_train_mcp.estimate.advice import model_warnings
@@ -155,7 +155,8 @@ def _config(req: TrainingRequest, spec: Any, hyper: Hyper, sched: Any, *, flavor
         "resume_from_dir": resume_dir,
         "expects_gpu": expects_gpu(flavor),
         "attn_implementation": None,  # transformers' default (sdpa)
-        "chat_template": CHATML if req.chat_template == "chatml" else None,
+        "chat_template": (VISION_CHATML if data.vision else CHATML) if req.chat_template == "chatml" else None,
+        "image_slot": IMAGE_SLOT if data.vision and req.chat_template == "chatml" else None,
         "probe": None,
         **spec.config(req),  # what only this method's template reads (beta, reward functions, the teacher, ...)
         **spec.data_config(data),  # and what it learns from the data (SFT: images)

@@ -44,6 +44,7 @@ class ScriptConfig(BaseModel):
     model: str
     peft: Peft
     chat_template: str | None
+    image_slot: str | None = None  # where VISION_CHATML puts the processor's image placeholder (vision_processor)
     max_length: int
     output_dir: str
     probe: ProbeConfig | None

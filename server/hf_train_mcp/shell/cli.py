@@ -28,8 +28,11 @@ def _table(rows: list[dict]) -> list[str]:
     columns = [c for c in dict.fromkeys(k for row in rows for k in row) if not isinstance(rows[0].get(c), dict | list)]
     widths = {c: min(40, max(len(c), *(len(_cell(r.get(c))) for r in rows))) for c in columns}
     out = ["  ".join(c.ljust(widths[c]) for c in columns)]
-    out += ["  ".join(_cell(r.get(c))[:40].ljust(widths[c]) for c in columns) for r in rows]
-    return out
+    if not columns:
+        return out
+    *first, last = columns  # the last column whole: nothing is beside it (an upload's delete command)
+    out += ["  ".join([*(_cell(r.get(c))[:40].ljust(widths[c]) for c in first), _cell(r.get(last))]) for r in rows]
+    return [line.rstrip() for line in out]
 
 
 def render(result: Any) -> str:
@@ -61,21 +64,45 @@ def _core() -> Any:
     return Core()
 
 
-def _confirm_on_terminal(assume_yes: bool):
-    """The CLI's confirmation before a large spend: a y/N question when a person is at the terminal."""
+def _confirm_on_terminal(assume_yes: bool, core: Any):
+    """The CLI's confirmation before a large spend or upload: a y/N question when a person is at the terminal."""
 
     def confirm(prepared: Any) -> None:
-        from hf_train_mcp.shell.spend import confirm_threshold, confirmation_question
+        from hf_train_mcp.shell.spend import confirmation_question, question_due, upload_threshold
         from hf_train_mcp.errors import DeclinedError
 
-        threshold = confirm_threshold()
-        if assume_yes or threshold is None or prepared.worst_case_cost_usd <= threshold or not sys.stdin.isatty():
+        if assume_yes or not sys.stdin.isatty():
+            return
+        if upload_threshold() is not None:
+            core.count_uploads(prepared)  # what the bucket lacks: the upload question's figure
+        if not question_due(prepared):
             return
         print(confirmation_question(prepared) + " [y/N] ", end="", file=sys.stderr, flush=True)
         if sys.stdin.readline().strip().lower() not in ("y", "yes"):
             raise DeclinedError("not submitted: declined at the terminal; nothing was launched")
 
     return confirm
+
+
+def _progress(stream: Any) -> Any:
+    """A long call's phases, one line each; a phase that says how far along it is (an upload's bytes) as a bar
+    redrawn in place on a terminal, else a line at each tenth."""
+    shown = [-1]
+
+    def progress(message: str) -> None:
+        total = getattr(message, "total", None)
+        if not total:
+            print(f"... {message}", file=stream, flush=True)
+            return
+        tenths = int(10 * message.done / total)
+        if stream.isatty():
+            bar = "#" * (3 * tenths) + "." * (30 - 3 * tenths)
+            print(f"\r... [{bar}] {message}", end="\n" if message.done >= total else "", file=stream, flush=True)
+        elif tenths > shown[0]:
+            print(f"... {message}", file=stream, flush=True)
+        shown[0] = tenths
+
+    return progress
 
 
 def run_tool(spec: Any, args: argparse.Namespace) -> None:
@@ -94,8 +121,9 @@ def run_tool(spec: Any, args: argparse.Namespace) -> None:
         request = spec.request(**given)
     except ValidationError as exc:
         raise TrainError(f"invalid options for {spec.command}: {readable(exc)}") from None
-    progress = (lambda message: print(f"... {message}", file=sys.stderr, flush=True)) if not args.json else None
-    result = spec.call(_core(), request, Hooks(progress=progress, confirm=_confirm_on_terminal(args.yes)))
+    core = _core()
+    result = spec.call(core, request, Hooks(progress=None if args.json else _progress(sys.stderr),
+                                            confirm=_confirm_on_terminal(args.yes, core)))
     print(json.dumps(result.model_dump(mode="json", by_alias=True), indent=2) if args.json else render(result))
 
 

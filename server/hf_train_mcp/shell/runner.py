@@ -67,9 +67,15 @@ class Runner:
     def reporter(ctx: Context | None) -> Callable[[str], None] | None:
         if ctx is None:
             return None
-        done = [0]
+        done = [0.0]
 
         def progress(message: str) -> None:  # called from the worker thread the core runs in
+            total = getattr(message, "total", None)  # jobs.prepared.Share: a phase that says how far along it is
+            if total:  # its bytes, after the steps so far, so that the progress value only grows
+                anyio.from_thread.run(ctx.report_progress, done[0] + message.done, done[0] + total, str(message))
+                if message.done >= total:
+                    done[0] += total
+                return
             done[0] += 1
             anyio.from_thread.run(ctx.report_progress, done[0], None, message)
 

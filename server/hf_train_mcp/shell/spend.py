@@ -1,5 +1,6 @@
-"""The question before a large spend: when a launching tool's worst case is over the operator's threshold and the
-client can ask, the user confirms the plan (its terms bound to what launches) before money is spent."""
+"""The question before a large spend or a large upload: when a launching tool's worst case is over the operator's
+threshold, or the local files it would upload are, and the client can ask, the user confirms the plan (its terms
+bound to what launches) before money is spent or files leave the machine."""
 
 import inspect
 import os
@@ -14,9 +15,11 @@ from mcp_types.version import is_version_at_least
 from pydantic import BaseModel, Field, ValidationError
 
 from hf_train_mcp.errors import BudgetError, DeclinedError, TrainError, unexpected
+from hf_train_mcp.jobs.uploads import shown_bytes
 from hf_train_mcp.shell.runner import CodedToolError
 
 CONFIRM_DEFAULT_USD = 10.0
+CONFIRM_UPLOAD_DEFAULT_GB = 1.0  # a job's local files that the bucket lacks: more than this is the user's to decide
 # the first protocol whose elicitation rides an InputRequiredResult between rounds (no question mid-call)
 INPUT_REQUIRED_VERSION = "2026-07-28"
 
@@ -38,6 +41,30 @@ def confirm_threshold() -> float | None:
     except ValueError:
         raise BudgetError(f"this server's HF_TRAIN_CONFIRM_ABOVE_USD={raw!r} is not an amount of dollars; the "
                          "operator must fix it (e.g. 10, or off)") from None
+
+
+def upload_threshold() -> float | None:
+    """Bytes of a job's local files (those the bucket lacks) above which the upload is confirmed with the user
+    (HF_TRAIN_CONFIRM_UPLOAD_ABOVE_GB, in decimal GB; 'off' or an empty value turns it off)."""
+    raw = os.environ.get("HF_TRAIN_CONFIRM_UPLOAD_ABOVE_GB")
+    if raw is None:
+        return CONFIRM_UPLOAD_DEFAULT_GB * 1e9
+    if raw.strip().lower() in ("", "off", "none", "never"):
+        return None
+    try:
+        return max(0.0, float(raw)) * 1e9
+    except ValueError:
+        raise BudgetError(f"this server's HF_TRAIN_CONFIRM_UPLOAD_ABOVE_GB={raw!r} is not a number of GB; the "
+                          "operator must fix it (e.g. 1, or off)") from None
+
+
+def question_due(prepared: Any) -> bool:
+    """Whether the plan is the user's to confirm: its worst case over the spend threshold, or its upload (what the
+    bucket lacks, once counted) over the upload threshold."""
+    spend, upload = confirm_threshold(), upload_threshold()
+    uploading = getattr(prepared, "new_upload_bytes", None) or 0
+    return (spend is not None and prepared.worst_case_cost_usd > spend) or (upload is not None and
+                                                                             uploading > upload)
 
 
 def can_elicit(ctx: Context) -> bool:
@@ -64,7 +91,10 @@ def confirmation_question(prepared: Any) -> str:
     machines = f"{nodes} machines x {common['flavor']}" if nodes > 1 else common["flavor"]
     price = getattr(getattr(prepared, "plan", None), "usd_per_hour", None)
     rate = f" (${price / nodes:.2f}/h each, ${price:.2f}/h together)" if nodes > 1 and price else ""
-    return (f"It can bill at most ${prepared.worst_case_cost_usd:.2f}{estimate}: {machines}{rate} for up to "
+    uploading = getattr(prepared, "new_upload_bytes", None) or 0
+    upload = (f"It first uploads {shown_bytes(uploading)} of your local files to your private jobs-artifacts "
+              "bucket. " if uploading else "")
+    return (f"{upload}It can bill at most ${prepared.worst_case_cost_usd:.2f}{estimate}: {machines}{rate} for up to "
             f"{common['timeout']}{hours}, billed per minute while it runs. Launch {prepared.summary} on {machines}?")
 
 
@@ -106,8 +136,7 @@ def bound_confirmation(ctx: Context, shown: tuple | None) -> Callable[[Any], Non
         terms = spend_terms(prepared)
         if terms == shown:
             return
-        threshold = confirm_threshold()
-        if shown is None and (threshold is None or prepared.worst_case_cost_usd <= threshold or not can_elicit(ctx)):
+        if shown is None and (not question_due(prepared) or not can_elicit(ctx)):
             return  # no question was due: the budget caps govern
         if ctx.protocol_version is None or is_version_at_least(ctx.protocol_version, INPUT_REQUIRED_VERSION):
             raise DeclinedError("not submitted: the plan changed after the spend question was asked (now: "
@@ -135,13 +164,13 @@ def confirmation_resolver(spec: Any, get_core: Callable[[], Any], asked: Asked,
         if getattr(req, "dry_run", False) or getattr(req, "measure", True) is False:
             return None  # launches nothing
         try:
-            threshold = confirm_threshold()
+            thresholds = (confirm_threshold(), upload_threshold())
         except TrainError as exc:  # the operator's setting is unreadable: nothing launches until it is fixed
             raise CodedToolError(str(exc), exc.code) from None
-        if threshold is None or not can_elicit(ctx):
-            return None  # clients that cannot ask are governed by the budget caps alone
+        if thresholds == (None, None) or not can_elicit(ctx):
+            return None  # clients that cannot ask are governed by the budget and upload caps alone
         prepared = await _previewed(spec, get_core(), req)
-        if prepared is None or prepared.worst_case_cost_usd <= threshold:
+        if prepared is None or not question_due(prepared):
             return None
         asked.put(ctx, spend_terms(prepared))
         return Elicit(confirmation_question(prepared), Confirm)
@@ -160,7 +189,10 @@ async def _previewed(spec: Any, core: Any, req: Any) -> Any:
         with core.access.serving():
             if getattr(req, "idempotency_key", None) and core.existing_submission(req) is not None:
                 return None
-            return core.preview(req, kind=spec.launches)
+            prepared = core.preview(req, kind=spec.launches)
+            if prepared is not None and upload_threshold() is not None:
+                core.count_uploads(prepared)  # what the bucket lacks: the upload question's figure
+            return prepared
 
     try:
         return await anyio.to_thread.run_sync(preview)

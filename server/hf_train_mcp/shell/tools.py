@@ -88,8 +88,9 @@ TOOLS: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         "submit_training", "submit", "Submit a training job",
-        "Train on HF Jobs (needs hub_model_id) or here (backend='local'); returns job_id and URLs at once. "
-        "Validates data; flavor/timeout default to the cheapest fit, safely.",
+        "Train on HF Jobs (needs hub_model_id; local files go to your private bucket) or here (backend='local'); "
+        "returns job_id and URLs at once. "
+        "Validates data; flavor/timeout default to the cheapest safe fit.",
         TrainingRequest, Submission,
         lambda core, req, hooks: core.submit_training(req, progress=hooks.progress, confirm=hooks.confirm),
         read_only=False, idempotent=False, progress=True, launches="train",

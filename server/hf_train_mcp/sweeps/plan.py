@@ -44,6 +44,7 @@ class SweepPlan:
     backend_name: str
     runs: list["PlannedRun"]
     warnings: list[str] = field(default_factory=list)
+    new_upload_bytes: int | None = None  # the local files its runs read that the bucket lacks, once asked
 
     @property
     def worst_case_cost_usd(self) -> float:

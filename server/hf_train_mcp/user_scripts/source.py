@@ -161,15 +161,24 @@ def credential(relative: PurePosixPath) -> bool:
     return _within(relative.parent, CREDENTIAL_DIRS) or _named(relative, CREDENTIAL_FILES)
 
 
+SECRET_OVERLAP = 128  # bytes of a chunk's end searched again with the next chunk: a marker cut by the chunk's end
+
+
+def marks_secret(data: bytes) -> bool:
+    """Whether a piece of a file (a chunk, after the last SECRET_OVERLAP bytes of the one before) holds the marker
+    of a private key or a cloud credential."""
+    return _SECRET_CONTENT.search(data) is not None
+
+
 def holds_secret(path: Path) -> bool:
     """Whether a file holds credentials by its content (read whole, a chunk at a time): a private key or a cloud
     credential under a name no pattern knows ('prod-123-4f2a9c1d7e3b.json', 'notes/backup')."""
     with open(path, "rb") as f:
         tail = b""
         while chunk := f.read(_SCAN_CHUNK):
-            if _SECRET_CONTENT.search(tail + chunk):
+            if marks_secret(tail + chunk):
                 return True
-            tail = chunk[-128:]  # a marker cut by the chunk's end
+            tail = chunk[-SECRET_OVERLAP:]
     return False
 
 

@@ -1,0 +1,153 @@
+"""Sending planned uploads (jobs/uploads.py) to the account's private jobs-artifacts bucket through
+huggingface_hub, and the read-only volumes that mount them into a job.
+
+A file already at its place is not sent (the place is named by content); one the bucket holds elsewhere (an
+earlier version of the folder) is copied there by its xet hash on the Hub's side (`batch_bucket_files(copy=...)`:
+"This is a server-side operation — no data is downloaded or re-uploaded", huggingface_hub 2.4 hf_api.py); the
+rest is uploaded in batches, progress said between them.
+"""
+
+import os
+from collections.abc import Callable
+
+from hf_train_mcp.errors import NotFoundError, TrainError
+from hf_train_mcp.hub import bounded
+from hf_train_mcp.jobs.uploads import PLACE_ROOT, Sent, Upload, UploadFile
+
+BATCH_FILES = 200  # files per batch call: progress is said between batches
+BATCH_BYTES = 512 * 2**20
+LIST_DEADLINE_S = 120.0
+MIN_BYTES_PER_S = 1e6  # a batch's deadline: this slow an uplink still finishes it
+Share = Callable[[int, int], None]  # (bytes sent, bytes to send)
+
+
+def bucket_of(api, namespace: str | None) -> str:
+    from huggingface_hub import constants
+
+    return f"{namespace or api.whoami()['name']}/{constants.HF_JOBS_ARTIFACTS_BUCKET_NAME}"
+
+
+def _private_bucket(api, bucket: str, *, create: bool, token: str | None) -> bool:
+    """Whether the bucket exists (made private when missing and `create`); a public one is refused: the user's
+    files would be readable by anyone."""
+    if create:
+        bounded("creating your jobs-artifacts bucket", lambda: api.create_bucket(bucket_id=bucket, exist_ok=True,
+                                                                                private=True), token)
+    try:
+        info = bounded("reading your jobs-artifacts bucket", lambda: api.bucket_info(bucket_id=bucket), token)
+    except NotFoundError:
+        if create:
+            raise
+        return False  # a dry run before the first upload: everything would be sent
+    if not info.private:
+        raise TrainError(f"your bucket {bucket} is public: your files uploaded there would be readable by anyone. "
+                         f"Make it private ({api.endpoint}/buckets/{bucket}), then call again. Nothing was uploaded "
+                         "or launched.")
+    return True
+
+
+def _listing(api, bucket: str, prefix: str, token: str | None) -> dict[str, str]:
+    """path -> xet hash of every file the bucket holds under `prefix` (a folder)."""
+    from huggingface_hub import BucketFile
+
+    items = bounded("listing your jobs-artifacts bucket", lambda: list(api.list_bucket_tree(
+        bucket, prefix=prefix, recursive=True)), token, deadline_s=LIST_DEADLINE_S)
+    return {item.path: item.xet_hash for item in items if isinstance(item, BucketFile)}
+
+
+def _unchanged(file: UploadFile) -> bool:
+    try:
+        info = os.stat(file.source)
+    except OSError:
+        return False
+    return (info.st_size, info.st_mtime_ns) == (file.size, file.mtime_ns)
+
+
+def _check_unchanged(upload: Upload, files: list[UploadFile]) -> None:
+    changed = [f.name for f in files if not _unchanged(f)]
+    if changed:
+        raise TrainError(f"{changed[0]!r} of the {upload.role} changed (or went) after it was checked: the job must "
+                         "read the bytes that were validated. Call again to check it anew. Nothing was launched.")
+
+
+def _batches(files: list[UploadFile]) -> list[list[UploadFile]]:
+    out: list[list[UploadFile]] = [[]]
+    for file in files:
+        if out[-1] and (len(out[-1]) >= BATCH_FILES or sum(f.size for f in out[-1]) + file.size > BATCH_BYTES):
+            out.append([])
+        out[-1].append(file)
+    return [batch for batch in out if batch]
+
+
+def _send_files(api, bucket: str, upload: Upload, missing: list[UploadFile], held: dict[str, str],
+                share: Share | None, token: str | None) -> int:
+    """Copy what the bucket holds elsewhere, upload the rest; the bytes uploaded."""
+    import hf_xet
+
+    _check_unchanged(upload, missing)
+    xet = {f.name: info.hash for f, info in zip(missing, hf_xet.hash_files([f.source for f in missing]), strict=True)}
+    known = {xet_hash: path for path, xet_hash in held.items()}
+    copies = [("bucket", bucket, xet[f.name], f"{upload.place}/{f.name}") for f in missing if xet[f.name] in known]
+    if copies:
+        bounded(f"copying files of the {upload.role} inside your bucket",
+                lambda: api.batch_bucket_files(bucket, copy=copies), token, deadline_s=LIST_DEADLINE_S)
+    sent, total = 0, sum(f.size for f in missing if xet[f.name] not in known)
+    if share and total:
+        share(0, total)
+    for batch in _batches([f for f in missing if xet[f.name] not in known]):
+        size = sum(f.size for f in batch)
+        add = [(f.source, f"{upload.place}/{f.name}") for f in batch]
+        bounded(f"uploading the {upload.role} to your jobs-artifacts bucket",
+                lambda add=add: api.batch_bucket_files(bucket, add=add), token,
+                deadline_s=LIST_DEADLINE_S + size / MIN_BYTES_PER_S)
+        sent += size
+        if share:
+            share(sent, total)
+    changed = [f for f in missing if not _unchanged(f)]
+    if changed:  # sent while it changed: the place must not hold other bytes than its name says
+        bounded("removing a changed upload", lambda: api.batch_bucket_files(
+            bucket, delete=[f"{upload.place}/{f.name}" for f in missing]), token)
+        _check_unchanged(upload, changed)
+    return sent
+
+
+def send(api, uploads: list[Upload], namespace: str | None, *, token: str | None, dry_run: bool = False,
+         share: Share | None = None) -> list[Sent]:
+    """Put every planned upload in place (dry_run: only say how many bytes would travel, creating nothing). A
+    recorded upload (a follow-up's, files unknown here) must still be whole in the bucket."""
+    from huggingface_hub.utils import disable_progress_bars, enable_progress_bars
+
+    bucket = bucket_of(api, namespace)
+    exists = _private_bucket(api, bucket, create=not dry_run, token=token)
+    out, every = [], None  # every upload's files, listed only when one must be sent (its copies' sources)
+    for upload in uploads:
+        held = _listing(api, bucket, upload.place, token) if exists else {}
+        present = len(held)
+        if not upload.files:  # recorded by the job a follow-up works on
+            if present < upload.count:
+                raise TrainError(f"the copy of the {upload.role} {upload.shown} that the job read is no longer whole "
+                                 f"in your bucket ({bucket}/{upload.place}): name the local {upload.role} in the call "
+                                 "(it is uploaded again), or push it to the Hub. Nothing was launched.")
+            out.append(Sent(bucket, upload, 0))
+            continue
+        missing = [f for f in upload.files if f"{upload.place}/{f.name}" not in held]
+        if dry_run or not missing:
+            out.append(Sent(bucket, upload, sum(f.size for f in missing)))
+            continue
+        every = every if every is not None else _listing(api, bucket, PLACE_ROOT, token)
+        disable_progress_bars()  # as sync_bucket(quiet=True) does: stdout and stderr are no place for bars here
+        try:
+            out.append(Sent(bucket, upload, _send_files(api, bucket, upload, missing, every, share, token)))
+        finally:
+            enable_progress_bars()
+        every = None  # what it sent may be the next upload's to copy
+    return out
+
+
+def volumes(bucket: str, uploads: list[Upload]) -> list:
+    """One read-only bucket volume per uploaded folder (two uploads of one content share it)."""
+    from huggingface_hub import Volume
+
+    places = dict.fromkeys((u.place, u.mount) for u in uploads)
+    return [Volume(type="bucket", source=bucket, mount_path=mount, path=place, read_only=True)
+            for place, mount in places]

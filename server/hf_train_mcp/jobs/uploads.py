@@ -1,0 +1,327 @@
+"""Local files a job on the Hub's machines reads (a dataset, an image folder, the images a JSONL names, a model
+folder): which files, their sha256, where they go in the account's private jobs-artifacts bucket and where the job
+finds them. Planned here, without the Hub; backends/jobs_uploads.py sends them.
+
+The layout. Each upload is one folder of the bucket, `hf-train-mcp/inputs/<name>-<digest>`, named by the sha256 of
+its content (every file's path and sha256), holding the files at their paths relative to the deepest folder that
+holds them all (a JSONL and the images it names as `images/cat.jpg` or `../photos/cat.jpg`; an image folder's
+`<label>/*`). It is mounted read-only at `/inputs/<name>-<digest>` and the script opens the same relative path
+there. So:
+- paths inside the data keep their meaning: the job resolves a row's `images/cat.jpg` against the mounted data
+  file's folder exactly as validation resolved it against the local one, and `datasets` reads an image folder's
+  labels from the same folder names;
+- content decides the place: an unchanged upload lands where it already is (a re-submit, every run of a sweep,
+  a follow-up: nothing is sent), and two versions of a dataset never share a folder, so a running job never sees
+  a file change under it. A file the bucket already holds under an earlier version is copied by its xet hash on
+  the Hub's side (backends/jobs_uploads.py), never sent twice.
+"""
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from hf_train_mcp.access import Access
+from hf_train_mcp.data.images import cell_paths, image_folder_classes, is_image
+from hf_train_mcp.data.local import data_files
+from hf_train_mcp.data.rows import every_row
+from hf_train_mcp.errors import AccessError, DatasetError, NotFoundError, TrainError
+from hf_train_mcp.user_scripts.source import SECRET_OVERLAP, credential, folder_left_out, left_out, marks_secret
+
+PLACE_ROOT = "hf-train-mcp/inputs"  # inside {namespace}/jobs-artifacts, beside run_script's project folders
+MOUNT_ROOT = "/inputs"
+MAX_UPLOAD_FILES = 10_000  # one call's uploads together: a dataset of more files belongs on the Hub
+MAX_UPLOAD_BYTES = 100 * 10**9
+# The upload speed estimate_cost assumes (a home or office uplink; a cloud machine's is faster): said in its answer
+UPLOAD_BYTES_PER_S = 20e6
+_CHUNK = 1 << 20
+_SECRET_NOTE = "holds a private key or cloud credential"
+
+
+@dataclass(frozen=True)
+class UploadFile:
+    name: str  # its path inside the upload's folder (posix)
+    source: str  # the local file
+    sha256: str
+    size: int
+    mtime_ns: int  # as hashed: a file changed since is refused, never sent as what was judged
+
+
+@dataclass(frozen=True)
+class Upload:
+    """One local dataset or model folder, as the job reads it from the bucket."""
+
+    role: str  # "dataset", "model", "teacher model", "base model": what it is to the job, in messages
+    ref: str  # the local path as the request names it (resolved)
+    place: str  # its folder in the bucket
+    reads: str  # the path the job opens inside it ('' : the folder itself)
+    digest: str  # sha256 of the file (one file), else of every 'path\0sha256\n' in order
+    count: int
+    size: int
+    files: tuple[UploadFile, ...] = ()  # empty once recorded: a follow-up mounts the place a job read
+    withheld: tuple[str, ...] = field(default=(), compare=False)  # credential files left behind (model folders)
+
+    @property
+    def mount(self) -> str:
+        return f"{MOUNT_ROOT}/{PurePosixPath(self.place).name}"
+
+    @property
+    def job_path(self) -> str:
+        return f"{self.mount}/{self.reads}" if self.reads else self.mount
+
+    @property
+    def shown(self) -> str:
+        """How a card or an answer names it: the local name (never the folders above it) and its content hash."""
+        return f"{Path(self.ref).name} (uploaded, sha256 {self.digest})"
+
+    def recorded(self) -> dict[str, Any]:
+        """What the ledger keeps (the files' list stays out: the place holds them, named by their content)."""
+        return {"role": self.role, "ref": self.ref, "place": self.place, "reads": self.reads, "digest": self.digest,
+                "count": self.count, "size": self.size}
+
+    @classmethod
+    def from_record(cls, entry: dict[str, Any]) -> "Upload":
+        return cls(**{key: entry[key] for key in ("role", "ref", "place", "reads", "digest", "count", "size")})
+
+
+@dataclass(frozen=True)
+class Sent:
+    """What one upload came to: where its files are, how much, how much had to travel."""
+
+    bucket: str
+    upload: Upload
+    new_bytes: int | None  # None: not asked (a dry run without the Hub)
+
+    def summary(self) -> dict[str, Any]:
+        where = f"{self.bucket}/{self.upload.place}"
+        return {"bucket": self.bucket, "path": self.upload.place, "files": self.upload.count,
+                "bytes": self.upload.size, "new_bytes": self.new_bytes,
+                "delete": f"hf buckets rm {where}/ --recursive (a follow-up of the job needs it)"}
+
+
+def shown_bytes(size: float) -> str:
+    """A size as an answer or a question says it (decimal units, as the Hub's pages do)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size >= scale:
+            return f"{size / scale:,.{2 if unit == 'GB' else 1}f} {unit}"
+    return f"{int(size)} bytes"
+
+
+# --- hashing --------------------------------------------------------------------------------------------------
+_HASHED: dict[tuple, tuple[str, bool]] = {}  # (path, inode, size, mtime) -> (sha256, holds a secret)
+_HASHED_KEPT = 100_000
+
+
+def _hashed(path: Path, info: os.stat_result) -> tuple[str, bool]:
+    """The file's sha256 and whether it holds a secret (source.holds_secret's rule), in one read; an unchanged
+    file (same inode, size and modification time) is not read again (a sweep plans each run)."""
+    key = (str(path), info.st_ino, info.st_size, info.st_mtime_ns)
+    if key not in _HASHED:
+        digest, secret, tail = hashlib.sha256(), False, b""
+        with open(path, "rb") as f:
+            while chunk := f.read(_CHUNK):
+                digest.update(chunk)
+                secret = secret or marks_secret(tail + chunk)
+                tail = chunk[-SECRET_OVERLAP:]
+        if len(_HASHED) >= _HASHED_KEPT:
+            _HASHED.clear()
+        _HASHED[key] = digest.hexdigest(), secret
+    return _HASHED[key]
+
+
+def _digest(files: list[UploadFile]) -> str:
+    if len(files) == 1:
+        return files[0].sha256  # what `sha256sum tickets.jsonl` says
+    lines = "".join(f"{f.name}\0{f.sha256}\n" for f in files)
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def _place_name(ref: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(ref).name).strip("-.")[:48]
+    return name or "upload"
+
+
+def _check_caps(count: int, size: int, what: str) -> None:
+    if count > MAX_UPLOAD_FILES:
+        raise TrainError(f"{what} is {count:,} files, over the cap of {MAX_UPLOAD_FILES:,} files one call uploads: "
+                         "push it to the Hub (a dataset or model repo) and send its id. Nothing was uploaded or "
+                         "launched.")
+    if size > MAX_UPLOAD_BYTES:
+        raise TrainError(f"{what} is {shown_bytes(size)}, over the cap of {shown_bytes(MAX_UPLOAD_BYTES)} one call "
+                         "uploads: push it to the Hub and send its id. Nothing was uploaded or launched.")
+
+
+def _planned(role: str, ref: str, root: Path, paths: list[Path], *, refuse_secrets: bool
+             ) -> tuple[list[UploadFile], list[str]]:
+    """The files with their hashes (and the credential files among them, refused or left behind)."""
+    stats = [(path, path.stat()) for path in paths]
+    _check_caps(len(stats), sum(info.st_size for _, info in stats), f"the {role} {Path(ref).name!r}")
+    files, withheld = [], []
+    for path, info in stats:
+        name = Path(os.path.relpath(path, root)).as_posix()
+        sha, secret = _hashed(path, info)
+        if secret or credential(PurePosixPath(name)):
+            if refuse_secrets:
+                why = _SECRET_NOTE if secret else "is named like a credentials file"
+                raise DatasetError(f"{name!r} of the {role} {why}: it is not sent to a job as data. Move it out (or "
+                                   "rename it, if it is data). Nothing was uploaded or launched.")
+            withheld.append(name)
+            continue
+        files.append(UploadFile(name=name, source=str(path), sha256=sha, size=info.st_size,
+                                mtime_ns=info.st_mtime_ns))
+    return files, withheld
+
+
+def _upload(role: str, ref: str, root: Path, paths: list[Path], reads: str, *, refuse_secrets: bool) -> Upload:
+    files, withheld = _planned(role, ref, root, sorted(set(paths)), refuse_secrets=refuse_secrets)
+    digest = _digest(files)
+    return Upload(role=role, ref=ref, place=f"{PLACE_ROOT}/{_place_name(ref)}-{digest[:16]}", reads=reads,
+                  digest=digest, count=len(files), size=sum(f.size for f in files), files=tuple(files),
+                  withheld=tuple(withheld))
+
+
+# --- a model folder -------------------------------------------------------------------------------------------
+def _model_files(folder: Path, access: Access) -> tuple[list[Path], list[str]]:
+    """Every file the folder's loaders may open (linked folders followed, each once), but its history, caches
+    and a training run's checkpoint-* folders (from_pretrained reads none of them); credential folders stay
+    home whole (withheld). Over HTTP every file must lie in the allowed folders."""
+    paths, withheld, seen = [], [], set()
+    for top, folders, names in os.walk(folder, followlinks=True):
+        here = PurePosixPath(Path(top).relative_to(folder).as_posix())
+        real = os.path.realpath(top)
+        if real in seen:
+            folders[:] = []
+            continue
+        seen.add(real)
+        for name in sorted(folders):
+            why = folder_left_out(here / name)
+            if why or (here == PurePosixPath(".") and name.startswith("checkpoint-")):
+                folders.remove(name)
+                withheld += [f"{(here / name).as_posix()}/"] if why == "credentials" else []
+        for name in sorted(names):
+            path = Path(top, name)
+            if left_out(here / name) and not credential(here / name):
+                continue
+            if not access.allows_path(path):
+                raise AccessError(f"the model folder holds {(here / name).as_posix()!r}, a link out of the folders "
+                                  f"you may use or a file with other names (a hard link), which callers over "
+                                  f"{access.over} may not send. Nothing was uploaded or launched.")
+            if path.is_file():
+                paths.append(path)
+        if len(paths) > MAX_UPLOAD_FILES:
+            _check_caps(len(paths), 0, "the model folder")
+    return paths, withheld
+
+
+def plan_folder(ref: str, role: str, access: Access) -> Upload:
+    """A local model or adapter folder, whole (credential files left behind, named in `withheld`)."""
+    folder = Path(ref).expanduser().resolve()
+    if not folder.is_dir():
+        raise NotFoundError(f"{role} {access.shown(ref)!r} is not a folder on this machine (a model folder holds "
+                            "config.json or adapter_config.json)")
+    paths, withheld = _model_files(folder, access)
+    upload = _upload(role, str(folder), folder, paths, "", refuse_secrets=False)
+    return replace(upload, withheld=(*withheld, *upload.withheld))
+
+
+# --- a dataset ------------------------------------------------------------------------------------------------
+def _named_images(files: list[Path], mapping: dict[str, str] | None, base: Path) -> list[Path]:
+    """Every image file a row names in its image column(s), as the job's image_path resolves it (from the data
+    file's folder); a name the job cannot open there (an absolute path, a missing file) is refused now."""
+    columns = tuple(dict.fromkeys((mapping or {}).get(name, name) for name in ("image", "images")))
+    out = []
+    for file, index, row in every_row(files, columns):
+        for value in row.values():
+            for name in cell_paths(value):
+                if not isinstance(name, str):
+                    continue
+                where = f"{file.name} row {index + 1}"
+                if os.path.isabs(name):
+                    raise DatasetError(f"{where} names the image {name[:120]!r} by an absolute path, which a job on "
+                                       "the Hub's machines cannot open: name images relative to the data file's "
+                                       "folder (e.g. 'images/cat.jpg'). Nothing was uploaded or launched.")
+                path = Path(os.path.normpath(base / name))
+                if not path.is_file():
+                    raise DatasetError(f"{where} names the image {name[:120]!r}, which is not a file beside the "
+                                       "data: the job would fail on that row. Fix the row or add the image. Nothing "
+                                       "was uploaded or launched.")
+                out.append(path)
+    return out
+
+
+def _unreadable(images: list[Path], root: Path) -> None:
+    """Every image opened as the job's reader opens it (its header and structure, not its pixels)."""
+    try:
+        from PIL import Image
+    except ImportError:  # a server without the training stack: the job's reader is the judge
+        return
+    bad = []
+    for path in images:
+        try:
+            with Image.open(path) as image:
+                image.verify()
+        except Exception as exc:  # PIL raises many kinds for a damaged file
+            bad.append(f"{Path(os.path.relpath(path, root)).as_posix()!r} ({type(exc).__name__})")
+    if bad:
+        raise DatasetError(f"{len(bad)} image(s) cannot be read: {', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''}"
+                           ": remove or replace them, since the job fails on the first. Nothing was uploaded or "
+                           "launched.")
+
+
+def plan_dataset(ref: str, *, mapping: dict[str, str] | None, access: Access) -> Upload:
+    """A local dataset as the job reads it: an image folder's every image under its labels, or the data files
+    (a file, or a folder's .jsonl/.json/.csv/.parquet) and every image file their rows name."""
+    path = Path(ref).expanduser().resolve()
+    classes = image_folder_classes(path, access.allows_path) if path.is_dir() else None
+    if classes:
+        images = [f for c in classes for f in (path / c).iterdir() if is_image(f) and f.is_file()]
+        _check_caps(len(images), 0, f"the image folder {path.name!r}")
+        outside = [f for f in images if not access.allows_path(f)]
+        if outside:
+            raise AccessError(f"the image folder holds {len(outside)} image(s) linked from outside the folders "
+                              f"callers over {access.over} may use, or hard links. Nothing was uploaded or launched.")
+        _unreadable(images, path)
+        return _upload("dataset", str(path), path, images, "", refuse_secrets=True)
+    files = data_files(str(path), access.allows_path)
+    base = path if path.is_dir() else path.parent
+    try:
+        images = _named_images(files, mapping, base)
+    except ValueError as exc:  # rows the job's reader may read otherwise (rows.py)
+        raise DatasetError(f"{exc}. Nothing was uploaded or launched.") from None
+    if not all(access.allows_path(f) for f in images):
+        raise AccessError(f"a row names an image outside the folders callers over {access.over} may use (or a hard "
+                          "link). Nothing was uploaded or launched.")
+    _unreadable(images, base)
+    root = Path(os.path.commonpath([str(base), *(str(f.parent) for f in images)]))
+    reads = Path(os.path.relpath(path, root)).as_posix()
+    return _upload("dataset", str(path), root, [*files, *images], "" if reads == "." else reads, refuse_secrets=True)
+
+
+# --- what a job gets ------------------------------------------------------------------------------------------
+def mounted(config: dict[str, Any], uploads: list[Upload]) -> dict[str, Any]:
+    """The script's CONFIG reading the mounted copies: every value naming an uploaded path names its copy in the
+    job, and the model card names it by its file name and sha256 (never this machine's folders)."""
+    by_ref = {u.ref: u for u in uploads}
+    out = {key: by_ref[value].job_path if isinstance(value, str) and value in by_ref else value
+           for key, value in config.items()}
+    card = out.get("card")
+    if isinstance(card, dict):
+        summary = card.get("summary") or ""
+        for upload in uploads:
+            summary = summary.replace(upload.ref, upload.shown)
+        settings = {k: by_ref[v].shown if isinstance(v, str) and v in by_ref else v
+                    for k, v in (card.get("settings") or {}).items()}
+        out["card"] = {**card, "summary": summary, "settings": settings}
+    return out
+
+
+def withheld_warnings(uploads: list[Upload]) -> list[str]:
+    out = []
+    for upload in uploads:
+        if upload.withheld:
+            shown = ", ".join(upload.withheld[:10]) + (" ..." if len(upload.withheld) > 10 else "")
+            out.append(f"left out of the {upload.role}'s upload as credentials: {shown} (a job gets credentials as "
+                       "secrets, never as files)")
+    return out
