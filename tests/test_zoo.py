@@ -91,3 +91,23 @@ def test_the_exceptions_name_real_folders() -> None:
     """A renamed folder must not leave its exception behind (and silently lose its check)."""
     assert set(COUNTED_AS) | REMOTE_CODE_ONLY | set(NEEDS_EXTRA) <= set(FOLDERS)
     assert all(reason for _, _, reason in COUNTED_AS.values())
+
+
+@needs_training
+@pytest.mark.parametrize("folder", [f for f in FOLDERS if f not in REMOTE_CODE_ONLY and f not in NEEDS_EXTRA])
+def test_the_text_shape_the_server_reads_is_the_one_transformers_builds(folder: str) -> None:
+    """The server reads config.json without transformers (models/files.py text_config, filling a nested config's
+    left-out fields from TEXT_DEFAULTS): its vocabulary, width and depth are transformers' own for every zoo model.
+    Gemma 3's text_config leaves vocab_size out (gemma3_text's default, 262,208), which made export_model refuse
+    it as "a model without a vocabulary"."""
+    from transformers import AutoConfig
+
+    from hf_train_mcp.models.files import text_config
+
+    config = AutoConfig.from_pretrained(CONFIGS / folder, trust_remote_code=False)
+    text = config.get_text_config()
+    ours = text_config(_read(folder, "config.json"))
+    nested = "text_config" in _read(folder, "config.json")  # a flat config's own names are read as they are
+    for key in ("vocab_size", "hidden_size", "num_hidden_layers") if nested else ("vocab_size",):
+        if isinstance(getattr(text, key, None), int):
+            assert ours.get(key) == getattr(text, key), (folder, key, ours.get(key), getattr(text, key))

@@ -211,3 +211,18 @@ def test_the_gguf_architectures_are_those_llama_cpps_converter_registers(llama_c
                  and getattr(node.target if isinstance(node, ast.AnnAssign) else node.targets[0], "id", "")
                  == "TEXT_MODEL_MAP")
     assert GGUF_ARCHITECTURES == set(ast.literal_eval(table))
+
+
+@pytest.mark.zoo
+def test_the_readme_support_table_is_the_one_the_zoo_generates(hub: Emulator) -> None:
+    """README.md's table of what trains on which model is planning/support.py's answer for every zoo model, the
+    tools' own checks: never kept by hand (write it again with `python -m tests.support_table`)."""
+    from tests.support_table import README, block, readme_block, render, zoo_support
+
+    supports = zoo_support(hub)
+    assert readme_block(README.read_text()) == block(render(supports)), "python -m tests.support_table"
+    # every language and vision-language model exports merged, but a checkpoint stored in bitsandbytes 4-bit
+    for _, support in supports:
+        stored = config_of(support.model).get("quantization_config", {}).get("quant_method")
+        if support.family in ("causal-lm", "vision-language") and stored != "bitsandbytes":
+            assert support.exports["merged"] is None, (support.model, support.exports["merged"])

@@ -38,6 +38,8 @@ TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
               "num_key_value_heads": 16, "head_dim": 256, "vocab_size": 256000, "tie_word_embeddings": True},
     "gemma2": {"hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26, "num_attention_heads": 8,
                "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 256000, "tie_word_embeddings": True},
+    "gemma3_text": {"hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26, "num_attention_heads": 8,
+                    "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 262208, "tie_word_embeddings": True},
     "phi3": {"hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32, "num_attention_heads": 32,
              "num_key_value_heads": None, "vocab_size": 32064, "tie_word_embeddings": False},
     "opt": {"hidden_size": 768, "ffn_dim": 3072, "num_hidden_layers": 12, "num_attention_heads": 12,
