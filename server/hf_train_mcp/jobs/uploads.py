@@ -28,7 +28,8 @@ from hf_train_mcp.data.images import cell_paths, image_folder_classes, is_image
 from hf_train_mcp.data.local import data_files
 from hf_train_mcp.data.rows import every_row
 from hf_train_mcp.errors import AccessError, DatasetError, NotFoundError, TrainError
-from hf_train_mcp.user_scripts.source import SECRET_OVERLAP, credential, folder_left_out, left_out, marks_secret
+from hf_train_mcp.user_scripts.source import (SECRET_OVERLAP, credential, folder_left_out, known_secrets, left_out,
+                                              marks_secret)
 
 PLACE_ROOT = "hf-train-mcp/inputs"  # inside {namespace}/jobs-artifacts, beside run_script's project folders
 MOUNT_ROOT = "/inputs"
@@ -37,7 +38,7 @@ MAX_UPLOAD_BYTES = 100 * 10**9
 # The upload speed estimate_cost assumes (a home or office uplink; a cloud machine's is faster): said in its answer
 UPLOAD_BYTES_PER_S = 20e6
 _CHUNK = 1 << 20
-_SECRET_NOTE = "holds a private key or cloud credential"
+_SECRET_NOTE = "holds a private key, a cloud or Hugging Face credential (an access token, an AWS key)"
 
 
 @dataclass(frozen=True)
@@ -110,20 +111,21 @@ def shown_bytes(size: float) -> str:
 
 
 # --- hashing --------------------------------------------------------------------------------------------------
-_HASHED: dict[tuple, tuple[str, bool]] = {}  # (path, inode, size, mtime) -> (sha256, holds a secret)
+_HASHED: dict[tuple, tuple[str, bool]] = {}  # (path, inode, size, mtime, secrets) -> (sha256, holds a secret)
 _HASHED_KEPT = 100_000
 
 
 def _hashed(path: Path, info: os.stat_result) -> tuple[str, bool]:
     """The file's sha256 and whether it holds a secret (source.holds_secret's rule), in one read; an unchanged
     file (same inode, size and modification time) is not read again (a sweep plans each run)."""
-    key = (str(path), info.st_ino, info.st_size, info.st_mtime_ns)
+    known = known_secrets()  # in the key: a file scanned before the server's token changed is scanned again
+    key = (str(path), info.st_ino, info.st_size, info.st_mtime_ns, known)
     if key not in _HASHED:
         digest, secret, tail = hashlib.sha256(), False, b""
         with open(path, "rb") as f:
             while chunk := f.read(_CHUNK):
                 digest.update(chunk)
-                secret = secret or marks_secret(tail + chunk)
+                secret = secret or marks_secret(tail + chunk, known)
                 tail = chunk[-SECRET_OVERLAP:]
         if len(_HASHED) >= _HASHED_KEPT:
             _HASHED.clear()

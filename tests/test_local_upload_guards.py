@@ -1,0 +1,79 @@
+"""Local files on the Jobs backend (issue 33), the guards an outside review asked for: what reaches the bucket is
+exactly what was judged (no file outside the allowed folders, no credential, no bytes changed since the check),
+the caps hold per call and per sweep, a sweep's runs share one copy, and an answer says where the files are when
+the job could not be posted. Against the emulated Hub, with the real huggingface_hub client and hf_xet (no mock of
+either)."""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from mcp import Client
+
+from hf_train_mcp.access import Access
+from hf_train_mcp.jobs.ledger import Ledger
+from hf_train_mcp.service import Core
+from hf_train_mcp.shell.app import build_server
+from hf_train_mcp.sweeps import sweep as sweeps
+from hf_train_mcp_demo.tiny import write_jsonl
+from tests.emulator import Emulator, JobPlan
+from tests.helpers import call, decoded_script, script_config
+
+pytestmark = pytest.mark.anyio
+BUCKET = "emu-user/jobs-artifacts"
+VIT = Path(__file__).parent / "data" / "configs" / "google--vit-base-patch16-224"
+TICKETS = {"model": "Qwen/Qwen2.5-0.5B", "dataset": "./tickets.jsonl", "backend": "hf",
+           "hub_model_id": "emu-user/tickets-sft", "max_steps": 20}
+ROWS = [{"prompt": f"Ticket {i}: the printer on floor {i % 4} jams.", "completion": f"hardware/{i % 3}"}
+        for i in range(30)]
+
+
+@pytest.fixture
+def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    write_jsonl(tmp_path / "tickets.jsonl", ROWS)
+    return tmp_path
+
+
+def xet_hash(path: Path) -> str:
+    import hf_xet
+
+    return hf_xet.hash_files([str(path)])[0].hash
+
+
+def input_volumes(spec: dict) -> list[dict]:
+    return [v for v in spec.get("volumes") or [] if v["mountPath"].startswith("/inputs/")]
+
+
+def placed(hub: Emulator, place: str) -> dict[str, str]:
+    """name inside an upload's folder -> the xet hash the bucket holds for it."""
+    prefix = place + "/"
+    return {path[len(prefix):]: entry["xetHash"] for path, entry in hub.buckets.get(BUCKET, {}).get("files", {}).items()
+            if path.startswith(prefix)}
+
+
+def held_hashes(hub: Emulator) -> set[str]:
+    return {entry["xetHash"] for entry in hub.buckets.get(BUCKET, {}).get("files", {}).values()}
+
+
+@pytest.mark.parametrize("secret", ["server-token", "other-hf-token", "aws-keys"])
+async def test_data_holding_a_credential_is_not_uploaded(hub: Emulator, here: Path, secret: str) -> None:
+    """A JSONL holding this server's own token (known exactly, whatever its form), another Hugging Face user token
+    or an AWS access key pair is refused by its content (user_scripts/source.py marks_secret): nothing uploaded,
+    nothing launched, and the refusal says what to do."""
+    from tests.conftest import WRITE_TOKEN
+
+    text = {"server-token": f"use the token {WRITE_TOKEN} to log in",
+            "other-hf-token": "export HF_TOKEN=hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh",
+            "aws-keys": "aws_access_key_id = AKIAIOSFODNN7EXAMPLE\naws_secret_access_key = "
+                        "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"}[secret]
+    write_jsonl(here / "tickets.jsonl", [*ROWS, {"prompt": "how do I deploy?", "completion": text}])
+    before = len(hub.posted_jobs())
+    async with Client(build_server()) as client:
+        result = await client.call_tool("submit_training", TICKETS)
+    assert xet_hash(here / "tickets.jsonl") not in held_hashes(hub), "a file holding a credential was uploaded"
+    assert result.is_error and len(hub.posted_jobs()) == before
+    message = result.content[0].text
+    assert "credential" in message and "Move it out" in message and WRITE_TOKEN not in message, message
