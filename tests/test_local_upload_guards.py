@@ -77,3 +77,23 @@ async def test_data_holding_a_credential_is_not_uploaded(hub: Emulator, here: Pa
     assert result.is_error and len(hub.posted_jobs()) == before
     message = result.content[0].text
     assert "credential" in message and "Move it out" in message and WRITE_TOKEN not in message, message
+
+
+async def test_a_refused_xet_write_token_is_said_as_a_refusal_not_a_timeout(hub: Emulator, here: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A token that may not write the bucket's xet storage (GET .../xet-write-token answers 403, as for a
+    fine-grained token without bucket write) is a refusal: said at once as one (what to do: a token with write
+    access), never retried until the deadline and answered "the Hub did not answer in time". hf_xet's error carries
+    no status huggingface_hub's way (backends/jobs_uploads.py _writing)."""
+    from hf_train_mcp.backends import jobs_uploads
+
+    monkeypatch.setattr(jobs_uploads, "LIST_DEADLINE_S", 4.0)  # production: 120 s of the same retries
+    hub.fail_next("GET", rf"/api/buckets/{BUCKET}/xet-write-token", 403, count=100)
+    asked = hub.count("GET", rf"/api/buckets/{BUCKET}/xet-write-token")
+    async with Client(build_server()) as client:
+        result = await client.call_tool("submit_training", TICKETS)
+    assert result.is_error
+    assert "did not answer in time" not in result.content[0].text, result.content[0].text
+    assert "write access" in result.content[0].text and result.meta["hf-train-mcp/error-code"] == "auth"
+    assert len(hub.posted_jobs()) == 0
+    assert hub.count("GET", rf"/api/buckets/{BUCKET}/xet-write-token") - asked <= 3  # a refusal is not retried

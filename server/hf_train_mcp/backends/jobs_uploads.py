@@ -8,9 +8,10 @@ rest is uploaded in batches, progress said between them.
 """
 
 import os
+import re
 from collections.abc import Callable
 
-from hf_train_mcp.errors import NotFoundError, TrainError
+from hf_train_mcp.errors import AuthError, NotFoundError, TrainError
 from hf_train_mcp.hub import bounded
 from hf_train_mcp.jobs.uploads import PLACE_ROOT, Sent, Upload, UploadFile
 
@@ -70,6 +71,29 @@ def _check_unchanged(upload: Upload, files: list[UploadFile]) -> None:
                          "read the bytes that were validated. Call again to check it anew. Nothing was launched.")
 
 
+# hf_xet's refusal of its write token: no status attribute huggingface_hub's way, so hub.transient() would take it
+# for silence and retry it until the deadline ("Request error: HTTP status client error (403 Forbidden), domain:
+# .../xet-write-token")
+_XET_REFUSAL = re.compile(r"\((401|403) (?:Unauthorized|Forbidden)\)")
+
+
+def _writing(bucket: str, call: Callable[[], object]) -> Callable[[], object]:
+    """`call` (a batch of the bucket's files), with the storage's refusal said as one, never retried."""
+    def run() -> object:
+        try:
+            return call()
+        except Exception as exc:
+            found = _XET_REFUSAL.search(str(exc))
+            if type(exc).__name__ != "XetAuthenticationError" and not found:
+                raise
+            raise AuthError(f"the Hub refused your token writing to your bucket {bucket} ("
+                            f"{found.group(1) if found else 'not authorized'}): it is read-only or a fine-grained "
+                            "token without write access to that namespace's buckets. Use a token with write access "
+                            "(https://huggingface.co/settings/tokens), then call again. Nothing was launched."
+                            ) from None
+    return run
+
+
 def _batches(files: list[UploadFile]) -> list[list[UploadFile]]:
     out: list[list[UploadFile]] = [[]]
     for file in files:
@@ -90,7 +114,8 @@ def _send_files(api, bucket: str, upload: Upload, missing: list[UploadFile], hel
     copies = [("bucket", bucket, xet[f.name], f"{upload.place}/{f.name}") for f in missing if xet[f.name] in known]
     if copies:
         bounded(f"copying files of the {upload.role} inside your bucket",
-                lambda: api.batch_bucket_files(bucket, copy=copies), token, deadline_s=LIST_DEADLINE_S)
+                _writing(bucket, lambda: api.batch_bucket_files(bucket, copy=copies)), token,
+                deadline_s=LIST_DEADLINE_S)
     sent, total = 0, sum(f.size for f in missing if xet[f.name] not in known)
     if share and total:
         share(0, total)
@@ -98,7 +123,7 @@ def _send_files(api, bucket: str, upload: Upload, missing: list[UploadFile], hel
         size = sum(f.size for f in batch)
         add = [(f.source, f"{upload.place}/{f.name}") for f in batch]
         bounded(f"uploading the {upload.role} to your jobs-artifacts bucket",
-                lambda add=add: api.batch_bucket_files(bucket, add=add), token,
+                _writing(bucket, lambda add=add: api.batch_bucket_files(bucket, add=add)), token,
                 deadline_s=LIST_DEADLINE_S + size / MIN_BYTES_PER_S)
         sent += size
         if share:
