@@ -97,3 +97,17 @@ async def test_a_refused_xet_write_token_is_said_as_a_refusal_not_a_timeout(hub:
     assert "write access" in result.content[0].text and result.meta["hf-train-mcp/error-code"] == "auth"
     assert len(hub.posted_jobs()) == 0
     assert hub.count("GET", rf"/api/buckets/{BUCKET}/xet-write-token") - asked <= 3  # a refusal is not retried
+
+
+async def test_a_refused_post_after_the_upload_says_the_files_are_in_the_bucket(hub: Emulator, here: Path) -> None:
+    """The upload happens before the POST; a POST then refused (402: no credits) keeps its advice and says where the
+    user's private data now is, how much, and how to delete it (issue 33), as an answer that launched does
+    (jobs/launcher.py _left_in_bucket)."""
+    hub.fail_next("POST", r"/api/jobs/[^/]+", 402, count=3)
+    async with Client(build_server()) as client:
+        result = await client.call_tool("submit_training", TICKETS)
+    text = result.content[0].text
+    uploaded = [p for p in hub.buckets.get(BUCKET, {}).get("files", {}) if p.startswith("hf-train-mcp/inputs/")]
+    assert result.is_error and uploaded
+    place = uploaded[0].rsplit("/", 1)[0]
+    assert place in text and "hf buckets rm" in text and "billing" in text, text
