@@ -58,6 +58,27 @@ def held_hashes(hub: Emulator) -> set[str]:
     return {entry["xetHash"] for entry in hub.buckets.get(BUCKET, {}).get("files", {}).values()}
 
 
+def _swapped_in(path: Path, other: Path) -> None:
+    """Replace `path` with `other`'s bytes of the same length, keeping path's modification time (rsync -t, cp -p,
+    tar x and a determined caller all do): what _unchanged() compares is size and mtime alone."""
+    info = path.stat()
+    data = other.read_bytes()[: info.st_size].ljust(info.st_size, b"\n")
+    path.write_bytes(data)
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+
+
+def _asking(action) -> object:
+    """An elicitation callback that runs `action` while the user reads the question (the window between the
+    plan the question is about and the upload), then accepts."""
+    from mcp.types import ElicitResult
+
+    async def callback(context, params) -> ElicitResult:
+        action()
+        return ElicitResult(action="accept", content={"submit": True})
+
+    return callback
+
+
 @pytest.mark.parametrize("secret", ["server-token", "other-hf-token", "aws-keys"])
 async def test_data_holding_a_credential_is_not_uploaded(hub: Emulator, here: Path, secret: str) -> None:
     """A JSONL holding this server's own token (known exactly, whatever its form), another Hugging Face user token
@@ -111,3 +132,66 @@ async def test_a_refused_post_after_the_upload_says_the_files_are_in_the_bucket(
     assert result.is_error and uploaded
     place = uploaded[0].rsplit("/", 1)[0]
     assert place in text and "hf buckets rm" in text and "billing" in text, text
+
+
+async def test_a_link_swapped_in_while_the_user_is_asked_is_not_uploaded_over_http(
+        hub: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """HTTP: an image of an allowed folder replaced, while the user is asked about the upload, by a link out of the
+    folder to a file of the same size and modification time is not uploaded: at send time each file is opened once,
+    must be the file planned (device, inode, change time) with the planned sha256, and is sent through that open
+    descriptor (backends/jobs_uploads.py _pinned; jobs/uploads.py UploadFile.same)."""
+    from hf_train_mcp_demo.tiny import example_rows, write_images
+
+    allowed, outside = tmp_path / "shared", tmp_path / "private-zone"
+    vit = hub.serve_model(VIT)
+    rows = example_rows("image-classification", 8)
+    write_images(allowed, rows)
+    image = allowed / rows[0]["image"]
+    outside.mkdir()
+    (outside / "operator-notes.txt").write_bytes(b"CANARY operator secret line\n" * 400)
+    monkeypatch.setenv("HF_TRAIN_CONFIRM_UPLOAD_ABOVE_GB", "0.000001")  # 1 kB: the question is asked
+    twin = outside / "twin.bin"
+
+    def swap() -> None:  # the outside bytes, cut to the image's size, given the image's mtime; then the link
+        info = image.stat()
+        twin.write_bytes((outside / "operator-notes.txt").read_bytes()[: info.st_size])
+        os.utime(twin, ns=(info.st_atime_ns, info.st_mtime_ns))
+        image.unlink()
+        image.symlink_to(twin)
+
+    before = len(hub.posted_jobs())
+    async with Client(build_server(access=Access.http(local_dirs=[str(allowed)])),
+                      elicitation_callback=_asking(swap)) as client:
+        result = await client.call_tool("submit_training", {
+            "model": vit, "dataset": str(allowed / "images"), "method": "image-classification", "backend": "hf",
+            "hub_model_id": "emu-user/colours", "max_steps": 5})
+    assert image.is_symlink()
+    assert xet_hash(twin) not in held_hashes(hub), "a file outside the allowed folder was uploaded"
+    assert result.is_error and len(hub.posted_jobs()) == before
+
+
+async def test_a_place_never_holds_other_bytes_than_its_name_says(hub: Emulator, here: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bytes changed after the plan without changing size or mtime are refused at send time (the sha256 sent is
+    the sha256 planned), so the place named by the planned sha256 never holds other bytes: the next submission of
+    the original file uploads it there and its job reads it (backends/jobs_uploads.py _pinned)."""
+    original = (here / "tickets.jsonl").read_bytes()
+    edited = original.replace(b"printer", b"scanner")  # same length
+    assert len(edited) == len(original) and edited != original
+    monkeypatch.setenv("HF_TRAIN_CONFIRM_UPLOAD_ABOVE_GB", "0.000001")
+
+    def edit() -> None:
+        other = here / "edited.jsonl"
+        other.write_bytes(edited)
+        _swapped_in(here / "tickets.jsonl", other)
+
+    async with Client(build_server(), elicitation_callback=_asking(edit)) as client:
+        first = await client.call_tool("submit_training", TICKETS)
+    place = f"hf-train-mcp/inputs/tickets.jsonl-{__import__('hashlib').sha256(original).hexdigest()[:16]}"
+    (here / "tickets.jsonl").write_bytes(original)  # the file as it was judged
+    monkeypatch.setenv("HF_TRAIN_CONFIRM_UPLOAD_ABOVE_GB", "off")
+    async with Client(build_server()) as client:
+        again = await call(client, "submit_training", TICKETS)
+    assert again["uploads"][0]["path"] == place
+    assert placed(hub, place) == {"tickets.jsonl": xet_hash(here / "tickets.jsonl")}, (
+        "the place named by the file's sha256 holds other bytes", first.is_error)

@@ -48,6 +48,13 @@ class UploadFile:
     sha256: str
     size: int
     mtime_ns: int  # as hashed: a file changed since is refused, never sent as what was judged
+    stamp: tuple[int, ...] = ()  # (device, inode, change time) as hashed: a link swapped in, or any write since
+
+    def same(self, info: os.stat_result) -> bool:
+        """Whether `info` (a stat of the file now) is the file as it was hashed: its change time moves on every
+        write and every utime(), which no caller can set back."""
+        return (info.st_size, info.st_mtime_ns) == (self.size, self.mtime_ns) and (
+            not self.stamp or stamp(info) == self.stamp)
 
 
 @dataclass(frozen=True)
@@ -115,11 +122,24 @@ _HASHED: dict[tuple, tuple[str, bool]] = {}  # (path, inode, size, mtime, secret
 _HASHED_KEPT = 100_000
 
 
+def stamp(info: os.stat_result) -> tuple[int, ...]:
+    return info.st_dev, info.st_ino, info.st_ctime_ns
+
+
+def sha256_of(fd: int) -> str:
+    """The sha256 of an open file, read from its start."""
+    digest = hashlib.sha256()
+    os.lseek(fd, 0, os.SEEK_SET)
+    while chunk := os.read(fd, _CHUNK):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
 def _hashed(path: Path, info: os.stat_result) -> tuple[str, bool]:
     """The file's sha256 and whether it holds a secret (source.holds_secret's rule), in one read; an unchanged
-    file (same inode, size and modification time) is not read again (a sweep plans each run)."""
+    file (same inode, size, modification and change time) is not read again (a sweep plans each run)."""
     known = known_secrets()  # in the key: a file scanned before the server's token changed is scanned again
-    key = (str(path), info.st_ino, info.st_size, info.st_mtime_ns, known)
+    key = (str(path), stamp(info), info.st_size, info.st_mtime_ns, known)
     if key not in _HASHED:
         digest, secret, tail = hashlib.sha256(), False, b""
         with open(path, "rb") as f:
@@ -172,7 +192,7 @@ def _planned(role: str, ref: str, root: Path, paths: list[Path], *, refuse_secre
             withheld.append(name)
             continue
         files.append(UploadFile(name=name, source=str(path), sha256=sha, size=info.st_size,
-                                mtime_ns=info.st_mtime_ns))
+                                mtime_ns=info.st_mtime_ns, stamp=stamp(info)))
     return files, withheld
 
 
