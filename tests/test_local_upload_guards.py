@@ -195,3 +195,27 @@ async def test_a_place_never_holds_other_bytes_than_its_name_says(hub: Emulator,
     assert again["uploads"][0]["path"] == place
     assert placed(hub, place) == {"tickets.jsonl": xet_hash(here / "tickets.jsonl")}, (
         "the place named by the file's sha256 holds other bytes", first.is_error)
+
+
+async def test_two_different_folders_never_share_a_place(hub: Emulator, here: Path) -> None:
+    """A data folder's one file renamed (part-00000.jsonl -> part-00001.jsonl: a re-export) is another content:
+    a folder's place is named by every file's name and sha256 (only a data file sent by itself is named by its own
+    sha256), so the earlier place keeps its one file and the job, which reads the mounted folder whole, never sees
+    each row twice (jobs/uploads.py _digest)."""
+    folder = here / "export"
+    write_jsonl(folder / "part-00000.jsonl", ROWS)
+    arguments = {**TICKETS, "dataset": "./export"}
+    async with Client(build_server()) as client:
+        first = await call(client, "submit_training", arguments)
+        (folder / "part-00000.jsonl").rename(folder / "part-00001.jsonl")
+        second = await call(client, "submit_training", arguments)
+    old, new = first["uploads"][0]["path"], second["uploads"][0]["path"]
+    assert placed(hub, old) == {"part-00000.jsonl": xet_hash(folder / "part-00001.jsonl")}, placed(hub, old)
+    assert old != new
+    from datasets import load_dataset  # what the script does with a mounted folder (_base.py.j2 load_training_data)
+
+    view = here / "job-view"
+    for name in placed(hub, new):
+        (view / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(folder / "part-00001.jsonl", view / name)  # every file the place holds has these bytes
+    assert len(load_dataset(str(view), split="train")) == len(ROWS)

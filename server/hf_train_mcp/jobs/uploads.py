@@ -65,7 +65,7 @@ class Upload:
     ref: str  # the local path as the request names it (resolved)
     place: str  # its folder in the bucket
     reads: str  # the path the job opens inside it ('' : the folder itself)
-    digest: str  # sha256 of the file (one file), else of every 'path\0sha256\n' in order
+    digest: str  # sha256 of the data file (one, read by name), else of every 'path\0sha256\n' in order
     count: int
     size: int
     files: tuple[UploadFile, ...] = ()  # empty once recorded: a follow-up mounts the place a job read
@@ -153,8 +153,10 @@ def _hashed(path: Path, info: os.stat_result) -> tuple[str, bool]:
     return _HASHED[key]
 
 
-def _digest(files: list[UploadFile]) -> str:
-    if len(files) == 1:
+def _digest(files: list[UploadFile], reads: str) -> str:
+    """The content's name: a data file's own sha256, else every file's name and sha256 (a folder's one file
+    renamed is another content: the job reads the folder whole)."""
+    if len(files) == 1 and files[0].name == reads:
         return files[0].sha256  # what `sha256sum tickets.jsonl` says
     lines = "".join(f"{f.name}\0{f.sha256}\n" for f in files)
     return hashlib.sha256(lines.encode()).hexdigest()
@@ -198,7 +200,7 @@ def _planned(role: str, ref: str, root: Path, paths: list[Path], *, refuse_secre
 
 def _upload(role: str, ref: str, root: Path, paths: list[Path], reads: str, *, refuse_secrets: bool) -> Upload:
     files, withheld = _planned(role, ref, root, sorted(set(paths)), refuse_secrets=refuse_secrets)
-    digest = _digest(files)
+    digest = _digest(files, reads)
     return Upload(role=role, ref=ref, place=f"{PLACE_ROOT}/{_place_name(ref)}-{digest[:16]}", reads=reads,
                   digest=digest, count=len(files), size=sum(f.size for f in files), files=tuple(files),
                   withheld=tuple(withheld))
