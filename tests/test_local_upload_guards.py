@@ -219,3 +219,42 @@ async def test_two_different_folders_never_share_a_place(hub: Emulator, here: Pa
         (view / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(folder / "part-00001.jsonl", view / name)  # every file the place holds has these bytes
     assert len(load_dataset(str(view), split="train")) == len(ROWS)
+
+
+@pytest.mark.parametrize("cap", ["MAX_UPLOAD_FILES", "MAX_UPLOAD_BYTES"])
+async def test_the_caps_hold_for_one_calls_uploads_together(hub: Emulator, here: Path, tiny_model: Path,
+                                                            monkeypatch: pytest.MonkeyPatch, cap: str) -> None:
+    """The upload caps hold for one call's uploads together (jobs/uploads.py check_total from
+    planner.uploads_for): a model folder and a dataset, each at the cap alone, are refused together, nothing
+    uploaded or launched."""
+    from hf_train_mcp.jobs import uploads
+
+    model = here / "merged"
+    shutil.copytree(tiny_model, model)
+    parts = [[f for f in model.rglob("*") if f.is_file()], [here / "tickets.jsonl"]]
+    counted = [len(p) if cap == "MAX_UPLOAD_FILES" else sum(f.stat().st_size for f in p) for p in parts]
+    monkeypatch.setattr(uploads, cap, max(counted))  # each upload alone at the cap, together over it
+    before = len(hub.posted_jobs())
+    async with Client(build_server()) as client:
+        result = await client.call_tool("submit_training", {**TICKETS, "model": "./merged"})
+    assert result.is_error and "over the cap" in result.content[0].text, result.structured_content["uploads"]
+    assert len(hub.posted_jobs()) == before
+
+
+async def test_a_sweep_over_local_datasets_is_held_to_the_caps_together(hub: Emulator, here: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweep gridding over local datasets is held to the caps for all its runs' distinct uploads together
+    (planner._prepare_sweep -> check_total), before any run is launched."""
+    from hf_train_mcp.jobs import uploads
+
+    monkeypatch.setattr(sweeps, "ensure_supervised", lambda core, sweep: None)
+    second = write_jsonl(here / "more.jsonl", [{**row, "completion": row["completion"] + "!"} for row in ROWS])
+    size = (here / "tickets.jsonl").stat().st_size
+    monkeypatch.setattr(uploads, "MAX_UPLOAD_BYTES", max(size, second.stat().st_size) + 10)
+    before = len(hub.posted_jobs())
+    async with Client(build_server()) as client:
+        base = {k: v for k, v in TICKETS.items() if k != "dataset"}
+        result = await client.call_tool("submit_sweep", {"base": base, "grid": {
+            "dataset": ["./tickets.jsonl", "./more.jsonl"]}, "max_parallel": 2})
+    assert result.is_error and "over the cap" in result.content[0].text, len(hub.posted_jobs()) - before
+    assert len(hub.posted_jobs()) == before

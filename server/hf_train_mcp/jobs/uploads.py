@@ -167,14 +167,24 @@ def _place_name(ref: str) -> str:
     return name or "upload"
 
 
-def _check_caps(count: int, size: int, what: str) -> None:
+def _check_caps(count: int, size: int, what: str, per: str = "one call") -> None:
     if count > MAX_UPLOAD_FILES:
-        raise TrainError(f"{what} is {count:,} files, over the cap of {MAX_UPLOAD_FILES:,} files one call uploads: "
-                         "push it to the Hub (a dataset or model repo) and send its id. Nothing was uploaded or "
-                         "launched.")
+        raise TrainError(f"{what} {'is' if count == 1 else 'are'} {count:,} files, over the cap of "
+                         f"{MAX_UPLOAD_FILES:,} files {per} uploads: push the data to the Hub (a dataset or model "
+                         "repo) and send its id. Nothing was uploaded or launched.")
     if size > MAX_UPLOAD_BYTES:
-        raise TrainError(f"{what} is {shown_bytes(size)}, over the cap of {shown_bytes(MAX_UPLOAD_BYTES)} one call "
-                         "uploads: push it to the Hub and send its id. Nothing was uploaded or launched.")
+        raise TrainError(f"{what} {'is' if count == 1 else 'are'} {shown_bytes(size)}, over the cap of "
+                         f"{shown_bytes(MAX_UPLOAD_BYTES)} {per} uploads: push the data to the Hub and send its id. "
+                         "Nothing was uploaded or launched.")
+
+
+def check_total(uploads: list["Upload"], per: str = "one call") -> None:
+    """The caps hold for everything one call (or one sweep, all its runs) uploads together: each distinct place
+    still to be planned counts once (a follow-up's recorded copy is already there)."""
+    distinct = {u.place: u for u in uploads if u.files}.values()
+    if len(distinct) > 1:
+        _check_caps(sum(u.count for u in distinct), sum(u.size for u in distinct),
+                    f"the local files {'of its runs' if per == 'one sweep' else 'of this call'} together", per)
 
 
 def _planned(role: str, ref: str, root: Path, paths: list[Path], *, refuse_secrets: bool

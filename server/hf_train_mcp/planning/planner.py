@@ -31,7 +31,8 @@ from hf_train_mcp.models.family import custom_modules
 from hf_train_mcp.planning.datasets import checked_dataset, eval_data
 from hf_train_mcp.planning.training import plan_run
 from hf_train_mcp.jobs.prepared import Prepared, Progress
-from hf_train_mcp.jobs.uploads import Upload, mounted, plan_dataset, plan_folder, shown_bytes, withheld_warnings
+from hf_train_mcp.jobs.uploads import (Upload, check_total, mounted, plan_dataset, plan_folder, shown_bytes,
+                                      withheld_warnings)
 from hf_train_mcp.contract.requests import EvaluateRequest, ExportRequest, RunShape, ScriptRequest
 from hf_train_mcp.contract.requests import SweepRequest, TrainingRequest
 from hf_train_mcp.planning.user_script import plan_script
@@ -182,6 +183,7 @@ class Planner:
                        progress: Progress) -> Any:
         plan = self._plan_sweep(lambda run: self.preview(run, kind="train"), req, backend_name, progress)
         uploads = list({u.place: u for run in plan.runs for u in run.prepared.uploads}.values())
+        check_total(uploads, per="one sweep")
         if uploads:  # one copy for every run: said once, where the sweep's answer has no field for it
             plan.warnings.append(f"the runs read {sum(u.count for u in uploads)} local file(s) "
                                  f"({shown_bytes(sum(u.size for u in uploads))}), sent once to your private "
@@ -275,6 +277,7 @@ class Planner:
                 continue
             out.append(known.get(ref) or (plan_dataset(ref, mapping=mapping, access=self.access) if role == "dataset"
                                           else plan_folder(ref, role, self.access)))
+        check_total(out)
         return out
 
     def _package(self, req: Any, backend_name: str, kind: str, namespace: str | None, plan: Any, *,
