@@ -258,3 +258,24 @@ async def test_a_sweep_over_local_datasets_is_held_to_the_caps_together(hub: Emu
             "dataset": ["./tickets.jsonl", "./more.jsonl"]}, "max_parallel": 2})
     assert result.is_error and "over the cap" in result.content[0].text, len(hub.posted_jobs()) - before
     assert len(hub.posted_jobs()) == before
+
+
+async def test_an_evaluation_on_a_named_local_file_reads_that_files_bytes(hub: Emulator, here: Path) -> None:
+    """evaluate_model(model=<job>, dataset=<the local path the job trained on>) after the file was rewritten (a
+    held-out set exported under the training file's name) mounts the file as it is now - the bytes validation just
+    judged - not the job's recorded copy, which is kept for a dataset the caller does not name
+    (planner._prepare_evaluation)."""
+    from tests.helpers import finished
+
+    hub.plan_next(JobPlan(scheduling_s=0.0, running_s=0.1))
+    async with Client(build_server()) as client:
+        job = await call(client, "submit_training", TICKETS)
+        assert (await finished(client, job["job_id"], 30))["stage"] == "COMPLETED"
+        trained = input_volumes(hub.posted_jobs()[-1])
+        write_jsonl(here / "tickets.jsonl", [{"prompt": f"Held-out ticket {i}", "completion": "network"}
+                                            for i in range(12)])
+        before = len(hub.posted_jobs())
+        await call(client, "evaluate_model", {"model": job["job_id"], "dataset": "./tickets.jsonl", "backend": "hf"})
+    (volume,) = input_volumes(hub.posted_jobs()[before])
+    assert volume != trained[0]
+    assert placed(hub, volume["path"]) == {"tickets.jsonl": xet_hash(here / "tickets.jsonl")}

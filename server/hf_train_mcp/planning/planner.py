@@ -352,9 +352,11 @@ class Planner:
             plan.warnings.append(f"the results are not written to {card}'s card: over {self.access.over} only a "
                                  "repo a job of this server pushed to is written to; they are in the job's output")
         job = subject.job
+        # a dataset the caller names is read as it is now (as it was just validated), never as the job's old copy
+        recorded = [entry for entry in (job.uploads if job else []) if not (req.dataset and entry["role"] == "dataset")]
         uploads = self.uploads_for([(subject.ref, "model"), (subject.base_model, "base model"),
                                  (data.dataset if data else None, "dataset")],
-                                mapping=data.column_mapping if data else None, recorded=job.uploads if job else [],
+                                mapping=data.column_mapping if data else None, recorded=recorded,
                                 ) if backends.mounts_uploads(backend_name) else []
         return self._package(
             req, backend_name, kind, namespace, plan, hub_model_id=None, model=subject.ref,
