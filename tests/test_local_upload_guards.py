@@ -279,3 +279,64 @@ async def test_an_evaluation_on_a_named_local_file_reads_that_files_bytes(hub: E
     (volume,) = input_volumes(hub.posted_jobs()[before])
     assert volume != trained[0]
     assert placed(hub, volume["path"]) == {"tickets.jsonl": xet_hash(here / "tickets.jsonl")}
+
+
+async def _sweep_with_one_queued_run(hub: Emulator, dataset: str, access: Access | None, monkeypatch) -> str:
+    """A two-run sweep, one at a time: run 0 launched (and finished at once), run 1 queued for the supervisor."""
+    monkeypatch.setattr(sweeps, "ensure_supervised", lambda core, sweep: None)  # this test is the supervisor
+    hub.plan_next(JobPlan(scheduling_s=0.0, running_s=0.1))
+    server = build_server(access=access) if access else build_server()
+    async with Client(server) as client:
+        sweep = await call(client, "submit_sweep", {"base": {**TICKETS, "dataset": dataset},
+                                                    "grid": {"learning_rate": [1e-4, 2e-4]}, "max_parallel": 1})
+    assert [run["state"] for run in sweep["jobs"]] == ["launched", "queued"]
+    return sweep["sweep_id"]
+
+
+def _supervise_until_second_run(sweep_id: str, before: int, hub: Emulator) -> None:
+    """What the detached supervisor does (shell/sweep_supervisor.run: supervise(Core(), sweep_id)), one look
+    at a time, in process, until run 1 is posted or has failed."""
+    import time
+
+    deadline = time.monotonic() + 30
+    while len(hub.posted_jobs()) < before + 2 and time.monotonic() < deadline:
+        sweeps.supervise_once(Core(), sweep_id)
+        if Ledger().sweep_runs(sweep_id)[1].state == "failed":
+            return
+        time.sleep(0.2)
+
+
+async def test_a_sweep_run_started_by_the_supervisor_keeps_the_http_callers_folder_rules(
+        hub: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweep keeps the rights of the caller who submitted it (SweepRecord.access_json): the detached supervisor,
+    a stdio Core, launches an HTTP caller's queued run under the caller's folder rules (sweeps/sweep.py launch ->
+    Core.for_caller), so a data file swapped for a link out of the allowed folder after submit_sweep fails that
+    run, and nothing of the outside file reaches the bucket."""
+    allowed, outside = tmp_path / "shared", tmp_path / "private-zone"
+    write_jsonl(allowed / "tickets.jsonl", ROWS)
+    secret = write_jsonl(outside / "secret.jsonl", [{"prompt": "the operator's own rows", "completion": "canary"}] * 30)
+    before = len(hub.posted_jobs())
+    sweep_id = await _sweep_with_one_queued_run(hub, str(allowed / "tickets.jsonl"),
+                                                Access.http(local_dirs=[str(allowed)]), monkeypatch)
+    (allowed / "tickets.jsonl").unlink()
+    (allowed / "tickets.jsonl").symlink_to(secret)  # now a link out of the folder the caller may use
+    _supervise_until_second_run(sweep_id, before, hub)
+    assert xet_hash(secret) not in held_hashes(hub), "a file outside the allowed folders went to the bucket"
+    runs = Ledger().sweep_runs(sweep_id)
+    assert runs[1].state == "failed" and len(hub.posted_jobs()) == before + 1, (runs[1].state, runs[1].note)
+
+
+async def test_a_sweep_uploads_once_and_every_run_reads_the_same_bytes(hub: Emulator, here: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """"A sweep of 12 runs uploads once", "sent once ... and mounted read-only into each": a run the supervisor
+    launches later mounts the copy the sweep's launched runs uploaded (planner._sweep_copies), even when the local
+    file was edited since; nothing is sent again and the runs compare_runs ranks trained on the same bytes."""
+    before = len(hub.posted_jobs())
+    sweep_id = await _sweep_with_one_queued_run(hub, "./tickets.jsonl", None, monkeypatch)
+    first = input_volumes(hub.posted_jobs()[before])
+    write_jsonl(here / "tickets.jsonl", [{"prompt": "an edit while the sweep runs", "completion": "x"}] * 30)
+    batches = hub.count("POST", rf"/api/buckets/{BUCKET}/batch")
+    _supervise_until_second_run(sweep_id, before, hub)
+    assert len(hub.posted_jobs()) == before + 2, Ledger().sweep_runs(sweep_id)[1].note
+    assert input_volumes(hub.posted_jobs()[before + 1]) == first  # the same copy, as the sweep said
+    assert hub.count("POST", rf"/api/buckets/{BUCKET}/batch") == batches  # nothing sent again

@@ -37,7 +37,7 @@ from hf_train_mcp.contract.requests import EvaluateRequest, ExportRequest, RunSh
 from hf_train_mcp.contract.requests import SweepRequest, TrainingRequest
 from hf_train_mcp.planning.user_script import plan_script
 from hf_train_mcp.planning.user_script_source import local_content, read_source
-from hf_train_mcp.jobs import retries
+from hf_train_mcp.jobs import keys, retries
 from hf_train_mcp.user_scripts.source import source_kind
 from hf_train_mcp.planning.targets import check_push_target, check_trackio_space
 
@@ -262,9 +262,19 @@ class Planner:
         if mounting:
             step("hashing the local files the job reads")
         refs = [(req.model, "model"), (req.dataset, "dataset"), (req.teacher_model, "teacher model")]
-        uploads = self.uploads_for(refs, mapping=req.column_mapping) if mounting else []
+        uploads = self.uploads_for(refs, mapping=req.column_mapping, recorded=self._sweep_copies(req)
+                                   ) if mounting else []
         return self._package(req, backend_name, kind, namespace, plan, hub_model_id=req.hub_model_id if pushes else None,
                              model=req.model, dataset=req.dataset, reads=reads, uploads=uploads)
+
+    def _sweep_copies(self, req: TrainingRequest) -> list[dict]:
+        """A sweep run's local files as the sweep's launched runs uploaded them: every run reads the copy the sweep
+        was approved with (sent once, mounted into each), never the local file as it is when its turn comes."""
+        sweep_id = keys.sweep_of(req.idempotency_key)
+        if sweep_id is None:
+            return []
+        jobs = [self.ledger.get(run.job_id) for run in self.ledger.sweep_runs(sweep_id) if run.job_id]
+        return [entry for job in jobs if job is not None for entry in job.uploads]
 
     def uploads_for(self, refs: list[tuple[str | None, str]], *, mapping: dict[str, str] | None,
                  recorded: list[dict] = ()) -> list[Upload]:
