@@ -167,15 +167,14 @@ def _place_name(ref: str) -> str:
     return name or "upload"
 
 
-def _check_caps(count: int, size: int, what: str, per: str = "one call") -> None:
+def _check_caps(count: int, size: int, what: str, per: str = "one call", verb: str = "is") -> None:
     if count > MAX_UPLOAD_FILES:
-        raise TrainError(f"{what} {'is' if count == 1 else 'are'} {count:,} files, over the cap of "
-                         f"{MAX_UPLOAD_FILES:,} files {per} uploads: push the data to the Hub (a dataset or model "
-                         "repo) and send its id. Nothing was uploaded or launched.")
+        raise TrainError(f"{what} {verb} {count:,} files, over the cap of {MAX_UPLOAD_FILES:,} files {per} uploads: "
+                         "push it to the Hub (a dataset or model repo) and send its id. Nothing was uploaded or "
+                         "launched.")
     if size > MAX_UPLOAD_BYTES:
-        raise TrainError(f"{what} {'is' if count == 1 else 'are'} {shown_bytes(size)}, over the cap of "
-                         f"{shown_bytes(MAX_UPLOAD_BYTES)} {per} uploads: push the data to the Hub and send its id. "
-                         "Nothing was uploaded or launched.")
+        raise TrainError(f"{what} {verb} {shown_bytes(size)}, over the cap of {shown_bytes(MAX_UPLOAD_BYTES)} {per} "
+                         "uploads: push it to the Hub and send its id. Nothing was uploaded or launched.")
 
 
 def check_total(uploads: list["Upload"], per: str = "one call") -> None:
@@ -184,7 +183,7 @@ def check_total(uploads: list["Upload"], per: str = "one call") -> None:
     distinct = {u.place: u for u in uploads if u.files}.values()
     if len(distinct) > 1:
         _check_caps(sum(u.count for u in distinct), sum(u.size for u in distinct),
-                    f"the local files {'of its runs' if per == 'one sweep' else 'of this call'} together", per)
+                    f"the local files {'of its runs' if per == 'one sweep' else 'of this call'} together", per, "are")
 
 
 def _planned(role: str, ref: str, root: Path, paths: list[Path], *, refuse_secrets: bool
