@@ -340,3 +340,31 @@ async def test_a_sweep_uploads_once_and_every_run_reads_the_same_bytes(hub: Emul
     assert len(hub.posted_jobs()) == before + 2, Ledger().sweep_runs(sweep_id)[1].note
     assert input_volumes(hub.posted_jobs()[before + 1]) == first  # the same copy, as the sweep said
     assert hub.count("POST", rf"/api/buckets/{BUCKET}/batch") == batches  # nothing sent again
+
+
+@pytest.mark.parametrize("then", ["deleted", "edited"])
+async def test_resuming_a_job_trained_on_uploaded_data(hub: Emulator, here: Path, then: str) -> None:
+    """resume_from reuses the uploaded copy (issue 33): once the local file is gone the resumed run mounts the very
+    copy the job trained on (planner._resumed_copy) and says so; a file edited since is uploaded as it is now and
+    the answer says the data changed since the checkpoint's job (planner._resumed_on_other_data)."""
+    from tests.helpers import finished
+
+    hub.plan_next(JobPlan(scheduling_s=0.0, running_s=0.1))
+    async with Client(build_server()) as client:
+        job = await call(client, "submit_training", TICKETS)
+        assert (await finished(client, job["job_id"], 30))["stage"] == "COMPLETED"
+        trained = hub.posted_jobs()[-1]
+        if then == "deleted":
+            (here / "tickets.jsonl").unlink()
+        else:
+            write_jsonl(here / "tickets.jsonl", [{**row, "completion": row["completion"] + "?"} for row in ROWS])
+        before = len(hub.posted_jobs())
+        resumed = await client.call_tool("submit_training", {**TICKETS, "resume_from": job["job_id"]})
+    assert not resumed.is_error, resumed.content[0].text
+    warnings = " ".join(resumed.structured_content["warnings"])
+    if then == "deleted":
+        assert input_volumes(hub.posted_jobs()[before]) == input_volumes(trained)
+        assert "no longer on this machine" in warnings, warnings
+    else:
+        assert input_volumes(hub.posted_jobs()[before]) != input_volumes(trained)
+        assert f"changed since job {job['job_id']}" in warnings, warnings

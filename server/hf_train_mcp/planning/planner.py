@@ -37,7 +37,8 @@ from hf_train_mcp.contract.requests import EvaluateRequest, ExportRequest, RunSh
 from hf_train_mcp.contract.requests import SweepRequest, TrainingRequest
 from hf_train_mcp.planning.user_script import plan_script
 from hf_train_mcp.planning.user_script_source import local_content, read_source
-from hf_train_mcp.jobs import keys, retries
+from hf_train_mcp.jobs import retries
+from hf_train_mcp.planning import copies
 from hf_train_mcp.user_scripts.source import source_kind
 from hf_train_mcp.planning.targets import check_push_target, check_trackio_space
 
@@ -231,7 +232,11 @@ class Planner:
                                          for ref in ("model", "dataset", "teacher_model")
                                          if getattr(req, ref) and is_local(getattr(req, ref))})
         step(f"validating {req.dataset}")
-        req, data, warnings = checked_dataset(req, token or hub_token(), self.access)
+        copy = copies.resumed_copy(self.ledger, req) if mounting else None
+        if copy is None:
+            req, data, warnings = checked_dataset(req, token or hub_token(), self.access)
+        else:  # the local file is gone: the run reads the copy the resumed job read
+            req, data, warnings = copies.from_copy(self.ledger, req, copy)
         if req.resume_from and not req.output_bucket:
             previous = self.ledger.get(req.resume_from)
             if previous is not None and previous.output_bucket:  # resume where its checkpoints are
@@ -262,19 +267,12 @@ class Planner:
         if mounting:
             step("hashing the local files the job reads")
         refs = [(req.model, "model"), (req.dataset, "dataset"), (req.teacher_model, "teacher model")]
-        uploads = self.uploads_for(refs, mapping=req.column_mapping, recorded=self._sweep_copies(req)
+        uploads = self.uploads_for(refs, mapping=req.column_mapping,
+                                   recorded=[*copies.sweep_copies(self.ledger, req), *([copy] if copy else [])]
                                    ) if mounting else []
+        plan.warnings += copies.resumed_on_other_data(self.ledger, req, uploads)
         return self._package(req, backend_name, kind, namespace, plan, hub_model_id=req.hub_model_id if pushes else None,
                              model=req.model, dataset=req.dataset, reads=reads, uploads=uploads)
-
-    def _sweep_copies(self, req: TrainingRequest) -> list[dict]:
-        """A sweep run's local files as the sweep's launched runs uploaded them: every run reads the copy the sweep
-        was approved with (sent once, mounted into each), never the local file as it is when its turn comes."""
-        sweep_id = keys.sweep_of(req.idempotency_key)
-        if sweep_id is None:
-            return []
-        jobs = [self.ledger.get(run.job_id) for run in self.ledger.sweep_runs(sweep_id) if run.job_id]
-        return [entry for job in jobs if job is not None for entry in job.uploads]
 
     def uploads_for(self, refs: list[tuple[str | None, str]], *, mapping: dict[str, str] | None,
                  recorded: list[dict] = ()) -> list[Upload]:
