@@ -368,3 +368,27 @@ async def test_resuming_a_job_trained_on_uploaded_data(hub: Emulator, here: Path
     else:
         assert input_volumes(hub.posted_jobs()[before]) != input_volumes(trained)
         assert f"changed since job {job['job_id']}" in warnings, warnings
+
+
+async def test_a_follow_up_of_a_job_on_a_local_base_model_needs_no_local_folder(hub: Emulator, here: Path,
+                                                                                tiny_model: Path) -> None:
+    """evaluate_model / export_model of a job trained on an uploaded base-model folder, once the folder is moved
+    or deleted: sized by the config.json its upload recorded (planning/copies.py sizing_folder) and mounting the copy
+    the job read, so neither is refused though the bucket holds the very files (issue 33: "follow-ups find the same
+    data")."""
+    from tests.helpers import finished
+
+    shutil.copytree(tiny_model, here / "merged")
+    hub.plan_next(JobPlan(scheduling_s=0.0, running_s=0.1))
+    async with Client(build_server()) as client:
+        job = await call(client, "submit_training", {**TICKETS, "model": "./merged", "eval_split": 0.2})
+        assert (await finished(client, job["job_id"], 30))["stage"] == "COMPLETED"
+        trained = input_volumes(hub.posted_jobs()[-1])
+        shutil.rmtree(here / "merged")
+        evaluation = await client.call_tool("evaluate_model", {"model": job["job_id"], "backend": "hf"})
+        export = await client.call_tool("export_model", {"model": job["job_id"], "backend": "hf", "format": "merged",
+                                                         "hub_model_id": "emu-user/tickets-merged"})
+    assert not evaluation.is_error, evaluation.content[0].text
+    assert not export.is_error, export.content[0].text
+    (model,) = [v for v in trained if "merged" in v["path"]]
+    assert all(model in input_volumes(spec) for spec in hub.posted_jobs()[-2:])

@@ -38,6 +38,7 @@ MAX_UPLOAD_BYTES = 100 * 10**9
 # The upload speed estimate_cost assumes (a home or office uplink; a cloud machine's is faster): said in its answer
 UPLOAD_BYTES_PER_S = 20e6
 _CHUNK = 1 << 20
+_MAX_CONFIG = 1 << 20  # a model's config.json kept in the ledger (a real one is a few kB)
 _SECRET_NOTE = "holds a private key, a cloud or Hugging Face credential (an access token, an AWS key)"
 
 
@@ -70,6 +71,7 @@ class Upload:
     size: int
     files: tuple[UploadFile, ...] = ()  # empty once recorded: a follow-up mounts the place a job read
     withheld: tuple[str, ...] = field(default=(), compare=False)  # credential files left behind (model folders)
+    config: str = field(default="", compare=False)  # a model folder's config.json: a follow-up sizes it by this
 
     @property
     def mount(self) -> str:
@@ -87,7 +89,7 @@ class Upload:
     def recorded(self) -> dict[str, Any]:
         """What the ledger keeps (the files' list stays out: the place holds them, named by their content)."""
         return {"role": self.role, "ref": self.ref, "place": self.place, "reads": self.reads, "digest": self.digest,
-                "count": self.count, "size": self.size}
+                "count": self.count, "size": self.size, **({"config": self.config} if self.config else {})}
 
     @classmethod
     def from_record(cls, entry: dict[str, Any]) -> "Upload":
@@ -256,7 +258,9 @@ def plan_folder(ref: str, role: str, access: Access) -> Upload:
                             "config.json or adapter_config.json)")
     paths, withheld = _model_files(folder, access)
     upload = _upload(role, str(folder), folder, paths, "", refuse_secrets=False)
-    return replace(upload, withheld=(*withheld, *upload.withheld))
+    config = folder / "config.json"
+    kept = config.read_text(errors="replace") if config in paths and config.stat().st_size < _MAX_CONFIG else ""
+    return replace(upload, withheld=(*withheld, *upload.withheld), config=kept)
 
 
 # --- a dataset ------------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Which uploaded copy of a local file a job mounts instead of one planned from the file as it is now: a sweep's
 later runs read the copy its launched runs uploaded (sent once, mounted into each), and a resumed run whose local
-dataset is gone reads the copy its checkpoint's job read. Copies are the ledger's upload records
-(jobs/uploads.py Upload.recorded)."""
+dataset is gone reads the copy its checkpoint's job read, and a follow-up of a job whose local base model is gone
+sizes it by the config.json its upload recorded. Copies are the ledger's upload records (jobs/uploads.py
+Upload.recorded)."""
 
 from pathlib import Path
 
@@ -10,7 +11,9 @@ from hf_train_mcp.contract.requests import TrainingRequest
 from hf_train_mcp.jobs import keys
 from hf_train_mcp.jobs.ledger import Ledger
 from hf_train_mcp.jobs.uploads import Upload
+from hf_train_mcp.paths import data_home
 from hf_train_mcp.planning.hyperparameters import DataFacts
+from hf_train_mcp.planning.subjects import Subject
 
 
 def sweep_copies(ledger: Ledger, req: TrainingRequest) -> list[dict]:
@@ -51,3 +54,18 @@ def resumed_on_other_data(ledger: Ledger, req: TrainingRequest, uploads: list[Up
     return [f"{Path(u.ref).name} changed since job {req.resume_from} trained on it (sha256 {before[u.ref][:12]}, "
             f"now {u.digest[:12]}): the resumed run trains on the file as it is now"
             for u in uploads if u.role == "dataset" and before.get(u.ref, u.digest) != u.digest]
+
+
+def sizing_folder(subject: Subject) -> str | None:
+    """Where a follow-up sizes a job's uploaded model folder from once the local folder is gone: the config.json
+    its upload recorded, written to a folder of the server's named by the upload's digest."""
+    ref = subject.sized_by
+    if subject.job is None or not is_local(ref) or Path(ref).exists():
+        return None
+    entry = next((e for e in subject.job.uploads if e["ref"] == ref and e.get("config")), None)
+    if entry is None:
+        return None
+    folder = data_home() / "uploaded-configs" / entry["digest"][:32]
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(entry["config"])
+    return str(folder)

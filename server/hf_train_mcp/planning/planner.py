@@ -341,7 +341,7 @@ class Planner:
         if subject.training and subject.training.reward_code:
             self.access.check_reward_code()  # the evaluation runs the job's reward code again
         progress(f"sizing {subject.sized_by}")
-        size = self.model_size(subject.sized_by, token, offline=here)
+        size = self.model_size(copies.sizing_folder(subject) or subject.sized_by, token, offline=here)
         subject = for_family(subject, size.family, "evaluation" if isinstance(req, EvaluateRequest) else "export")
         return token, namespace, subject, size, get_catalog(token, offline=here, backend=backend_name)
 
