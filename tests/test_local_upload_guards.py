@@ -4,7 +4,6 @@ the caps hold per call and per sweep, a sweep's runs share one copy, and an answ
 the job could not be posted. Against the emulated Hub, with the real huggingface_hub client and hf_xet (no mock of
 either)."""
 
-import json
 import os
 import shutil
 from pathlib import Path
@@ -19,7 +18,7 @@ from hf_train_mcp.shell.app import build_server
 from hf_train_mcp.sweeps import sweep as sweeps
 from hf_train_mcp_demo.tiny import write_jsonl
 from tests.emulator import Emulator, JobPlan
-from tests.helpers import call, decoded_script, script_config
+from tests.helpers import call
 
 pytestmark = pytest.mark.anyio
 BUCKET = "emu-user/jobs-artifacts"
