@@ -6,6 +6,7 @@ listed (`--allow-local-files`), and run jobs on this machine only with `--allow-
 """
 
 import hashlib
+import json
 import os
 import re
 import stat
@@ -131,6 +132,22 @@ class Access:
     @property
     def remote(self) -> bool:
         return self.local_dirs is not None
+
+    def recorded(self) -> str | None:
+        """What a sweep keeps of its caller's rights, so that its supervisor (another process) plans and uploads
+        the later runs under them; None for the local user."""
+        if not self.remote:
+            return None
+        return json.dumps({"local_dirs": [str(d) for d in self.local_dirs], "local_jobs": self.local_jobs,
+                           "reward_code": self.reward_code, "over": self.over, "scripts": self.scripts})
+
+    @classmethod
+    def from_record(cls, text: str | None) -> "Access":
+        if not text:
+            return cls()
+        kept = json.loads(text)
+        return cls(tuple(Path(d) for d in kept["local_dirs"]), kept["local_jobs"], kept["reward_code"],
+                   kept["over"], kept["scripts"])
 
     @contextmanager
     def serving(self) -> Iterator[None]:

@@ -52,6 +52,10 @@ class Core:
         self.estimator = Estimator(planner=self.planner, access=access, ledger=self._opened_ledger,
                                    report=self.following.report, submit=self.submit_training)
 
+    def for_caller(self, access: Access) -> "Core":
+        """This core acting for a caller with `access` (a sweep's supervisor launching an HTTP caller's run)."""
+        return self if access == self.access else Core(self.ledger, access)
+
     @property
     def ledger(self) -> Ledger:
         if self._ledger is None:  # opened on first use: tools/list must not touch the disk

@@ -8,11 +8,13 @@ rest is uploaded in batches, progress said between them.
 """
 
 import os
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
-from hf_train_mcp.errors import NotFoundError, TrainError
+from hf_train_mcp.errors import AuthError, NotFoundError, TrainError
 from hf_train_mcp.hub import bounded
-from hf_train_mcp.jobs.uploads import PLACE_ROOT, Sent, Upload, UploadFile
+from hf_train_mcp.jobs.uploads import PLACE_ROOT, Sent, Upload, UploadFile, sha256_of
 
 BATCH_FILES = 200  # files per batch call: progress is said between batches
 BATCH_BYTES = 512 * 2**20
@@ -57,17 +59,78 @@ def _listing(api, bucket: str, prefix: str, token: str | None) -> dict[str, str]
 
 def _unchanged(file: UploadFile) -> bool:
     try:
-        info = os.stat(file.source)
+        return file.same(os.stat(file.source))
     except OSError:
         return False
-    return (info.st_size, info.st_mtime_ns) == (file.size, file.mtime_ns)
+
+
+def _changed(upload: Upload, name: str) -> TrainError:
+    return TrainError(f"{name!r} of the {upload.role} changed (or went, or was replaced) after it was checked: the "
+                      "job must read the bytes that were validated. Call again to check it anew. Nothing was "
+                      "launched.")
+
+
+class _SentChanged(TrainError):
+    """A file written to while its batch was sent: the batch's files are removed from the bucket again."""
 
 
 def _check_unchanged(upload: Upload, files: list[UploadFile]) -> None:
     changed = [f.name for f in files if not _unchanged(f)]
     if changed:
-        raise TrainError(f"{changed[0]!r} of the {upload.role} changed (or went) after it was checked: the job must "
-                         "read the bytes that were validated. Call again to check it anew. Nothing was launched.")
+        raise _changed(upload, changed[0])
+
+
+def _fd_path(fd: int, source: str) -> str:
+    """A name that opens the very file `fd` holds open, whatever its path names now (Linux /proc, BSD/macOS
+    /dev/fd); elsewhere the path, checked before and after."""
+    for folder in ("/proc/self/fd", "/dev/fd"):
+        if os.path.isdir(folder):
+            return f"{folder}/{fd}"
+    return source
+
+
+@contextmanager
+def _pinned(upload: Upload, files: list[UploadFile]) -> Iterator[dict[str, str]]:
+    """Each file opened once and held open while it is hashed for the bucket and sent, named by its descriptor: the
+    same file as planned (device, inode, change time) with the planned sha256, so a link swapped in or bytes edited
+    after the check (size and modification time kept) are never what is sent. name -> what to send."""
+    opened: dict[str, int] = {}
+    try:
+        for file in files:
+            opened[file.name] = fd = os.open(file.source, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            if not file.same(os.fstat(fd)) or sha256_of(fd) != file.sha256:
+                raise _changed(upload, file.name)
+            os.lseek(fd, 0, os.SEEK_SET)  # /dev/fd/N (BSD, macOS) shares this offset with whoever opens it
+        yield {name: _fd_path(fd, file.source) for (name, fd), file in zip(opened.items(), files, strict=True)}
+        changed = [file.name for file in files if not file.same(os.fstat(opened[file.name]))]
+        if changed:  # written to while it was sent: the caller removes what went
+            raise _SentChanged(str(_changed(upload, changed[0])))
+    finally:
+        for fd in opened.values():
+            os.close(fd)
+
+
+# hf_xet's refusal of its write token: no status attribute huggingface_hub's way, so hub.transient() would take it
+# for silence and retry it until the deadline ("Request error: HTTP status client error (403 Forbidden), domain:
+# .../xet-write-token")
+_XET_REFUSAL = re.compile(r"\((401|403) (?:Unauthorized|Forbidden)\)")
+
+
+def _writing(bucket: str, call: Callable[[], object]) -> Callable[[], object]:
+    """`call` (a batch of the bucket's files), with the storage's refusal said as one, never retried."""
+    def run() -> object:
+        try:
+            return call()
+        except Exception as exc:
+            found = _XET_REFUSAL.search(str(exc))
+            if type(exc).__name__ != "XetAuthenticationError" and not found:
+                raise
+            raise AuthError(f"the Hub refused your token writing to your bucket {bucket} ("
+                            f"{found.group(1) if found else 'not authorized'}): it is read-only or a fine-grained "
+                            "token without write access to that namespace's buckets. Use a token with write access "
+                            "(https://huggingface.co/settings/tokens), then call again. Nothing was launched."
+                            ) from None
+    return run
 
 
 def _batches(files: list[UploadFile]) -> list[list[UploadFile]]:
@@ -79,35 +142,48 @@ def _batches(files: list[UploadFile]) -> list[list[UploadFile]]:
     return [batch for batch in out if batch]
 
 
-def _send_files(api, bucket: str, upload: Upload, missing: list[UploadFile], held: dict[str, str],
-                share: Share | None, token: str | None) -> int:
-    """Copy what the bucket holds elsewhere, upload the rest; the bytes uploaded."""
+def _send_batch(api, bucket: str, upload: Upload, batch: list[UploadFile], held: dict[str, str],
+                token: str | None) -> int:
+    """One batch, each file pinned (_pinned): copied when the bucket holds its bytes elsewhere, else uploaded; a
+    batch whose files changed while they went is removed again. The bytes uploaded."""
     import hf_xet
 
+    with _pinned(upload, batch) as sources:
+        hashes = hf_xet.hash_files([sources[f.name] for f in batch])
+        xet = {f.name: info.hash for f, info in zip(batch, hashes, strict=True)}
+        known = {xet_hash: path for path, xet_hash in held.items()}
+        copies = [("bucket", bucket, xet[f.name], f"{upload.place}/{f.name}") for f in batch if xet[f.name] in known]
+        add = [(sources[f.name], f"{upload.place}/{f.name}") for f in batch if xet[f.name] not in known]
+        if copies:
+            bounded(f"copying files of the {upload.role} inside your bucket",
+                    _writing(bucket, lambda: api.batch_bucket_files(bucket, copy=copies)), token,
+                    deadline_s=LIST_DEADLINE_S)
+        size = sum(f.size for f in batch if xet[f.name] not in known)
+        if add:
+            bounded(f"uploading the {upload.role} to your jobs-artifacts bucket",
+                    _writing(bucket, lambda: api.batch_bucket_files(bucket, add=add)), token,
+                    deadline_s=LIST_DEADLINE_S + size / MIN_BYTES_PER_S)
+    return size
+
+
+def _send_files(api, bucket: str, upload: Upload, missing: list[UploadFile], held: dict[str, str],
+                share: Share | None, token: str | None) -> int:
+    """Copy what the bucket holds elsewhere, upload the rest, a batch at a time; the bytes uploaded. The place
+    never keeps other bytes than its name says: a batch that changed while it went is deleted again."""
     _check_unchanged(upload, missing)
-    xet = {f.name: info.hash for f, info in zip(missing, hf_xet.hash_files([f.source for f in missing]), strict=True)}
-    known = {xet_hash: path for path, xet_hash in held.items()}
-    copies = [("bucket", bucket, xet[f.name], f"{upload.place}/{f.name}") for f in missing if xet[f.name] in known]
-    if copies:
-        bounded(f"copying files of the {upload.role} inside your bucket",
-                lambda: api.batch_bucket_files(bucket, copy=copies), token, deadline_s=LIST_DEADLINE_S)
-    sent, total = 0, sum(f.size for f in missing if xet[f.name] not in known)
+    done, sent, total = 0, 0, sum(f.size for f in missing)
     if share and total:
         share(0, total)
-    for batch in _batches([f for f in missing if xet[f.name] not in known]):
-        size = sum(f.size for f in batch)
-        add = [(f.source, f"{upload.place}/{f.name}") for f in batch]
-        bounded(f"uploading the {upload.role} to your jobs-artifacts bucket",
-                lambda add=add: api.batch_bucket_files(bucket, add=add), token,
-                deadline_s=LIST_DEADLINE_S + size / MIN_BYTES_PER_S)
-        sent += size
+    for batch in _batches(missing):
+        try:
+            sent += _send_batch(api, bucket, upload, batch, held, token)
+        except _SentChanged:
+            bounded("removing a changed upload", lambda batch=batch: api.batch_bucket_files(
+                bucket, delete=[f"{upload.place}/{f.name}" for f in batch]), token)
+            raise
+        done += sum(f.size for f in batch)
         if share:
-            share(sent, total)
-    changed = [f for f in missing if not _unchanged(f)]
-    if changed:  # sent while it changed: the place must not hold other bytes than its name says
-        bounded("removing a changed upload", lambda: api.batch_bucket_files(
-            bucket, delete=[f"{upload.place}/{f.name}" for f in missing]), token)
-        _check_unchanged(upload, changed)
+            share(done, total)
     return sent
 
 

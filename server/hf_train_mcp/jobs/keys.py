@@ -20,14 +20,21 @@ def refuse_reserved_key(key: str | None, *, probe: bool = False, sweep_run: bool
                          "keys); choose another key. Nothing was launched.")
 
 
+def sweep_of(key: str | None) -> str | None:
+    """The sweep whose run `key` is the key of, else None."""
+    sweep_id, _, index = (key or "").rpartition("-")
+    return sweep_id if sweep_id.startswith(KEY_PREFIX) and index.isdigit() else None
+
+
 def adopted(ledger: Ledger, key: str, job_id: str) -> bool:
     """The job of `key` was found after its launch was given up on (crash recovery, a cancel): when the key
     is a sweep run's that has no job yet, the run gets it as launched. Whether the run's sweep is canceled
     (its caller then cancels the job)."""
-    sweep_id, _, index = key.rpartition("-")
-    sweep = ledger.sweep(sweep_id) if sweep_id.startswith(KEY_PREFIX) and index.isdigit() else None
+    sweep_id = sweep_of(key)
+    sweep = ledger.sweep(sweep_id) if sweep_id else None
     if sweep is None:
         return False
+    index = key.rpartition("-")[2]
     run = next((r for r in ledger.sweep_runs(sweep_id) if r.idx == int(index)), None)
     if run is None or run.job_id or run.state not in ("queued", "launching", "canceled"):
         return False

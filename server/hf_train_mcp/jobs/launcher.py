@@ -88,6 +88,15 @@ def _planned_record(prepared: Prepared, submission: str, claim: str | None, sent
     )
 
 
+def _left_in_bucket(sent: list[Sent]) -> str:
+    """What an answer without a job says of the local files this call uploaded: where they are, and their fate."""
+    where = "; ".join(f"{s.bucket}/{s.upload.place} ({s.upload.count} file(s), {shown_bytes(s.upload.size)})"
+                      for s in sent)
+    delete = " and ".join(f"hf buckets rm {s.bucket}/{s.upload.place}/ --recursive" for s in sent)
+    return (f"Your local files are in your private bucket: {where}; a new call reuses them without sending them "
+            f"again. To delete them: {delete}")
+
+
 def _labelled(spec: Any, prepared: Prepared, submission: str) -> Any:
     """The job's spec with the labels that find it again: its submission's, its idempotency key's, what was asked."""
     key = prepared.req.idempotency_key
@@ -138,7 +147,12 @@ class Launcher:
             spec = _labelled(spec, prepared, submission)
             self.ledger.journal(planned)
             journal = planned.job_id
-        ref = self._submit(backend, script, spec, planned if journal else None)
+        try:
+            ref = self._submit(backend, script, spec, planned if journal else None)
+        except TrainError as exc:  # the files stay in the bucket: the answer says where, as a launch's does
+            if sent:
+                exc.args = (f"{exc}. {_left_in_bucket(sent)}",)
+            raise
         if not backend.pushes_to_hub and kind in ("train", "export"):  # the output stays in the job's folder
             model_url = f"{ref.url}/{backend.output_dir}"
         if not backend.pushes_to_hub and kind == "train":

@@ -67,7 +67,8 @@ CREATE TABLE IF NOT EXISTS sweeps (
     estimated_cost_usd REAL,
     worst_case_cost_usd REAL,
     trackio_url TEXT,
-    warnings_json TEXT NOT NULL DEFAULT '[]'
+    warnings_json TEXT NOT NULL DEFAULT '[]',
+    access_json TEXT
 );
 CREATE TABLE IF NOT EXISTS sweep_runs (
     sweep_id TEXT NOT NULL,
@@ -92,6 +93,7 @@ _ADDED_COLUMNS = {"worst_case_cost_usd": "REAL", "claim": "TEXT", "output_dir": 
                   "parent_job_id": "TEXT", "node_rank": "INTEGER", "asked_json": "TEXT",
                   "secrets_json": "TEXT", "submission": "TEXT", "doubted": "INTEGER", "stopped": "TEXT",
                   "uploads_json": "TEXT"}
+_ADDED_SWEEP_COLUMNS = {"access_json": "TEXT"}
 
 
 STALE_RESERVATION_S = 600
@@ -135,13 +137,14 @@ class Ledger:
         db = self._connect()
         for statement in filter(str.strip, _SCHEMA.split(";")):  # one by one: execute reports a corrupt file
             db.execute(statement)
-        present = {row[1] for row in db.execute("PRAGMA table_info(jobs)")}
-        for column, kind in _ADDED_COLUMNS.items():
-            if column not in present:
-                try:
-                    db.execute(f"ALTER TABLE jobs ADD COLUMN {column} {kind}")
-                except sqlite3.OperationalError:  # another server added it first
-                    pass
+        for table, added in (("jobs", _ADDED_COLUMNS), ("sweeps", _ADDED_SWEEP_COLUMNS)):
+            present = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+            for column, kind in added.items():
+                if column not in present:
+                    try:
+                        db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+                    except sqlite3.OperationalError:  # another server added it first
+                        pass
 
     def _connect(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)

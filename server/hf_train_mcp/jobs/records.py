@@ -111,6 +111,7 @@ class SweepRecord:
     worst_case_cost_usd: float | None
     trackio_url: str | None
     warnings_json: str = "[]"
+    access_json: str | None = None  # the caller's rights (access.Access.recorded): later runs are planned under them
 
 
 @dataclass

@@ -28,7 +28,8 @@ from hf_train_mcp.data.images import cell_paths, image_folder_classes, is_image
 from hf_train_mcp.data.local import data_files
 from hf_train_mcp.data.rows import every_row
 from hf_train_mcp.errors import AccessError, DatasetError, NotFoundError, TrainError
-from hf_train_mcp.user_scripts.source import SECRET_OVERLAP, credential, folder_left_out, left_out, marks_secret
+from hf_train_mcp.user_scripts.source import (SECRET_OVERLAP, credential, folder_left_out, known_secrets, left_out,
+                                              marks_secret)
 
 PLACE_ROOT = "hf-train-mcp/inputs"  # inside {namespace}/jobs-artifacts, beside run_script's project folders
 MOUNT_ROOT = "/inputs"
@@ -37,7 +38,8 @@ MAX_UPLOAD_BYTES = 100 * 10**9
 # The upload speed estimate_cost assumes (a home or office uplink; a cloud machine's is faster): said in its answer
 UPLOAD_BYTES_PER_S = 20e6
 _CHUNK = 1 << 20
-_SECRET_NOTE = "holds a private key or cloud credential"
+_MAX_CONFIG = 1 << 20  # a model's config.json kept in the ledger (a real one is a few kB)
+_SECRET_NOTE = "holds a private key, a cloud or Hugging Face credential (an access token, an AWS key)"
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,13 @@ class UploadFile:
     sha256: str
     size: int
     mtime_ns: int  # as hashed: a file changed since is refused, never sent as what was judged
+    stamp: tuple[int, ...] = ()  # (device, inode, change time) as hashed: a link swapped in, or any write since
+
+    def same(self, info: os.stat_result) -> bool:
+        """Whether `info` (a stat of the file now) is the file as it was hashed: its change time moves on every
+        write and every utime(), which no caller can set back."""
+        return (info.st_size, info.st_mtime_ns) == (self.size, self.mtime_ns) and (
+            not self.stamp or stamp(info) == self.stamp)
 
 
 @dataclass(frozen=True)
@@ -57,11 +66,12 @@ class Upload:
     ref: str  # the local path as the request names it (resolved)
     place: str  # its folder in the bucket
     reads: str  # the path the job opens inside it ('' : the folder itself)
-    digest: str  # sha256 of the file (one file), else of every 'path\0sha256\n' in order
+    digest: str  # sha256 of the data file (one, read by name), else of every 'path\0sha256\n' in order
     count: int
     size: int
     files: tuple[UploadFile, ...] = ()  # empty once recorded: a follow-up mounts the place a job read
     withheld: tuple[str, ...] = field(default=(), compare=False)  # credential files left behind (model folders)
+    config: str = field(default="", compare=False)  # a model folder's config.json: a follow-up sizes it by this
 
     @property
     def mount(self) -> str:
@@ -79,7 +89,7 @@ class Upload:
     def recorded(self) -> dict[str, Any]:
         """What the ledger keeps (the files' list stays out: the place holds them, named by their content)."""
         return {"role": self.role, "ref": self.ref, "place": self.place, "reads": self.reads, "digest": self.digest,
-                "count": self.count, "size": self.size}
+                "count": self.count, "size": self.size, **({"config": self.config} if self.config else {})}
 
     @classmethod
     def from_record(cls, entry: dict[str, Any]) -> "Upload":
@@ -110,20 +120,34 @@ def shown_bytes(size: float) -> str:
 
 
 # --- hashing --------------------------------------------------------------------------------------------------
-_HASHED: dict[tuple, tuple[str, bool]] = {}  # (path, inode, size, mtime) -> (sha256, holds a secret)
+_HASHED: dict[tuple, tuple[str, bool]] = {}  # (path, inode, size, mtime, secrets) -> (sha256, holds a secret)
 _HASHED_KEPT = 100_000
+
+
+def stamp(info: os.stat_result) -> tuple[int, ...]:
+    return info.st_dev, info.st_ino, info.st_ctime_ns
+
+
+def sha256_of(fd: int) -> str:
+    """The sha256 of an open file, read from its start."""
+    digest = hashlib.sha256()
+    os.lseek(fd, 0, os.SEEK_SET)
+    while chunk := os.read(fd, _CHUNK):
+        digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _hashed(path: Path, info: os.stat_result) -> tuple[str, bool]:
     """The file's sha256 and whether it holds a secret (source.holds_secret's rule), in one read; an unchanged
-    file (same inode, size and modification time) is not read again (a sweep plans each run)."""
-    key = (str(path), info.st_ino, info.st_size, info.st_mtime_ns)
+    file (same inode, size, modification and change time) is not read again (a sweep plans each run)."""
+    known = known_secrets()  # in the key: a file scanned before the server's token changed is scanned again
+    key = (str(path), stamp(info), info.st_size, info.st_mtime_ns, known)
     if key not in _HASHED:
         digest, secret, tail = hashlib.sha256(), False, b""
         with open(path, "rb") as f:
             while chunk := f.read(_CHUNK):
                 digest.update(chunk)
-                secret = secret or marks_secret(tail + chunk)
+                secret = secret or marks_secret(tail + chunk, known)
                 tail = chunk[-SECRET_OVERLAP:]
         if len(_HASHED) >= _HASHED_KEPT:
             _HASHED.clear()
@@ -131,8 +155,10 @@ def _hashed(path: Path, info: os.stat_result) -> tuple[str, bool]:
     return _HASHED[key]
 
 
-def _digest(files: list[UploadFile]) -> str:
-    if len(files) == 1:
+def _digest(files: list[UploadFile], reads: str) -> str:
+    """The content's name: a data file's own sha256, else every file's name and sha256 (a folder's one file
+    renamed is another content: the job reads the folder whole)."""
+    if len(files) == 1 and files[0].name == reads:
         return files[0].sha256  # what `sha256sum tickets.jsonl` says
     lines = "".join(f"{f.name}\0{f.sha256}\n" for f in files)
     return hashlib.sha256(lines.encode()).hexdigest()
@@ -143,14 +169,23 @@ def _place_name(ref: str) -> str:
     return name or "upload"
 
 
-def _check_caps(count: int, size: int, what: str) -> None:
+def _check_caps(count: int, size: int, what: str, per: str = "one call", verb: str = "is") -> None:
     if count > MAX_UPLOAD_FILES:
-        raise TrainError(f"{what} is {count:,} files, over the cap of {MAX_UPLOAD_FILES:,} files one call uploads: "
+        raise TrainError(f"{what} {verb} {count:,} files, over the cap of {MAX_UPLOAD_FILES:,} files {per} uploads: "
                          "push it to the Hub (a dataset or model repo) and send its id. Nothing was uploaded or "
                          "launched.")
     if size > MAX_UPLOAD_BYTES:
-        raise TrainError(f"{what} is {shown_bytes(size)}, over the cap of {shown_bytes(MAX_UPLOAD_BYTES)} one call "
+        raise TrainError(f"{what} {verb} {shown_bytes(size)}, over the cap of {shown_bytes(MAX_UPLOAD_BYTES)} {per} "
                          "uploads: push it to the Hub and send its id. Nothing was uploaded or launched.")
+
+
+def check_total(uploads: list["Upload"], per: str = "one call") -> None:
+    """The caps hold for everything one call (or one sweep, all its runs) uploads together: each distinct place
+    still to be planned counts once (a follow-up's recorded copy is already there)."""
+    distinct = {u.place: u for u in uploads if u.files}.values()
+    if len(distinct) > 1:
+        _check_caps(sum(u.count for u in distinct), sum(u.size for u in distinct),
+                    f"the local files {'of its runs' if per == 'one sweep' else 'of this call'} together", per, "are")
 
 
 def _planned(role: str, ref: str, root: Path, paths: list[Path], *, refuse_secrets: bool
@@ -170,13 +205,13 @@ def _planned(role: str, ref: str, root: Path, paths: list[Path], *, refuse_secre
             withheld.append(name)
             continue
         files.append(UploadFile(name=name, source=str(path), sha256=sha, size=info.st_size,
-                                mtime_ns=info.st_mtime_ns))
+                                mtime_ns=info.st_mtime_ns, stamp=stamp(info)))
     return files, withheld
 
 
 def _upload(role: str, ref: str, root: Path, paths: list[Path], reads: str, *, refuse_secrets: bool) -> Upload:
     files, withheld = _planned(role, ref, root, sorted(set(paths)), refuse_secrets=refuse_secrets)
-    digest = _digest(files)
+    digest = _digest(files, reads)
     return Upload(role=role, ref=ref, place=f"{PLACE_ROOT}/{_place_name(ref)}-{digest[:16]}", reads=reads,
                   digest=digest, count=len(files), size=sum(f.size for f in files), files=tuple(files),
                   withheld=tuple(withheld))
@@ -223,7 +258,9 @@ def plan_folder(ref: str, role: str, access: Access) -> Upload:
                             "config.json or adapter_config.json)")
     paths, withheld = _model_files(folder, access)
     upload = _upload(role, str(folder), folder, paths, "", refuse_secrets=False)
-    return replace(upload, withheld=(*withheld, *upload.withheld))
+    config = folder / "config.json"
+    kept = config.read_text(errors="replace") if config in paths and config.stat().st_size < _MAX_CONFIG else ""
+    return replace(upload, withheld=(*withheld, *upload.withheld), config=kept)
 
 
 # --- a dataset ------------------------------------------------------------------------------------------------

@@ -31,12 +31,14 @@ from hf_train_mcp.models.files import custom_modules
 from hf_train_mcp.planning.datasets import checked_dataset, eval_data
 from hf_train_mcp.planning.training import plan_run
 from hf_train_mcp.jobs.prepared import Prepared, Progress
-from hf_train_mcp.jobs.uploads import Upload, mounted, plan_dataset, plan_folder, shown_bytes, withheld_warnings
+from hf_train_mcp.jobs.uploads import (Upload, check_total, mounted, plan_dataset, plan_folder, shown_bytes,
+                                      withheld_warnings)
 from hf_train_mcp.contract.requests import EvaluateRequest, ExportRequest, RunShape, ScriptRequest
 from hf_train_mcp.contract.requests import SweepRequest, TrainingRequest
 from hf_train_mcp.planning.user_script import plan_script
 from hf_train_mcp.planning.user_script_source import local_content, read_source
 from hf_train_mcp.jobs import retries
+from hf_train_mcp.planning import copies
 from hf_train_mcp.user_scripts.source import source_kind
 from hf_train_mcp.planning.targets import check_push_target, check_trackio_space
 
@@ -182,6 +184,7 @@ class Planner:
                        progress: Progress) -> Any:
         plan = self._plan_sweep(lambda run: self.preview(run, kind="train"), req, backend_name, progress)
         uploads = list({u.place: u for run in plan.runs for u in run.prepared.uploads}.values())
+        check_total(uploads, per="one sweep")
         if uploads:  # one copy for every run: said once, where the sweep's answer has no field for it
             plan.warnings.append(f"the runs read {sum(u.count for u in uploads)} local file(s) "
                                  f"({shown_bytes(sum(u.size for u in uploads))}), sent once to your private "
@@ -229,7 +232,11 @@ class Planner:
                                          for ref in ("model", "dataset", "teacher_model")
                                          if getattr(req, ref) and is_local(getattr(req, ref))})
         step(f"validating {req.dataset}")
-        req, data, warnings = checked_dataset(req, token or hub_token(), self.access)
+        copy = copies.resumed_copy(self.ledger, req) if mounting else None
+        if copy is None:
+            req, data, warnings = checked_dataset(req, token or hub_token(), self.access)
+        else:  # the local file is gone: the run reads the copy the resumed job read
+            req, data, warnings = copies.from_copy(self.ledger, req, copy)
         if req.resume_from and not req.output_bucket:
             previous = self.ledger.get(req.resume_from)
             if previous is not None and previous.output_bucket:  # resume where its checkpoints are
@@ -260,7 +267,10 @@ class Planner:
         if mounting:
             step("hashing the local files the job reads")
         refs = [(req.model, "model"), (req.dataset, "dataset"), (req.teacher_model, "teacher model")]
-        uploads = self.uploads_for(refs, mapping=req.column_mapping) if mounting else []
+        uploads = self.uploads_for(refs, mapping=req.column_mapping,
+                                   recorded=[*copies.sweep_copies(self.ledger, req), *([copy] if copy else [])]
+                                   ) if mounting else []
+        plan.warnings += copies.resumed_on_other_data(self.ledger, req, uploads)
         return self._package(req, backend_name, kind, namespace, plan, hub_model_id=req.hub_model_id if pushes else None,
                              model=req.model, dataset=req.dataset, reads=reads, uploads=uploads)
 
@@ -275,6 +285,7 @@ class Planner:
                 continue
             out.append(known.get(ref) or (plan_dataset(ref, mapping=mapping, access=self.access) if role == "dataset"
                                           else plan_folder(ref, role, self.access)))
+        check_total(out)
         return out
 
     def _package(self, req: Any, backend_name: str, kind: str, namespace: str | None, plan: Any, *,
@@ -330,7 +341,7 @@ class Planner:
         if subject.training and subject.training.reward_code:
             self.access.check_reward_code()  # the evaluation runs the job's reward code again
         progress(f"sizing {subject.sized_by}")
-        size = self.model_size(subject.sized_by, token, offline=here)
+        size = self.model_size(copies.sizing_folder(subject) or subject.sized_by, token, offline=here)
         subject = for_family(subject, size.family, "evaluation" if isinstance(req, EvaluateRequest) else "export")
         return token, namespace, subject, size, get_catalog(token, offline=here, backend=backend_name)
 
@@ -349,9 +360,11 @@ class Planner:
             plan.warnings.append(f"the results are not written to {card}'s card: over {self.access.over} only a "
                                  "repo a job of this server pushed to is written to; they are in the job's output")
         job = subject.job
+        # a dataset the caller names is read as it is now (as it was just validated), never as the job's old copy
+        recorded = [entry for entry in (job.uploads if job else []) if not (req.dataset and entry["role"] == "dataset")]
         uploads = self.uploads_for([(subject.ref, "model"), (subject.base_model, "base model"),
                                  (data.dataset if data else None, "dataset")],
-                                mapping=data.column_mapping if data else None, recorded=job.uploads if job else [],
+                                mapping=data.column_mapping if data else None, recorded=recorded,
                                 ) if backends.mounts_uploads(backend_name) else []
         return self._package(
             req, backend_name, kind, namespace, plan, hub_model_id=None, model=subject.ref,

@@ -83,7 +83,7 @@ def store_and_start(core: JobControl, plan: SweepPlan, progress: Progress | None
         backend=plan.backend_name, request_json=req.model_dump_json(), max_parallel=req.max_parallel,
         prune=int(req.prune), state="running", estimated_cost_usd=plan.estimated_cost_usd,
         worst_case_cost_usd=plan.worst_case_cost_usd, trackio_url=first.trackio_url,
-        warnings_json=json.dumps(plan.warnings))
+        warnings_json=json.dumps(plan.warnings), access_json=core.access.recorded())
     runs = [SweepRunRecord(sweep_id=plan.sweep_id, idx=index, params_json=json.dumps(run.params),
                            request_json=run.pinned.model_dump_json(), state="queued",
                            estimated_cost_usd=run.prepared.common.get("estimated_cost_usd"),
@@ -119,8 +119,10 @@ def launch(core: JobControl, run: SweepRunRecord) -> None:
                                         claimed_at=now_iso()):
         return  # another supervisor (or the server) has it
     request = TrainingRequest.model_validate_json(run.request_json)
+    access = Access.from_record(sweep.access_json)  # the rights it was submitted under, whoever launches it now
     try:
-        submission = core.submit_training(request, sweep_run=True)
+        with access.serving():
+            submission = core.for_caller(access).submit_training(request, sweep_run=True)
     except TrainError as exc:
         # a key already naming a job of another kind never frees itself: failed, or it is retried forever
         transient = not isinstance(exc, KeyConflict) and (

@@ -139,10 +139,13 @@ CREDENTIAL_FILES = (
     "kubeconfig", "kubeconfig.*", "*.kubeconfig",
 )
 # A secret whatever the file's name, by what it holds: a PEM/OpenSSH/PGP private key anywhere in it (a key inside
-# a JSON string too), a PuTTY key file, a Google service-account or user credential JSON
+# a JSON string too), a PuTTY key file, a Google service-account or user credential JSON, an AWS access key id or
+# secret key setting, a Hugging Face user token ('hf_' and 34 letters); the server's own token too, whatever its form
 _SECRET_CONTENT = re.compile(
     rb"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\A\s*PuTTY-User-Key-File-"
-    rb"|\"type\"\s*:\s*\"(?:service_account|authorized_user|external_account)\"|\"private_key\"\s*:\s*\"")
+    rb"|\"type\"\s*:\s*\"(?:service_account|authorized_user|external_account)\"|\"private_key\"\s*:\s*\""
+    rb"|(?<![A-Z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Z0-9])|(?i:aws_secret_access_key)[\"']?\s*[=:]"
+    rb"|(?<![A-Za-z0-9_])hf_[A-Za-z]{34}(?![A-Za-z0-9])")
 _SCAN_CHUNK = 1 << 20
 
 
@@ -164,19 +167,28 @@ def credential(relative: PurePosixPath) -> bool:
 SECRET_OVERLAP = 128  # bytes of a chunk's end searched again with the next chunk: a marker cut by the chunk's end
 
 
-def marks_secret(data: bytes) -> bool:
+def known_secrets() -> tuple[bytes, ...]:
+    """The credentials this server holds, found in a file by their exact bytes (its Hugging Face token)."""
+    from hf_train_mcp.hub import hub_token
+
+    token = hub_token()
+    return (token.encode(),) if token and len(token) >= 8 else ()
+
+
+def marks_secret(data: bytes, known: tuple[bytes, ...] = ()) -> bool:
     """Whether a piece of a file (a chunk, after the last SECRET_OVERLAP bytes of the one before) holds the marker
-    of a private key or a cloud credential."""
-    return _SECRET_CONTENT.search(data) is not None
+    of a private key or a cloud credential, or one of the `known` secrets."""
+    return _SECRET_CONTENT.search(data) is not None or any(secret in data for secret in known)
 
 
 def holds_secret(path: Path) -> bool:
     """Whether a file holds credentials by its content (read whole, a chunk at a time): a private key or a cloud
     credential under a name no pattern knows ('prod-123-4f2a9c1d7e3b.json', 'notes/backup')."""
+    known = known_secrets()
     with open(path, "rb") as f:
         tail = b""
         while chunk := f.read(_SCAN_CHUNK):
-            if marks_secret(tail + chunk):
+            if marks_secret(tail + chunk, known):
                 return True
             tail = chunk[-SECRET_OVERLAP:]
     return False

@@ -1,0 +1,71 @@
+"""Which uploaded copy of a local file a job mounts instead of one planned from the file as it is now: a sweep's
+later runs read the copy its launched runs uploaded (sent once, mounted into each), and a resumed run whose local
+dataset is gone reads the copy its checkpoint's job read, and a follow-up of a job whose local base model is gone
+sizes it by the config.json its upload recorded. Copies are the ledger's upload records (jobs/uploads.py
+Upload.recorded)."""
+
+from pathlib import Path
+
+from hf_train_mcp.access import is_local
+from hf_train_mcp.contract.requests import TrainingRequest
+from hf_train_mcp.jobs import keys
+from hf_train_mcp.jobs.ledger import Ledger
+from hf_train_mcp.jobs.uploads import Upload
+from hf_train_mcp.paths import data_home
+from hf_train_mcp.planning.hyperparameters import DataFacts
+from hf_train_mcp.planning.subjects import Subject
+
+
+def sweep_copies(ledger: Ledger, req: TrainingRequest) -> list[dict]:
+    """A sweep run's local files as the sweep's launched runs uploaded them: every run reads the copy the sweep
+    was approved with, never the local file as it is when its turn comes."""
+    sweep_id = keys.sweep_of(req.idempotency_key)
+    if sweep_id is None:
+        return []
+    jobs = [ledger.get(run.job_id) for run in ledger.sweep_runs(sweep_id) if run.job_id]
+    return [entry for job in jobs if job is not None for entry in job.uploads]
+
+
+def resumed_copy(ledger: Ledger, req: TrainingRequest) -> dict | None:
+    """The upload of the local dataset that the job `resume_from` names read, when the file is no longer here
+    (moved, deleted): the bucket still holds the very bytes the checkpoint was trained on."""
+    if not (req.resume_from and req.dataset and is_local(req.dataset)) or Path(req.dataset).exists():
+        return None
+    previous = ledger.get(req.resume_from)
+    return next((entry for entry in (previous.uploads if previous else [])
+                 if entry["role"] == "dataset" and entry["ref"] == req.dataset), None)
+
+
+def from_copy(ledger: Ledger, req: TrainingRequest, copy: dict) -> tuple[TrainingRequest, DataFacts, list[str]]:
+    """A resumed run on the copy its job read: that job's validated mapping and config (where this call sends
+    none), sized as an unvalidated dataset is (DataFacts()), and said."""
+    prior = TrainingRequest.model_validate_json(ledger.get(req.resume_from).request_json)
+    req = req.model_copy(update={"column_mapping": req.column_mapping or prior.column_mapping,
+                                 "dataset_config": req.dataset_config or prior.dataset_config})
+    return req, DataFacts(), [
+        f"{Path(req.dataset).name} is no longer on this machine: the run reads the copy job {req.resume_from} trained "
+        f"on ({copy['place']}, sha256 {copy['digest'][:12]}), validated when that job was submitted"]
+
+
+def resumed_on_other_data(ledger: Ledger, req: TrainingRequest, uploads: list[Upload]) -> list[str]:
+    """A resumed run whose local dataset is not the bytes its checkpoint was trained on says so."""
+    previous = ledger.get(req.resume_from) if req.resume_from else None
+    before = {e["ref"]: e["digest"] for e in (previous.uploads if previous else []) if e["role"] == "dataset"}
+    return [f"{Path(u.ref).name} changed since job {req.resume_from} trained on it (sha256 {before[u.ref][:12]}, "
+            f"now {u.digest[:12]}): the resumed run trains on the file as it is now"
+            for u in uploads if u.role == "dataset" and before.get(u.ref, u.digest) != u.digest]
+
+
+def sizing_folder(subject: Subject) -> str | None:
+    """Where a follow-up sizes a job's uploaded model folder from once the local folder is gone: the config.json
+    its upload recorded, written to a folder of the server's named by the upload's digest."""
+    ref = subject.sized_by
+    if subject.job is None or not is_local(ref) or Path(ref).exists():
+        return None
+    entry = next((e for e in subject.job.uploads if e["ref"] == ref and e.get("config")), None)
+    if entry is None:
+        return None
+    folder = data_home() / "uploaded-configs" / entry["digest"][:32]
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(entry["config"])
+    return str(folder)
