@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 from hf_train_mcp.errors import AuthError, NotFoundError, TrainError
 from hf_train_mcp.hub import bounded
-from hf_train_mcp.jobs.uploads import PLACE_ROOT, Sent, Upload, UploadFile, sha256_of
+from hf_train_mcp.bucket_inputs import PLACE_ROOT, Sent, Upload, UploadFile, sha256_of
 
 BATCH_FILES = 200  # files per batch call: progress is said between batches
 BATCH_BYTES = 512 * 2**20

@@ -20,7 +20,8 @@ from hf_train_mcp.durations import minutes_since
 from hf_train_mcp.jobs import keys
 from hf_train_mcp.jobs.ledger import PENDING, SUBMITTING, UNKNOWN, JobRecord, KeyConflict, Ledger, claim_id, now_iso
 from hf_train_mcp.jobs.prepared import Prepared, Progress, Share
-from hf_train_mcp.jobs.uploads import Sent, Upload, shown_bytes
+from hf_train_mcp.bucket_inputs import Sent, Upload
+from hf_train_mcp.jobs.uploads import shown_bytes
 from hf_train_mcp.contract.results import Submission
 from hf_train_mcp.jobs import duplicates
 from hf_train_mcp.nodes import rules as node_rules

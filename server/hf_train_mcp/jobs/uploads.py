@@ -1,6 +1,6 @@
 """Local files a job on the Hub's machines reads (a dataset, an image folder, the images a JSONL names, a model
 folder): which files, their sha256, where they go in the account's private jobs-artifacts bucket and where the job
-finds them. Planned here, without the Hub; backends/jobs_uploads.py sends them.
+finds them. Planned here, without the Hub (what an upload is: bucket_inputs.py); backends/jobs_uploads.py sends them.
 
 The layout. Each upload is one folder of the bucket, `hf-train-mcp/inputs/<name>-<digest>`, named by the sha256 of
 its content (every file's path and sha256), holding the files at their paths relative to the deepest folder that
@@ -19,11 +19,12 @@ there. So:
 import hashlib
 import os
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from hf_train_mcp.access import Access
+from hf_train_mcp.bucket_inputs import CHUNK_BYTES, PLACE_ROOT, Upload, UploadFile, stamp
 from hf_train_mcp.data.images import cell_paths, image_folder_classes, is_image
 from hf_train_mcp.data.local import data_files
 from hf_train_mcp.data.rows import every_row
@@ -31,84 +32,12 @@ from hf_train_mcp.errors import AccessError, DatasetError, NotFoundError, TrainE
 from hf_train_mcp.user_scripts.source import (SECRET_OVERLAP, credential, folder_left_out, known_secrets, left_out,
                                               marks_secret)
 
-PLACE_ROOT = "hf-train-mcp/inputs"  # inside {namespace}/jobs-artifacts, beside run_script's project folders
-MOUNT_ROOT = "/inputs"
 MAX_UPLOAD_FILES = 10_000  # one call's uploads together: a dataset of more files belongs on the Hub
 MAX_UPLOAD_BYTES = 100 * 10**9
 # The upload speed estimate_cost assumes (a home or office uplink; a cloud machine's is faster): said in its answer
 UPLOAD_BYTES_PER_S = 20e6
-_CHUNK = 1 << 20
 _MAX_CONFIG = 1 << 20  # a model's config.json kept in the ledger (a real one is a few kB)
 _SECRET_NOTE = "holds a private key, a cloud or Hugging Face credential (an access token, an AWS key)"
-
-
-@dataclass(frozen=True)
-class UploadFile:
-    name: str  # its path inside the upload's folder (posix)
-    source: str  # the local file
-    sha256: str
-    size: int
-    mtime_ns: int  # as hashed: a file changed since is refused, never sent as what was judged
-    stamp: tuple[int, ...] = ()  # (device, inode, change time) as hashed: a link swapped in, or any write since
-
-    def same(self, info: os.stat_result) -> bool:
-        """Whether `info` (a stat of the file now) is the file as it was hashed: its change time moves on every
-        write and every utime(), which no caller can set back."""
-        return (info.st_size, info.st_mtime_ns) == (self.size, self.mtime_ns) and (
-            not self.stamp or stamp(info) == self.stamp)
-
-
-@dataclass(frozen=True)
-class Upload:
-    """One local dataset or model folder, as the job reads it from the bucket."""
-
-    role: str  # "dataset", "model", "teacher model", "base model": what it is to the job, in messages
-    ref: str  # the local path as the request names it (resolved)
-    place: str  # its folder in the bucket
-    reads: str  # the path the job opens inside it ('' : the folder itself)
-    digest: str  # sha256 of the data file (one, read by name), else of every 'path\0sha256\n' in order
-    count: int
-    size: int
-    files: tuple[UploadFile, ...] = ()  # empty once recorded: a follow-up mounts the place a job read
-    withheld: tuple[str, ...] = field(default=(), compare=False)  # credential files left behind (model folders)
-    config: str = field(default="", compare=False)  # a model folder's config.json: a follow-up sizes it by this
-
-    @property
-    def mount(self) -> str:
-        return f"{MOUNT_ROOT}/{PurePosixPath(self.place).name}"
-
-    @property
-    def job_path(self) -> str:
-        return f"{self.mount}/{self.reads}" if self.reads else self.mount
-
-    @property
-    def shown(self) -> str:
-        """How a card or an answer names it: the local name (never the folders above it) and its content hash."""
-        return f"{Path(self.ref).name} (uploaded, sha256 {self.digest})"
-
-    def recorded(self) -> dict[str, Any]:
-        """What the ledger keeps (the files' list stays out: the place holds them, named by their content)."""
-        return {"role": self.role, "ref": self.ref, "place": self.place, "reads": self.reads, "digest": self.digest,
-                "count": self.count, "size": self.size, **({"config": self.config} if self.config else {})}
-
-    @classmethod
-    def from_record(cls, entry: dict[str, Any]) -> "Upload":
-        return cls(**{key: entry[key] for key in ("role", "ref", "place", "reads", "digest", "count", "size")})
-
-
-@dataclass(frozen=True)
-class Sent:
-    """What one upload came to: where its files are, how much, how much had to travel."""
-
-    bucket: str
-    upload: Upload
-    new_bytes: int | None  # None: not asked (a dry run without the Hub)
-
-    def summary(self) -> dict[str, Any]:
-        where = f"{self.bucket}/{self.upload.place}"
-        return {"bucket": self.bucket, "path": self.upload.place, "files": self.upload.count,
-                "bytes": self.upload.size, "new_bytes": self.new_bytes,
-                "delete": f"hf buckets rm {where}/ --recursive (a follow-up of the job needs it)"}
 
 
 def shown_bytes(size: float) -> str:
@@ -124,19 +53,6 @@ _HASHED: dict[tuple, tuple[str, bool]] = {}  # (path, inode, size, mtime, secret
 _HASHED_KEPT = 100_000
 
 
-def stamp(info: os.stat_result) -> tuple[int, ...]:
-    return info.st_dev, info.st_ino, info.st_ctime_ns
-
-
-def sha256_of(fd: int) -> str:
-    """The sha256 of an open file, read from its start."""
-    digest = hashlib.sha256()
-    os.lseek(fd, 0, os.SEEK_SET)
-    while chunk := os.read(fd, _CHUNK):
-        digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _hashed(path: Path, info: os.stat_result) -> tuple[str, bool]:
     """The file's sha256 and whether it holds a secret (source.holds_secret's rule), in one read; an unchanged
     file (same inode, size, modification and change time) is not read again (a sweep plans each run)."""
@@ -145,7 +61,7 @@ def _hashed(path: Path, info: os.stat_result) -> tuple[str, bool]:
     if key not in _HASHED:
         digest, secret, tail = hashlib.sha256(), False, b""
         with open(path, "rb") as f:
-            while chunk := f.read(_CHUNK):
+            while chunk := f.read(CHUNK_BYTES):
                 digest.update(chunk)
                 secret = secret or marks_secret(tail + chunk, known)
                 tail = chunk[-SECRET_OVERLAP:]

@@ -10,7 +10,7 @@ from hf_train_mcp.access import is_local
 from hf_train_mcp.contract.requests import TrainingRequest
 from hf_train_mcp.jobs import keys
 from hf_train_mcp.jobs.ledger import Ledger
-from hf_train_mcp.jobs.uploads import Upload
+from hf_train_mcp.bucket_inputs import Upload
 from hf_train_mcp.paths import data_home
 from hf_train_mcp.planning.hyperparameters import DataFacts
 from hf_train_mcp.planning.subjects import Subject
