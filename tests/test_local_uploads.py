@@ -257,6 +257,22 @@ async def test_unreadable_missing_or_absolute_images_are_refused(hub: Emulator, 
     assert "by an absolute path" in await refusal(hub, {**base, "dataset": "./absolute.jsonl"})
 
 
+async def test_an_image_named_inside_a_conversations_part_is_refused_with_the_layout_the_job_reads(
+        hub: Emulator, here: Path) -> None:
+    """A part's file ({"type": "image", "image": "shot.png"}) is opened by the job's processor from its working
+    folder, where no upload is: the job would fail at its first row. Refused before anything goes up, saying to
+    list the images in an `images` column."""
+    qwen2_vl = hub.serve_model(VIT.parent / "Qwen--Qwen2-VL-2B-Instruct")
+    write_images(here, example_rows("image-classification", 1))
+    (shot,) = (p.relative_to(here).as_posix() for p in (here / "images").rglob("*.png"))
+    turn = [{"role": "user", "content": [{"type": "image", "image": shot}, {"type": "text", "text": "Colour?"}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "Red."}]}]
+    write_jsonl(here / "shots.jsonl", [{"messages": turn}] * 4)
+    text = await refusal(hub, {"model": qwen2_vl, "dataset": "./shots.jsonl", "backend": "hf",
+                               "hub_model_id": "emu-user/shots", "max_steps": 2})
+    assert "inside a conversation's part" in text and "`images` column" in text, text
+
+
 @pytest.mark.parametrize(("cap", "value", "said"), [("MAX_UPLOAD_FILES", 5, "over the cap of 5 files"),
                                                      ("MAX_UPLOAD_BYTES", 100, "over the cap of 100 bytes")])
 async def test_more_than_a_cap_is_refused_naming_the_cap(hub: Emulator, here: Path, monkeypatch, cap: str,

@@ -25,7 +25,7 @@ from typing import Any
 
 from hf_train_mcp.access import Access
 from hf_train_mcp.bucket_inputs import CHUNK_BYTES, PLACE_ROOT, Upload, UploadFile, stamp
-from hf_train_mcp.data.images import cell_paths, image_folder_classes, is_image
+from hf_train_mcp.data.images import cell_paths, image_folder_classes, is_image, part_paths
 from hf_train_mcp.data.local import data_files
 from hf_train_mcp.data.rows import every_row
 from hf_train_mcp.errors import AccessError, DatasetError, NotFoundError, TrainError
@@ -204,6 +204,24 @@ def _named_images(files: list[Path], mapping: dict[str, str] | None, base: Path)
     return out
 
 
+_CONVERSATIONS = ("messages", "conversations", "prompt", "chosen", "rejected", "completion")
+
+
+def _no_part_files(files: list[Path], mapping: dict[str, str] | None) -> None:
+    """A file named inside a conversation's part ({"type": "image", "image": "cat.jpg"}) is opened by the job's
+    processor from its working folder (transformers' load_image: `os.path.isfile(image)`), where no upload is:
+    refused with the layout the job reads, an `images` column beside the conversation."""
+    columns = tuple(dict.fromkeys((mapping or {}).get(name, name) for name in _CONVERSATIONS))
+    for file, index, row in every_row(files, columns):
+        names = part_paths(list(row.values()))
+        if names:
+            raise DatasetError(f"{file.name} row {index + 1} names the file {names[0][:120]!r} inside a conversation's "
+                               "part, which a job on the Hub's machines opens from its own working folder, where "
+                               "no file of yours is: list the row's images in an `images` column (relative to the "
+                               "data file's folder) and leave the parts as {\"type\": \"image\"}, or push the "
+                               "dataset to the Hub. Nothing was uploaded or launched.")
+
+
 def _unreadable(images: list[Path], root: Path) -> None:
     """Every image opened as the job's reader opens it (its header and structure, not its pixels)."""
     try:
@@ -240,6 +258,7 @@ def plan_dataset(ref: str, *, mapping: dict[str, str] | None, access: Access) ->
     files = data_files(str(path), access.allows_path)
     base = path if path.is_dir() else path.parent
     try:
+        _no_part_files(files, mapping)
         images = _named_images(files, mapping, base)
     except ValueError as exc:  # rows the job's reader may read otherwise (rows.py)
         raise DatasetError(f"{exc}. Nothing was uploaded or launched.") from None
