@@ -8,6 +8,7 @@ GGUF only of what llama.cpp's converter knows) or refuse it with why and what to
 says. The tables the server keeps of transformers' classes and llama.cpp's converters are held to the libraries."""
 
 import ast
+import shutil
 import json
 from pathlib import Path
 
@@ -226,3 +227,27 @@ def test_the_readme_support_table_is_the_one_the_zoo_generates(hub: Emulator) ->
         stored = config_of(support.model).get("quantization_config", {}).get("quant_method")
         if support.family in ("causal-lm", "vision-language") and stored != "bitsandbytes":
             assert support.exports["merged"] is None, (support.model, support.exports["merged"])
+        elif stored == "bitsandbytes":  # its weights are bitsandbytes' 4-bit, which the export job cannot read
+            assert all("stored quantized" in support.exports[f] for f in ("merged", "gguf")), support.exports
+
+
+@pytest.mark.zoo
+@pytest.mark.anyio
+async def test_a_gguf_of_an_architecture_llama_cpp_cannot_convert_is_refused_and_merged_is_offered(
+        hub: Emulator, tmp_path: Path) -> None:
+    """BioGPT is a causal LM transformers has and llama.cpp's converter does not (get_model_class: "Architecture
+    'BioGptForCausalLM' not supported!"): the GGUF export is refused before anything is posted, saying to export
+    merged, and the merged export is planned."""
+    folder = tmp_path / "microsoft--biogpt"
+    shutil.copytree(CONFIGS / "openai-community--gpt2", folder)
+    config = {**json.loads((folder / "config.json").read_text()), "architectures": ["BioGptForCausalLM"],
+              "model_type": "biogpt"}
+    (folder / "config.json").write_text(json.dumps(config))
+    repo = hub.serve_model(folder)
+    posted = len(hub.posted_jobs())
+    async with Client(build_server()) as client:
+        arguments = {"model": repo, "dry_run": True, "hub_model_id": "emu-user/biogpt-out"}
+        _, text = await _tool(client, "export_model", {**arguments, "format": "gguf"})
+        merged, _ = await _tool(client, "export_model", {**arguments, "format": "merged"})
+    assert "no converter for BioGptForCausalLM" in text and "format='merged'" in text, text
+    assert merged is not None and hub.posted_jobs()[posted:] == []
