@@ -180,6 +180,14 @@ def plan_folder(ref: str, role: str, access: Access) -> Upload:
 
 
 # --- a dataset ------------------------------------------------------------------------------------------------
+def _read_by_name(value: Any) -> list[Any]:
+    """The file names of an image cell the job opens by name: a cell holding its bytes is read from them (the
+    template's image_path opens a {"path"} cell only without bytes), its path a bare name of no file here."""
+    if isinstance(value, list):
+        return [name for item in value for name in _read_by_name(item)]
+    return [] if isinstance(value, dict) and value.get("bytes") else cell_paths(value)
+
+
 def _named_images(files: list[Path], mapping: dict[str, str] | None, base: Path) -> list[Path]:
     """Every image file a row names in its image column(s), as the job's image_path resolves it (from the data
     file's folder); a name the job cannot open there (an absolute path, a missing file) is refused now."""
@@ -187,7 +195,7 @@ def _named_images(files: list[Path], mapping: dict[str, str] | None, base: Path)
     out = []
     for file, index, row in every_row(files, columns):
         for value in row.values():
-            for name in cell_paths(value):
+            for name in _read_by_name(value):
                 if not isinstance(name, str):
                     continue
                 where = f"{file.name} row {index + 1}"

@@ -1,0 +1,66 @@
+"""Local files on the Jobs backend (issue 33), a second outside review: inputs and faults that made a call refuse
+good data, launch a job that cannot read its files, or answer something false about the upload. Against the
+emulated Hub, with the real huggingface_hub client and hf_xet (no mock of either)."""
+
+import io
+from pathlib import Path
+
+import pytest
+from mcp import Client
+
+from hf_train_mcp.shell.app import build_server
+from hf_train_mcp_demo.tiny import write_jsonl
+from tests.emulator import Emulator
+from tests.helpers import call, decoded_script, script_config
+
+pytestmark = pytest.mark.anyio
+BUCKET = "emu-user/jobs-artifacts"
+VIT = Path(__file__).parent / "data" / "configs" / "google--vit-base-patch16-224"
+TICKETS = {"model": "Qwen/Qwen2.5-0.5B", "dataset": "./tickets.jsonl", "backend": "hf",
+           "hub_model_id": "emu-user/tickets-sft", "max_steps": 20}
+ROWS = [{"prompt": f"Ticket {i}: the printer on floor {i % 4} jams.", "completion": f"hardware/{i % 3}"}
+        for i in range(30)]
+
+
+@pytest.fixture
+def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    write_jsonl(tmp_path / "tickets.jsonl", ROWS)
+    return tmp_path
+
+
+def input_volumes(spec: dict) -> list[dict]:
+    return [v for v in spec.get("volumes") or [] if v["mountPath"].startswith("/inputs/")]
+
+
+def _png(colour: tuple[int, int, int]) -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (16, 16), colour).save(out, "PNG")
+    return out.getvalue()
+
+
+async def test_a_parquet_with_embedded_image_bytes_is_uploaded_not_refused(hub: Emulator, here: Path) -> None:
+    """A parquet whose image cells hold their bytes beside a bare file name ({"bytes": ..., "path": "0.png"}: what
+    `datasets` writes, and every image parquet downloaded from the Hub holds) is read by the job from the bytes
+    (the template's image_path opens a {"path"} cell only without bytes) and validation accepts it; the upload
+    planner refused it: "names the image '0.png', which is not a file beside the data: the job would fail on that
+    row", which is false (jobs/uploads.py _named_images)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [{"image": {"bytes": _png((255, 0, 0) if i % 2 else (0, 0, 255)), "path": f"{i}.png"},
+             "label": ["blue", "red"][i % 2]} for i in range(8)]
+    pq.write_table(pa.Table.from_pylist(rows), here / "train.parquet")
+    vit = hub.serve_model(VIT)
+    before = len(hub.posted_jobs())
+    async with Client(build_server()) as client:
+        result = await client.call_tool("submit_training", {
+            "model": vit, "dataset": "./train.parquet", "method": "image-classification", "backend": "hf",
+            "hub_model_id": "emu-user/colours", "max_steps": 5})
+    assert not result.is_error, result.content[0].text
+    (spec,) = hub.posted_jobs()[before:]
+    (volume,) = input_volumes(spec)
+    assert script_config(decoded_script(spec))["dataset"] == f"{volume['mountPath']}/train.parquet"
+    assert result.structured_content["uploads"][0]["files"] == 1
