@@ -64,3 +64,33 @@ async def test_a_parquet_with_embedded_image_bytes_is_uploaded_not_refused(hub: 
     (volume,) = input_volumes(spec)
     assert script_config(decoded_script(spec))["dataset"] == f"{volume['mountPath']}/train.parquet"
     assert result.structured_content["uploads"][0]["files"] == 1
+
+
+QWEN_VL = Path(__file__).parent / "data" / "configs" / "Qwen--Qwen2-VL-2B-Instruct"
+
+
+@pytest.mark.parametrize("spelling", ["absolute", "relative"])
+async def test_a_conversation_naming_local_image_files_is_refused_for_a_hub_job(hub: Emulator, here: Path,
+                                                                                spelling: str) -> None:
+    """Rows whose turns name this machine's image files in a content part ({"type": "image", "path": ...}: the
+    processor's chat template opens it from the job's working folder, transformers' load_image) were planned with
+    the data file alone: the job on the Hub's machines cannot open those files and fails on the first row, billed.
+    Refused now, saying where to name images instead; nothing uploaded or launched (jobs/uploads.py plan_dataset)."""
+    from hf_train_mcp_demo.tiny import example_rows, write_images
+
+    rows = [dict(r) for r in example_rows("sft", 6, data_format="vision_messages")]
+    write_images(here, rows)
+    for row in rows:
+        image = row.pop("images")[0]
+        named = str(here / image) if spelling == "absolute" else image
+        row["messages"][0]["content"] = [{"type": "image", "path": named}, {"type": "text", "text": "What colour?"}]
+    write_jsonl(here / "chat.jsonl", rows)
+    model = hub.serve_model(QWEN_VL)
+    before, batches = len(hub.posted_jobs()), hub.count("POST", rf"/api/buckets/{BUCKET}/batch")
+    async with Client(build_server()) as client:
+        result = await client.call_tool("submit_training", {"model": model, "dataset": "./chat.jsonl", "backend": "hf",
+                                                            "hub_model_id": "emu-user/vl", "max_steps": 2})
+    assert len(hub.posted_jobs()) == before and hub.count("POST", rf"/api/buckets/{BUCKET}/batch") == batches
+    assert result.is_error, result.structured_content["uploads"]
+    text = result.content[0].text
+    assert "chat.jsonl row 1" in text and "images" in text and "Nothing was uploaded or launched" in text, text

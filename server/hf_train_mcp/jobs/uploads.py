@@ -25,9 +25,10 @@ from typing import Any
 
 from hf_train_mcp.access import Access
 from hf_train_mcp.bucket_inputs import CHUNK_BYTES, PLACE_ROOT, Upload, UploadFile, stamp
-from hf_train_mcp.data.images import cell_paths, image_folder_classes, is_image
+from hf_train_mcp.data.images import cell_paths, image_folder_classes, is_image, part_paths
 from hf_train_mcp.data.local import data_files
 from hf_train_mcp.data.rows import every_row
+from hf_train_mcp.data.validate import CONVERSATIONS
 from hf_train_mcp.errors import AccessError, DatasetError, NotFoundError, TrainError
 from hf_train_mcp.user_scripts.source import (SECRET_OVERLAP, credential, folder_left_out, known_secrets, left_out,
                                               marks_secret)
@@ -212,6 +213,20 @@ def _named_images(files: list[Path], mapping: dict[str, str] | None, base: Path)
     return out
 
 
+def _refuse_named_parts(files: list[Path], mapping: dict[str, str] | None, base: Path) -> None:
+    """A turn's content part naming a file of this machine ({"type": "image", "path": ...}) is opened by the
+    processor's chat template from the job's working folder (transformers' load_image: os.path.isfile), where no
+    uploaded copy is: the job would fail on that row, so it is refused now."""
+    columns = tuple(dict.fromkeys((mapping or {}).get(name, name) for name in CONVERSATIONS))
+    for file, index, row in every_row(files, columns):
+        for name in (n for value in row.values() for n in part_paths(value)):
+            if isinstance(name, str) and (os.path.isabs(name) or os.path.exists(base / name) or os.path.exists(name)):
+                raise DatasetError(f"{file.name} row {index + 1} names the file {name[:120]!r} in a turn's content, "
+                                   "which a job on the Hub's machines cannot open: put the images in an `images` "
+                                   "column, named relative to the data file's folder (e.g. 'images/cat.jpg'), and "
+                                   "leave the turn's part as {\"type\": \"image\"}. Nothing was uploaded or launched.")
+
+
 def _unreadable(images: list[Path], root: Path) -> None:
     """Every image opened as the job's reader opens it (its header and structure, not its pixels)."""
     try:
@@ -249,6 +264,7 @@ def plan_dataset(ref: str, *, mapping: dict[str, str] | None, access: Access) ->
     base = path if path.is_dir() else path.parent
     try:
         images = _named_images(files, mapping, base)
+        _refuse_named_parts(files, mapping, base)
     except ValueError as exc:  # rows the job's reader may read otherwise (rows.py)
         raise DatasetError(f"{exc}. Nothing was uploaded or launched.") from None
     if not all(access.allows_path(f) for f in images):
