@@ -94,3 +94,47 @@ async def test_a_conversation_naming_local_image_files_is_refused_for_a_hub_job(
     assert result.is_error, result.structured_content["uploads"]
     text = result.content[0].text
     assert "chat.jsonl row 1" in text and "images" in text and "Nothing was uploaded or launched" in text, text
+
+
+def _inputs(hub: Emulator) -> list[str]:
+    return sorted(p for p in hub.buckets.get(BUCKET, {}).get("files", {}) if p.startswith("hf-train-mcp/inputs/"))
+
+
+async def test_an_upload_refused_half_way_says_which_files_are_already_in_the_bucket(
+        hub: Emulator, here: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bucket's batch call refused after three of eight batches went: the answer said only the refusal, while
+    three of the user's private images now lie in the bucket. It says where, how many, and how to delete them, as
+    an answer after a refused POST does (backends/jobs_uploads.py _send_files)."""
+    from hf_train_mcp.backends import jobs_uploads
+    from hf_train_mcp_demo.tiny import example_rows, write_images
+
+    monkeypatch.setattr(jobs_uploads, "BATCH_FILES", 1)  # one file a batch: the fourth batch is refused
+    write_images(here, example_rows("image-classification", 8))
+    hub.fail_next("POST", rf"/api/buckets/{BUCKET}/batch", 400, skip=3)
+    vit = hub.serve_model(VIT)
+    before = len(hub.posted_jobs())
+    async with Client(build_server()) as client:
+        result = await client.call_tool("submit_training", {
+            "model": vit, "dataset": "./images", "method": "image-classification", "backend": "hf",
+            "hub_model_id": "emu-user/colours", "max_steps": 5})
+    left = _inputs(hub)
+    assert result.is_error and len(hub.posted_jobs()) == before and len(left) == 3, left
+    text = result.content[0].text
+    place = left[0].rsplit("/", 2)[0]
+    assert f"{BUCKET}/{place}" in text and "3 file(s)" in text and "hf buckets rm" in text, text
+
+
+@pytest.mark.detached  # the run's watcher
+async def test_a_run_stopped_on_a_node_that_could_not_be_posted_says_where_the_files_are(hub: Emulator,
+                                                                                         here: Path) -> None:
+    """A run across two machines on a local dataset whose node 1 POST is refused: rank 0 is canceled and the
+    answer is an error, which said nothing of the user's data now in the bucket (jobs/launcher.py launch: only a
+    refused rank 0 POST said it)."""
+    hub.fail_next("POST", r"/api/jobs/emu-user", 400, skip=1)
+    async with Client(build_server()) as client:
+        result = await client.call_tool("submit_training", {**TICKETS, "nodes": 2, "flavor": "a100x8",
+                                                            "peft": "full", "timeout": "1h"})
+    (place,) = {p.rsplit("/", 1)[0] for p in _inputs(hub)}
+    text = result.content[0].text
+    assert result.is_error and "node 1 of 2 could not be submitted" in text, text
+    assert f"{BUCKET}/{place}" in text and "hf buckets rm" in text, text

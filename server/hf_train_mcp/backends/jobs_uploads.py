@@ -11,10 +11,11 @@ import os
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 
 from hf_train_mcp.errors import AuthError, NotFoundError, TrainError
 from hf_train_mcp.hub import bounded
-from hf_train_mcp.bucket_inputs import PLACE_ROOT, Sent, Upload, UploadFile, sha256_of
+from hf_train_mcp.bucket_inputs import PLACE_ROOT, Sent, Upload, UploadFile, left_in_bucket, sha256_of
 
 BATCH_FILES = 200  # files per batch call: progress is said between batches
 BATCH_BYTES = 512 * 2**20
@@ -167,9 +168,10 @@ def _send_batch(api, bucket: str, upload: Upload, batch: list[UploadFile], held:
 
 
 def _send_files(api, bucket: str, upload: Upload, missing: list[UploadFile], held: dict[str, str],
-                share: Share | None, token: str | None) -> int:
-    """Copy what the bucket holds elsewhere, upload the rest, a batch at a time; the bytes uploaded. The place
-    never keeps other bytes than its name says: a batch that changed while it went is deleted again."""
+                share: Share | None, token: str | None, went: list[UploadFile]) -> int:
+    """Copy what the bucket holds elsewhere, upload the rest, a batch at a time; the bytes uploaded (`went`: the
+    files put in place so far). The place never keeps other bytes than its name says: a batch that changed while
+    it went is deleted again."""
     _check_unchanged(upload, missing)
     done, sent, total = 0, 0, sum(f.size for f in missing)
     if share and total:
@@ -181,6 +183,7 @@ def _send_files(api, bucket: str, upload: Upload, missing: list[UploadFile], hel
             bounded("removing a changed upload", lambda batch=batch: api.batch_bucket_files(
                 bucket, delete=[f"{upload.place}/{f.name}" for f in batch]), token)
             raise
+        went += batch
         done += sum(f.size for f in batch)
         if share:
             share(done, total)
@@ -212,12 +215,27 @@ def send(api, uploads: list[Upload], namespace: str | None, *, token: str | None
             continue
         every = every if every is not None else _listing(api, bucket, PLACE_ROOT, token)
         disable_progress_bars()  # as sync_bucket(quiet=True) does: stdout and stderr are no place for bars here
+        went: list[UploadFile] = []
         try:
-            out.append(Sent(bucket, upload, _send_files(api, bucket, upload, missing, every, share, token)))
+            out.append(Sent(bucket, upload, _send_files(api, bucket, upload, missing, every, share, token, went)))
+        except TrainError as exc:  # what this call put in the bucket stays there: the answer says where
+            gone = {f.name for f in missing}
+            raise _saying_placed(exc, bucket, out, upload, [f for f in upload.files if f.name not in gone] + went)
         finally:
             enable_progress_bars()
         every = None  # what it sent may be the next upload's to copy
     return out
+
+
+def _saying_placed(exc: TrainError, bucket: str, done: list[Sent], upload: Upload,
+                   placed: list[UploadFile]) -> TrainError:
+    """An upload that failed part-way, its error saying which of this call's local files lie in the bucket: the
+    uploads done before it, and the files of its own place that are there."""
+    part = [Sent(bucket, replace(upload, count=len(placed), size=sum(f.size for f in placed)), None)] if placed else []
+    there = [s for s in done if s.upload.files] + part
+    if there:
+        exc.args = (f"{exc}. {left_in_bucket(there)}",)
+    return exc
 
 
 def volumes(bucket: str, uploads: list[Upload]) -> list:

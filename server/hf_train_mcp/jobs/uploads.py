@@ -24,7 +24,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from hf_train_mcp.access import Access
-from hf_train_mcp.bucket_inputs import CHUNK_BYTES, PLACE_ROOT, Upload, UploadFile, stamp
+from hf_train_mcp.bucket_inputs import CHUNK_BYTES, PLACE_ROOT, Upload, UploadFile, shown_bytes, stamp
 from hf_train_mcp.data.images import cell_paths, image_folder_classes, is_image, part_paths
 from hf_train_mcp.data.local import data_files
 from hf_train_mcp.data.rows import every_row
@@ -39,14 +39,6 @@ MAX_UPLOAD_BYTES = 100 * 10**9
 UPLOAD_BYTES_PER_S = 20e6
 _MAX_CONFIG = 1 << 20  # a model's config.json kept in the ledger (a real one is a few kB)
 _SECRET_NOTE = "holds a private key, a cloud or Hugging Face credential (an access token, an AWS key)"
-
-
-def shown_bytes(size: float) -> str:
-    """A size as an answer or a question says it (decimal units, as the Hub's pages do)."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if size >= scale:
-            return f"{size / scale:,.{2 if unit == 'GB' else 1}f} {unit}"
-    return f"{int(size)} bytes"
 
 
 # --- hashing --------------------------------------------------------------------------------------------------
