@@ -138,3 +138,26 @@ async def test_a_run_stopped_on_a_node_that_could_not_be_posted_says_where_the_f
     text = result.content[0].text
     assert result.is_error and "node 1 of 2 could not be submitted" in text, text
     assert f"{BUCKET}/{place}" in text and "hf buckets rm" in text, text
+
+
+async def test_a_dry_run_counts_only_the_bytes_that_would_travel(hub: Emulator, here: Path) -> None:
+    """An image folder with one picture changed since its upload: the launch copies the seven unchanged files inside
+    the bucket by their xet hash and sends one file's bytes, but the dry run (and the upload question, which counts
+    the same way: Launcher.count_uploads) said all eight would be sent: new_bytes counted every file missing from
+    the new place (backends/jobs_uploads.py send, dry_run)."""
+    from PIL import Image
+    from hf_train_mcp_demo.tiny import example_rows, write_images
+
+    vit = hub.serve_model(VIT)
+    rows = example_rows("image-classification", 8)
+    write_images(here, rows)
+    arguments = {"model": vit, "dataset": "./images", "method": "image-classification", "backend": "hf",
+                 "hub_model_id": "emu-user/colours", "max_steps": 5}
+    async with Client(build_server()) as client:
+        await call(client, "submit_training", arguments)
+        changed = here / rows[0]["image"]
+        Image.new("RGB", (32, 32), (250, 10, 10)).save(changed)
+        plan = await call(client, "submit_training", {**arguments, "dry_run": True})
+        launched = await call(client, "submit_training", arguments)
+    assert launched["uploads"][0]["new_bytes"] == changed.stat().st_size
+    assert plan["uploads"][0]["new_bytes"] == changed.stat().st_size, plan["uploads"]

@@ -49,13 +49,35 @@ def _private_bucket(api, bucket: str, *, create: bool, token: str | None) -> boo
     return True
 
 
-def _listing(api, bucket: str, prefix: str, token: str | None) -> dict[str, str]:
-    """path -> xet hash of every file the bucket holds under `prefix` (a folder)."""
+def _files(api, bucket: str, prefix: str, token: str | None) -> list:
+    """Every file (huggingface_hub BucketFile: its path and xet hash) the bucket holds under `prefix` (a folder)."""
     from huggingface_hub import BucketFile
 
     items = bounded("listing your jobs-artifacts bucket", lambda: list(api.list_bucket_tree(
         bucket, prefix=prefix, recursive=True)), token, deadline_s=LIST_DEADLINE_S)
-    return {item.path: item.xet_hash for item in items if isinstance(item, BucketFile)}
+    return [item for item in items if isinstance(item, BucketFile)]
+
+
+def _listing(api, bucket: str, prefix: str, token: str | None) -> dict[str, str]:
+    """path -> xet hash of every file the bucket holds under `prefix` (a folder)."""
+    return {item.path: item.xet_hash for item in _files(api, bucket, prefix, token)}
+
+
+def _travelling(missing: list[UploadFile], held: list) -> int:
+    """The bytes a send of `missing` would upload: a file the bucket holds elsewhere (`held`, by its xet hash) is
+    copied on the Hub's side, as _send_batch does. Only a file some earlier place holds under its name (another
+    version of the folder) is hashed to tell: a dry run or a question does not read every file again."""
+    import hf_xet
+
+    names = {item.path.split("/", len(PLACE_ROOT.split("/")) + 1)[-1] for item in held}
+    hashes = {item.xet_hash for item in held}
+    maybe = [f for f in missing if f.name in names]
+    try:
+        found = hf_xet.hash_files([f.source for f in maybe]) if maybe else []
+    except Exception:  # a file gone or unreadable since it was planned: the send refuses it; count it whole here
+        return sum(f.size for f in missing)
+    return sum(f.size for f in missing) - sum(f.size for f, info in zip(maybe, found, strict=True)
+                                              if info.hash in hashes)
 
 
 def _unchanged(file: UploadFile) -> bool:
@@ -199,6 +221,7 @@ def send(api, uploads: list[Upload], namespace: str | None, *, token: str | None
     bucket = bucket_of(api, namespace)
     exists = _private_bucket(api, bucket, create=not dry_run, token=token)
     out, every = [], None  # every upload's files, listed only when one must be sent (its copies' sources)
+    everything = None  # the same, with their sizes: what a dry run counts as copied rather than sent
     for upload in uploads:
         held = _listing(api, bucket, upload.place, token) if exists else {}
         present = len(held)
@@ -210,6 +233,10 @@ def send(api, uploads: list[Upload], namespace: str | None, *, token: str | None
             out.append(Sent(bucket, upload, 0))
             continue
         missing = [f for f in upload.files if f"{upload.place}/{f.name}" not in held]
+        if dry_run and missing and exists:  # what would travel: the bucket's other files are copied, not sent
+            everything = everything if everything is not None else _files(api, bucket, PLACE_ROOT, token)
+            out.append(Sent(bucket, upload, _travelling(missing, everything)))
+            continue
         if dry_run or not missing:
             out.append(Sent(bucket, upload, sum(f.size for f in missing)))
             continue
