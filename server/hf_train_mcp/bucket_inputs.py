@@ -100,6 +100,13 @@ def left_in_bucket(sent: list[Sent]) -> str:
             f"again. To delete them: {delete}")
 
 
+def saying_files(exc: Exception, sent: list[Sent]) -> Exception:
+    """An error of a call that put local files in the bucket, with left_in_bucket's sentence after it."""
+    if sent:
+        exc.args = (f"{str(exc).rstrip('. ')}. {left_in_bucket(sent)}",)
+    return exc
+
+
 def stamp(info: os.stat_result) -> tuple[int, ...]:
     return info.st_dev, info.st_ino, info.st_ctime_ns
 

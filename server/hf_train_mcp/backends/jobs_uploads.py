@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from hf_train_mcp.errors import AuthError, NotFoundError, TrainError
 from hf_train_mcp.hub import bounded
-from hf_train_mcp.bucket_inputs import PLACE_ROOT, Sent, Upload, UploadFile, left_in_bucket, sha256_of
+from hf_train_mcp.bucket_inputs import PLACE_ROOT, Sent, Upload, UploadFile, saying_files, sha256_of
 
 BATCH_FILES = 200  # files per batch call: progress is said between batches
 BATCH_BYTES = 512 * 2**20
@@ -255,14 +255,11 @@ def send(api, uploads: list[Upload], namespace: str | None, *, token: str | None
 
 
 def _saying_placed(exc: TrainError, bucket: str, done: list[Sent], upload: Upload,
-                   placed: list[UploadFile]) -> TrainError:
+                   placed: list[UploadFile]) -> Exception:
     """An upload that failed part-way, its error saying which of this call's local files lie in the bucket: the
     uploads done before it, and the files of its own place that are there."""
     part = [Sent(bucket, replace(upload, count=len(placed), size=sum(f.size for f in placed)), None)] if placed else []
-    there = [s for s in done if s.upload.files] + part
-    if there:
-        exc.args = (f"{exc}. {left_in_bucket(there)}",)
-    return exc
+    return saying_files(exc, [s for s in done if s.upload.files] + part)
 
 
 def volumes(bucket: str, uploads: list[Upload]) -> list:

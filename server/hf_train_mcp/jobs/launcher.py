@@ -20,7 +20,7 @@ from hf_train_mcp.durations import minutes_since
 from hf_train_mcp.jobs import keys
 from hf_train_mcp.jobs.ledger import PENDING, SUBMITTING, UNKNOWN, JobRecord, KeyConflict, Ledger, claim_id, now_iso
 from hf_train_mcp.jobs.prepared import Prepared, Progress, Share
-from hf_train_mcp.bucket_inputs import Sent, Upload, left_in_bucket
+from hf_train_mcp.bucket_inputs import Sent, Upload, saying_files
 from hf_train_mcp.jobs.uploads import shown_bytes
 from hf_train_mcp.contract.results import Submission
 from hf_train_mcp.jobs import duplicates
@@ -89,13 +89,6 @@ def _planned_record(prepared: Prepared, submission: str, claim: str | None, sent
     )
 
 
-def _saying_files(exc: TrainError, sent: list[Sent]) -> TrainError:
-    """A failed launch's error, saying where the local files this call uploaded now are and how to delete them."""
-    if sent:
-        exc.args = (f"{exc}. {left_in_bucket(sent)}",)
-    return exc
-
-
 def _labelled(spec: Any, prepared: Prepared, submission: str) -> Any:
     """The job's spec with the labels that find it again: its submission's, its idempotency key's, what was asked."""
     key = prepared.req.idempotency_key
@@ -149,7 +142,7 @@ class Launcher:
         try:
             ref = self._submit(backend, script, spec, planned if journal else None)
         except TrainError as exc:  # the files stay in the bucket: the answer says where, as a launch's does
-            raise _saying_files(exc, sent)
+            raise saying_files(exc, sent)
         if not backend.pushes_to_hub and kind in ("train", "export"):  # the output stays in the job's folder
             model_url = f"{ref.url}/{backend.output_dir}"
         if not backend.pushes_to_hub and kind == "train":
@@ -170,7 +163,7 @@ class Launcher:
             try:
                 self._post_nodes(backend, script, node_spec, record)
             except TrainError as exc:  # a run stopped on a node never posted: its answer says where the files are
-                raise _saying_files(exc, sent)
+                raise saying_files(exc, sent)
         elif record.doubted:  # a copy may still appear: its watcher looks the label up, and cancels it
             node_ranks.ensure_watched(record)
         return submission_of(record, ledger=self.ledger, sent=sent)
