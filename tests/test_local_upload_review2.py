@@ -161,3 +161,23 @@ async def test_a_dry_run_counts_only_the_bytes_that_would_travel(hub: Emulator, 
         launched = await call(client, "submit_training", arguments)
     assert launched["uploads"][0]["new_bytes"] == changed.stat().st_size
     assert plan["uploads"][0]["new_bytes"] == changed.stat().st_size, plan["uploads"]
+
+
+async def test_the_estimate_counts_the_images_a_renamed_image_column_names(hub: Emulator, here: Path) -> None:
+    """Rows whose images column is called `photos` (an alias validation maps to `images`): the launch uploads the
+    data file and every image it names, but estimate_cost said only the data file's bytes would be sent (its upload
+    plan read the columns unmapped: planning/estimation.py _upload_time)."""
+    from hf_train_mcp_demo.tiny import example_rows, write_images
+
+    rows = [dict(r) for r in example_rows("sft", 6, data_format="vision_messages")]
+    write_images(here, rows)
+    write_jsonl(here / "chat.jsonl", [{"messages": r["messages"], "photos": r["images"]} for r in rows])
+    model = hub.serve_model(QWEN_VL)
+    async with Client(build_server()) as client:
+        plan = await call(client, "submit_training", {"model": model, "dataset": "./chat.jsonl", "backend": "hf",
+                                                      "hub_model_id": "emu-user/vl", "max_steps": 2, "dry_run": True})
+        estimate = await call(client, "estimate_cost", {"model": model, "dataset": "./chat.jsonl", "backend": "hf"})
+    from hf_train_mcp.jobs.uploads import shown_bytes
+
+    assert plan["uploads"][0]["files"] == 7
+    assert estimate["assumptions"]["upload"].startswith(shown_bytes(plan["uploads"][0]["bytes"])), estimate
