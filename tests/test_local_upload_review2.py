@@ -181,3 +181,26 @@ async def test_the_estimate_counts_the_images_a_renamed_image_column_names(hub: 
 
     assert plan["uploads"][0]["files"] == 7
     assert estimate["assumptions"]["upload"].startswith(shown_bytes(plan["uploads"][0]["bytes"])), estimate
+
+
+async def test_a_key_found_on_the_hub_uploads_nothing_and_records_no_copy_the_job_never_read(
+        hub: Emulator, here: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A retry with the same idempotency_key once the ledger is lost (another HF_TRAIN_HOME) adopts the job the Hub
+    holds under the key's label. The launch uploaded the local file as it is now before it looked the key up: the
+    edited file went to the bucket though nothing launched, and the adopted job was recorded as reading that new
+    copy (a follow-up would mount it) while it mounts the first one (jobs/launcher.py launch)."""
+    first_key = {**TICKETS, "idempotency_key": "same-data"}
+    async with Client(build_server()) as client:
+        job = await call(client, "submit_training", first_key)
+    (mounted,) = input_volumes(hub.posted_jobs()[-1])
+    write_jsonl(here / "tickets.jsonl", [{**row, "completion": row["completion"] + "!"} for row in ROWS])
+    monkeypatch.setenv("HF_TRAIN_HOME", str(tmp_path / "another-home"))  # the ledger lost
+    before, batches = len(hub.posted_jobs()), hub.count("POST", rf"/api/buckets/{BUCKET}/batch")
+    async with Client(build_server()) as client:
+        again = await call(client, "submit_training", first_key)
+    assert again["job_id"] == job["job_id"] and len(hub.posted_jobs()) == before
+    assert hub.count("POST", rf"/api/buckets/{BUCKET}/batch") == batches, "uploaded for a job it did not launch"
+    from hf_train_mcp.jobs.ledger import Ledger
+
+    recorded = [entry["place"] for entry in Ledger().get(job["job_id"]).uploads]
+    assert recorded in ([], [mounted["path"]]), (recorded, mounted["path"])

@@ -123,19 +123,21 @@ class Launcher:
         if claim is not None and not self.ledger.renew(req.idempotency_key, claim):
             raise ConflictError(f"another server took over idempotency_key {req.idempotency_key!r} while this one was "
                              "preparing; nothing was submitted here: call again to get that server's job")
+        submission = uuid.uuid4().hex[:12]
+        if backend.labels_submissions:  # before the upload: a job the key names was posted with its own copies,
+            adopted = self._keyed_on_hub(backend, _planned_record(prepared, submission, claim, []),  # unknown here
+                                         req.idempotency_key, claim)
+            if adopted is not None:
+                return adopted
         sent = self._send(backend, prepared, progress)
         if progress:
             progress(f"submitting to {backend.place}")
-        submission = uuid.uuid4().hex[:12]
         if spec.nodes > 1:  # rank 0 of a run across machines: the group every node joins, named by this submission
             spec = replace(spec, network_group=node_rules.group_name(submission), node_rank=0)
         node_spec = spec  # what ranks 1..N-1 are posted with (their own labels, no idempotency key)
         planned = _planned_record(prepared, submission, claim, sent)
         journal = None
         if backend.labels_submissions:  # a server killed mid-POST leaves this; _recover_submissions finds the job
-            adopted = self._keyed_on_hub(backend, planned, req.idempotency_key, claim)
-            if adopted is not None:
-                return adopted
             spec = _labelled(spec, prepared, submission)
             self.ledger.journal(planned)
             journal = planned.job_id
