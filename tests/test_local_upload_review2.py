@@ -204,3 +204,33 @@ async def test_a_key_found_on_the_hub_uploads_nothing_and_records_no_copy_the_jo
 
     recorded = [entry["place"] for entry in Ledger().get(job["job_id"]).uploads]
     assert recorded in ([], [mounted["path"]]), (recorded, mounted["path"])
+
+
+async def test_a_refused_copy_inside_the_bucket_sends_the_files_instead(hub: Emulator, here: Path) -> None:
+    """A new version of an image folder copies its unchanged files from the earlier version's place by xet hash
+    (a server-side shortcut). That copy refused (the batch answered 422) failed the whole submission, though every
+    file is right here to send, and said the same call would be refused again: the refused copies are uploaded
+    instead (backends/jobs_uploads.py _send_batch)."""
+    import hf_xet
+    from PIL import Image
+    from hf_train_mcp_demo.tiny import example_rows, write_images
+
+    vit = hub.serve_model(VIT)
+    rows = example_rows("image-classification", 8)
+    write_images(here, rows)
+    arguments = {"model": vit, "dataset": "./images", "method": "image-classification", "backend": "hf",
+                 "hub_model_id": "emu-user/colours", "max_steps": 5}
+    async with Client(build_server()) as client:
+        await call(client, "submit_training", arguments)
+        Image.new("RGB", (32, 32), (250, 10, 10)).save(here / rows[0]["image"])
+        hub.fail_next("POST", rf"/api/buckets/{BUCKET}/batch", 422)  # the copy batch (sent before the upload)
+        before = len(hub.posted_jobs())
+        result = await client.call_tool("submit_training", arguments)
+    assert not result.is_error, result.content[0].text
+    (spec,) = hub.posted_jobs()[before:]
+    (volume,) = input_volumes(spec)
+    local = {Path(r["image"]).relative_to("images").as_posix(): here / r["image"] for r in rows}
+    held = {p[len(volume["path"]) + 1:]: e["xetHash"] for p, e in hub.buckets[BUCKET]["files"].items()
+            if p.startswith(volume["path"] + "/")}
+    assert held == {name: hf_xet.hash_files([str(path)])[0].hash for name, path in local.items()}
+    assert result.structured_content["uploads"][0]["new_bytes"] == sum(p.stat().st_size for p in local.values())

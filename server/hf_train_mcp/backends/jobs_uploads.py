@@ -7,6 +7,7 @@ earlier version of the folder) is copied there by its xet hash on the Hub's side
 rest is uploaded in batches, progress said between them.
 """
 
+import logging
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -17,6 +18,7 @@ from hf_train_mcp.errors import AuthError, NotFoundError, TrainError
 from hf_train_mcp.hub import bounded
 from hf_train_mcp.bucket_inputs import PLACE_ROOT, Sent, Upload, UploadFile, saying_files, sha256_of
 
+log = logging.getLogger(__name__)
 BATCH_FILES = 200  # files per batch call: progress is said between batches
 BATCH_BYTES = 512 * 2**20
 LIST_DEADLINE_S = 120.0
@@ -165,6 +167,21 @@ def _batches(files: list[UploadFile]) -> list[list[UploadFile]]:
     return [batch for batch in out if batch]
 
 
+def _copied(api, bucket: str, upload: Upload, files: list[tuple[str, str]], token: str | None) -> bool:
+    """Whether the files ((name, xet hash): bytes the bucket holds elsewhere) were copied to their place on the
+    Hub's side; a copy refused is no reason to fail the launch: the files are here, and are uploaded instead."""
+    copy = [("bucket", bucket, xet_hash, f"{upload.place}/{name}") for name, xet_hash in files]
+    try:
+        bounded(f"copying files of the {upload.role} inside your bucket",
+                _writing(bucket, lambda: api.batch_bucket_files(bucket, copy=copy)), token, deadline_s=LIST_DEADLINE_S)
+    except AuthError:
+        raise  # the token may not write the bucket: uploading is refused just the same
+    except TrainError as exc:
+        log.info("copying %d file(s) inside the bucket failed, uploading them instead: %s", len(files), exc)
+        return False
+    return True
+
+
 def _send_batch(api, bucket: str, upload: Upload, batch: list[UploadFile], held: dict[str, str],
                 token: str | None) -> int:
     """One batch, each file pinned (_pinned): copied when the bucket holds its bytes elsewhere, else uploaded; a
@@ -175,13 +192,11 @@ def _send_batch(api, bucket: str, upload: Upload, batch: list[UploadFile], held:
         hashes = hf_xet.hash_files([sources[f.name] for f in batch])
         xet = {f.name: info.hash for f, info in zip(batch, hashes, strict=True)}
         known = {xet_hash: path for path, xet_hash in held.items()}
-        copies = [("bucket", bucket, xet[f.name], f"{upload.place}/{f.name}") for f in batch if xet[f.name] in known]
-        add = [(sources[f.name], f"{upload.place}/{f.name}") for f in batch if xet[f.name] not in known]
-        if copies:
-            bounded(f"copying files of the {upload.role} inside your bucket",
-                    _writing(bucket, lambda: api.batch_bucket_files(bucket, copy=copies)), token,
-                    deadline_s=LIST_DEADLINE_S)
-        size = sum(f.size for f in batch if xet[f.name] not in known)
+        copied = [f for f in batch if xet[f.name] in known]
+        if copied and not _copied(api, bucket, upload, [(f.name, xet[f.name]) for f in copied], token):
+            copied = []
+        add = [(sources[f.name], f"{upload.place}/{f.name}") for f in batch if f not in copied]
+        size = sum(f.size for f in batch if f not in copied)
         if add:
             bounded(f"uploading the {upload.role} to your jobs-artifacts bucket",
                     _writing(bucket, lambda: api.batch_bucket_files(bucket, add=add)), token,
