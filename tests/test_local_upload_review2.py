@@ -234,3 +234,15 @@ async def test_a_refused_copy_inside_the_bucket_sends_the_files_instead(hub: Emu
             if p.startswith(volume["path"] + "/")}
     assert held == {name: hf_xet.hash_files([str(path)])[0].hash for name, path in local.items()}
     assert result.structured_content["uploads"][0]["new_bytes"] == sum(p.stat().st_size for p in local.values())
+
+
+async def test_a_measurement_on_a_local_dataset_says_where_its_files_went(hub: Emulator, here: Path) -> None:
+    """estimate_cost(measure=True) launches a measurement job that reads the local dataset from the bucket: the
+    file is uploaded, yet the estimate's answer said nothing of where it went, how much, or how to delete it, as
+    every other launching answer does (issue 33; planning/estimation.py _measure)."""
+    async with Client(build_server()) as client:
+        estimate = await call(client, "estimate_cost", {"model": TICKETS["model"], "dataset": "./tickets.jsonl",
+                                                        "backend": "hf", "flavor": "a10g-small", "measure": True})
+    (place,) = {p.rsplit("/", 1)[0] for p in _inputs(hub)}
+    said = " ".join(estimate["warnings"])
+    assert estimate["measurement"]["job_id"] and f"{BUCKET}/{place}" in said and "hf buckets rm" in said, said

@@ -210,6 +210,8 @@ class Estimator:
         warnings.append(f"measuring on {sub.flavor}: job {sub.job_id} runs {PROBE_STEPS} optimizer steps at the "
                         f"real batch size (at most {sub.timeout}, ${sub.worst_case_cost_usd or 0:.2f}); call "
                         "estimate_cost again with the same arguments once it has finished")
+        warnings += [f"it reads your local files from your private bucket: {u['bucket']}/{u['path']} ({u['files']} "
+                     f"file(s), {shown_bytes(u['bytes'])}); to delete them: {u['delete']}" for u in sub.uploads or []]
         return Measurement(job_id=sub.job_id, stage=sub.stage, job_url=sub.job_url)
 
     def _measurement_key(self, req: EstimateRequest, work: Workload, chosen: FlavorEstimate) -> tuple[str, str, str]:
