@@ -246,3 +246,28 @@ async def test_a_measurement_on_a_local_dataset_says_where_its_files_went(hub: E
     (place,) = {p.rsplit("/", 1)[0] for p in _inputs(hub)}
     said = " ".join(estimate["warnings"])
     assert estimate["measurement"]["job_id"] and f"{BUCKET}/{place}" in said and "hf buckets rm" in said, said
+
+
+async def test_an_image_folder_with_hidden_macos_files_is_uploaded_without_them(hub: Emulator, here: Path) -> None:
+    """A folder copied from a Mac holds AppleDouble files beside each picture (`red/._0.png`: metadata, no image).
+    `datasets` never reads a hidden file of a folder (data_files.py
+    _is_unrequested_hidden_file_or_is_inside_unrequested_hidden_dir), so the job reads the pictures alone, but the
+    upload planner refused the folder ("cannot be read: 'red/._0.png' ... the job fails on the first"): a false
+    refusal. The hidden files are left home now (jobs/uploads.py plan_dataset)."""
+    from hf_train_mcp_demo.tiny import example_rows, write_images
+
+    vit = hub.serve_model(VIT)
+    rows = example_rows("image-classification", 8)
+    write_images(here, rows)
+    for row in rows:
+        picture = here / row["image"]
+        (picture.parent / f"._{picture.name}").write_bytes(b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X        ")
+    before = len(hub.posted_jobs())
+    async with Client(build_server()) as client:
+        result = await client.call_tool("submit_training", {
+            "model": vit, "dataset": "./images", "method": "image-classification", "backend": "hf",
+            "hub_model_id": "emu-user/colours", "max_steps": 5})
+    assert not result.is_error, result.content[0].text
+    assert len(hub.posted_jobs()) == before + 1
+    assert result.structured_content["uploads"][0]["files"] == 8
+    assert not any("/._" in p for p in _inputs(hub))

@@ -244,7 +244,10 @@ def plan_dataset(ref: str, *, mapping: dict[str, str] | None, access: Access) ->
     path = Path(ref).expanduser().resolve()
     classes = image_folder_classes(path, access.allows_path) if path.is_dir() else None
     if classes:
-        images = [f for c in classes for f in (path / c).iterdir() if is_image(f) and f.is_file()]
+        # a hidden file (a Mac's ._cat.jpg) is never read by datasets' image folder loader (data_files.py
+        # _is_unrequested_hidden_file_or_is_inside_unrequested_hidden_dir): it stays home, unjudged
+        images = [f for c in classes for f in (path / c).iterdir()
+                  if is_image(f) and not f.name.startswith(".") and f.is_file()]
         _check_caps(len(images), 0, f"the image folder {path.name!r}")
         outside = [f for f in images if not access.allows_path(f)]
         if outside:
