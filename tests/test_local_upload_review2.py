@@ -271,3 +271,20 @@ async def test_an_image_folder_with_hidden_macos_files_is_uploaded_without_them(
     assert len(hub.posted_jobs()) == before + 1
     assert result.structured_content["uploads"][0]["files"] == 8
     assert not any("/._" in p for p in _inputs(hub))
+
+
+async def test_a_data_folders_hidden_files_are_neither_judged_nor_uploaded(hub: Emulator, here: Path) -> None:
+    """A data folder edited in Jupyter holds `.ipynb_checkpoints/part-0-checkpoint.jsonl` (a stale copy) and, from a
+    Mac, `._part-0.jsonl`. The job's `datasets` never reads hidden files or folders (data_files.py
+    _is_unrequested_hidden_file_or_is_inside_unrequested_hidden_dir), but they were validated and uploaded with the
+    data (and named the folder's content): the bucket got files the job never reads (data/local.py data_files)."""
+    folder = here / "export"
+    write_jsonl(folder / "part-0.jsonl", ROWS)
+    write_jsonl(folder / ".ipynb_checkpoints" / "part-0-checkpoint.jsonl", ROWS[:3])
+    (folder / "._part-0.jsonl").write_bytes(b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X        ")
+    async with Client(build_server()) as client:
+        result = await client.call_tool("submit_training", {**TICKETS, "dataset": "./export"})
+    assert not result.is_error, result.content[0].text
+    (upload,) = result.structured_content["uploads"]
+    assert upload["files"] == 1 and [p.rsplit("/", 1)[1] for p in _inputs(hub) if upload["path"] in p] == [
+        "part-0.jsonl"], _inputs(hub)
