@@ -270,7 +270,7 @@ async def test_an_image_named_inside_a_conversations_part_is_refused_with_the_la
     write_jsonl(here / "shots.jsonl", [{"messages": turn}] * 4)
     text = await refusal(hub, {"model": qwen2_vl, "dataset": "./shots.jsonl", "backend": "hf",
                                "hub_model_id": "emu-user/shots", "max_steps": 2})
-    assert "inside a conversation's part" in text and "`images` column" in text, text
+    assert "in a turn's content" in text and "`images` column" in text, text
 
 
 @pytest.mark.parametrize(("cap", "value", "said"), [("MAX_UPLOAD_FILES", 5, "over the cap of 5 files"),

@@ -82,6 +82,31 @@ class Sent:
                 "delete": f"hf buckets rm {where}/ --recursive (a follow-up of the job needs it)"}
 
 
+def shown_bytes(size: float) -> str:
+    """A size as an answer or a question says it (decimal units, as the Hub's pages do)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size >= scale:
+            return f"{size / scale:,.{2 if unit == 'GB' else 1}f} {unit}"
+    return f"{int(size)} bytes"
+
+
+def left_in_bucket(sent: list[Sent]) -> str:
+    """What an answer without a job says of the local files this call put in the bucket: where they are, and how
+    to delete them."""
+    where = "; ".join(f"{s.bucket}/{s.upload.place} ({s.upload.count} file(s), {shown_bytes(s.upload.size)})"
+                      for s in sent)
+    delete = " and ".join(f"hf buckets rm {s.bucket}/{s.upload.place}/ --recursive" for s in sent)
+    return (f"Your local files are in your private bucket: {where}; a new call reuses them without sending them "
+            f"again. To delete them: {delete}")
+
+
+def saying_files(exc: Exception, sent: list[Sent]) -> Exception:
+    """An error of a call that put local files in the bucket, with left_in_bucket's sentence after it."""
+    if sent:
+        exc.args = (f"{str(exc).rstrip('. ')}. {left_in_bucket(sent)}",)
+    return exc
+
+
 def stamp(info: os.stat_result) -> tuple[int, ...]:
     return info.st_dev, info.st_ino, info.st_ctime_ns
 

@@ -7,15 +7,18 @@ earlier version of the folder) is copied there by its xet hash on the Hub's side
 rest is uploaded in batches, progress said between them.
 """
 
+import logging
 import os
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 
 from hf_train_mcp.errors import AuthError, NotFoundError, TrainError
 from hf_train_mcp.hub import bounded
-from hf_train_mcp.bucket_inputs import PLACE_ROOT, Sent, Upload, UploadFile, sha256_of
+from hf_train_mcp.bucket_inputs import PLACE_ROOT, Sent, Upload, UploadFile, saying_files, sha256_of
 
+log = logging.getLogger(__name__)
 BATCH_FILES = 200  # files per batch call: progress is said between batches
 BATCH_BYTES = 512 * 2**20
 LIST_DEADLINE_S = 120.0
@@ -48,13 +51,35 @@ def _private_bucket(api, bucket: str, *, create: bool, token: str | None) -> boo
     return True
 
 
-def _listing(api, bucket: str, prefix: str, token: str | None) -> dict[str, str]:
-    """path -> xet hash of every file the bucket holds under `prefix` (a folder)."""
+def _files(api, bucket: str, prefix: str, token: str | None) -> list:
+    """Every file (huggingface_hub BucketFile: its path and xet hash) the bucket holds under `prefix` (a folder)."""
     from huggingface_hub import BucketFile
 
     items = bounded("listing your jobs-artifacts bucket", lambda: list(api.list_bucket_tree(
         bucket, prefix=prefix, recursive=True)), token, deadline_s=LIST_DEADLINE_S)
-    return {item.path: item.xet_hash for item in items if isinstance(item, BucketFile)}
+    return [item for item in items if isinstance(item, BucketFile)]
+
+
+def _listing(api, bucket: str, prefix: str, token: str | None) -> dict[str, str]:
+    """path -> xet hash of every file the bucket holds under `prefix` (a folder)."""
+    return {item.path: item.xet_hash for item in _files(api, bucket, prefix, token)}
+
+
+def _travelling(missing: list[UploadFile], held: list) -> int:
+    """The bytes a send of `missing` would upload: a file the bucket holds elsewhere (`held`, by its xet hash) is
+    copied on the Hub's side, as _send_batch does. Only a file some earlier place holds under its name (another
+    version of the folder) is hashed to tell: a dry run or a question does not read every file again."""
+    import hf_xet
+
+    names = {item.path.split("/", len(PLACE_ROOT.split("/")) + 1)[-1] for item in held}
+    hashes = {item.xet_hash for item in held}
+    maybe = [f for f in missing if f.name in names]
+    try:
+        found = hf_xet.hash_files([f.source for f in maybe]) if maybe else []
+    except Exception:  # a file gone or unreadable since it was planned: the send refuses it; count it whole here
+        return sum(f.size for f in missing)
+    return sum(f.size for f in missing) - sum(f.size for f, info in zip(maybe, found, strict=True)
+                                              if info.hash in hashes)
 
 
 def _unchanged(file: UploadFile) -> bool:
@@ -142,6 +167,21 @@ def _batches(files: list[UploadFile]) -> list[list[UploadFile]]:
     return [batch for batch in out if batch]
 
 
+def _copied(api, bucket: str, upload: Upload, files: list[tuple[str, str]], token: str | None) -> bool:
+    """Whether the files ((name, xet hash): bytes the bucket holds elsewhere) were copied to their place on the
+    Hub's side; a copy refused is no reason to fail the launch: the files are here, and are uploaded instead."""
+    copy = [("bucket", bucket, xet_hash, f"{upload.place}/{name}") for name, xet_hash in files]
+    try:
+        bounded(f"copying files of the {upload.role} inside your bucket",
+                _writing(bucket, lambda: api.batch_bucket_files(bucket, copy=copy)), token, deadline_s=LIST_DEADLINE_S)
+    except AuthError:
+        raise  # the token may not write the bucket: uploading is refused just the same
+    except TrainError as exc:
+        log.info("copying %d file(s) inside the bucket failed, uploading them instead: %s", len(files), exc)
+        return False
+    return True
+
+
 def _send_batch(api, bucket: str, upload: Upload, batch: list[UploadFile], held: dict[str, str],
                 token: str | None) -> int:
     """One batch, each file pinned (_pinned): copied when the bucket holds its bytes elsewhere, else uploaded; a
@@ -152,13 +192,11 @@ def _send_batch(api, bucket: str, upload: Upload, batch: list[UploadFile], held:
         hashes = hf_xet.hash_files([sources[f.name] for f in batch])
         xet = {f.name: info.hash for f, info in zip(batch, hashes, strict=True)}
         known = {xet_hash: path for path, xet_hash in held.items()}
-        copies = [("bucket", bucket, xet[f.name], f"{upload.place}/{f.name}") for f in batch if xet[f.name] in known]
-        add = [(sources[f.name], f"{upload.place}/{f.name}") for f in batch if xet[f.name] not in known]
-        if copies:
-            bounded(f"copying files of the {upload.role} inside your bucket",
-                    _writing(bucket, lambda: api.batch_bucket_files(bucket, copy=copies)), token,
-                    deadline_s=LIST_DEADLINE_S)
-        size = sum(f.size for f in batch if xet[f.name] not in known)
+        copied = [f for f in batch if xet[f.name] in known]
+        if copied and not _copied(api, bucket, upload, [(f.name, xet[f.name]) for f in copied], token):
+            copied = []
+        add = [(sources[f.name], f"{upload.place}/{f.name}") for f in batch if f not in copied]
+        size = sum(f.size for f in batch if f not in copied)
         if add:
             bounded(f"uploading the {upload.role} to your jobs-artifacts bucket",
                     _writing(bucket, lambda: api.batch_bucket_files(bucket, add=add)), token,
@@ -167,9 +205,10 @@ def _send_batch(api, bucket: str, upload: Upload, batch: list[UploadFile], held:
 
 
 def _send_files(api, bucket: str, upload: Upload, missing: list[UploadFile], held: dict[str, str],
-                share: Share | None, token: str | None) -> int:
-    """Copy what the bucket holds elsewhere, upload the rest, a batch at a time; the bytes uploaded. The place
-    never keeps other bytes than its name says: a batch that changed while it went is deleted again."""
+                share: Share | None, token: str | None, went: list[UploadFile]) -> int:
+    """Copy what the bucket holds elsewhere, upload the rest, a batch at a time; the bytes uploaded (`went`: the
+    files put in place so far). The place never keeps other bytes than its name says: a batch that changed while
+    it went is deleted again."""
     _check_unchanged(upload, missing)
     done, sent, total = 0, 0, sum(f.size for f in missing)
     if share and total:
@@ -181,6 +220,7 @@ def _send_files(api, bucket: str, upload: Upload, missing: list[UploadFile], hel
             bounded("removing a changed upload", lambda batch=batch: api.batch_bucket_files(
                 bucket, delete=[f"{upload.place}/{f.name}" for f in batch]), token)
             raise
+        went += batch
         done += sum(f.size for f in batch)
         if share:
             share(done, total)
@@ -196,6 +236,7 @@ def send(api, uploads: list[Upload], namespace: str | None, *, token: str | None
     bucket = bucket_of(api, namespace)
     exists = _private_bucket(api, bucket, create=not dry_run, token=token)
     out, every = [], None  # every upload's files, listed only when one must be sent (its copies' sources)
+    everything = None  # the same, with their sizes: what a dry run counts as copied rather than sent
     for upload in uploads:
         held = _listing(api, bucket, upload.place, token) if exists else {}
         present = len(held)
@@ -207,17 +248,33 @@ def send(api, uploads: list[Upload], namespace: str | None, *, token: str | None
             out.append(Sent(bucket, upload, 0))
             continue
         missing = [f for f in upload.files if f"{upload.place}/{f.name}" not in held]
+        if dry_run and missing and exists:  # what would travel: the bucket's other files are copied, not sent
+            everything = everything if everything is not None else _files(api, bucket, PLACE_ROOT, token)
+            out.append(Sent(bucket, upload, _travelling(missing, everything)))
+            continue
         if dry_run or not missing:
             out.append(Sent(bucket, upload, sum(f.size for f in missing)))
             continue
         every = every if every is not None else _listing(api, bucket, PLACE_ROOT, token)
         disable_progress_bars()  # as sync_bucket(quiet=True) does: stdout and stderr are no place for bars here
+        went: list[UploadFile] = []
         try:
-            out.append(Sent(bucket, upload, _send_files(api, bucket, upload, missing, every, share, token)))
+            out.append(Sent(bucket, upload, _send_files(api, bucket, upload, missing, every, share, token, went)))
+        except TrainError as exc:  # what this call put in the bucket stays there: the answer says where
+            gone = {f.name for f in missing}
+            raise _saying_placed(exc, bucket, out, upload, [f for f in upload.files if f.name not in gone] + went)
         finally:
             enable_progress_bars()
         every = None  # what it sent may be the next upload's to copy
     return out
+
+
+def _saying_placed(exc: TrainError, bucket: str, done: list[Sent], upload: Upload,
+                   placed: list[UploadFile]) -> Exception:
+    """An upload that failed part-way, its error saying which of this call's local files lie in the bucket: the
+    uploads done before it, and the files of its own place that are there."""
+    part = [Sent(bucket, replace(upload, count=len(placed), size=sum(f.size for f in placed)), None)] if placed else []
+    return saying_files(exc, [s for s in done if s.upload.files] + part)
 
 
 def volumes(bucket: str, uploads: list[Upload]) -> list:

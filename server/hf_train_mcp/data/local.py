@@ -41,7 +41,10 @@ def data_files(source: str, allowed: Callable[[Path], bool] = lambda _: True) ->
         return [path]
     files, seen = [], 0
     for folder, subfolders, names in os.walk(path):  # does not follow symlinked folders (the job's reader may)
-        subfolders.sort()
+        # what datasets never reads unless asked: hidden files and folders, '__special__' folders (data_files.py
+        # _is_unrequested_hidden_file_or_is_inside_unrequested_hidden_dir): a notebook's .ipynb_checkpoints, a ._x
+        subfolders[:] = sorted(name for name in subfolders if not name.startswith((".", "__")))
+        names = [name for name in names if not name.startswith(".")]
         seen += len(subfolders) + len(names)
         if seen > MAX_WALK_ENTRIES:
             raise DatasetError(f"{source}: over {MAX_WALK_ENTRIES} files and folders to search; point dataset at the "

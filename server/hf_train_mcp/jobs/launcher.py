@@ -20,7 +20,7 @@ from hf_train_mcp.durations import minutes_since
 from hf_train_mcp.jobs import keys
 from hf_train_mcp.jobs.ledger import PENDING, SUBMITTING, UNKNOWN, JobRecord, KeyConflict, Ledger, claim_id, now_iso
 from hf_train_mcp.jobs.prepared import Prepared, Progress, Share
-from hf_train_mcp.bucket_inputs import Sent, Upload
+from hf_train_mcp.bucket_inputs import Sent, Upload, saying_files
 from hf_train_mcp.jobs.uploads import shown_bytes
 from hf_train_mcp.contract.results import Submission
 from hf_train_mcp.jobs import duplicates
@@ -89,15 +89,6 @@ def _planned_record(prepared: Prepared, submission: str, claim: str | None, sent
     )
 
 
-def _left_in_bucket(sent: list[Sent]) -> str:
-    """What an answer without a job says of the local files this call uploaded: where they are, and their fate."""
-    where = "; ".join(f"{s.bucket}/{s.upload.place} ({s.upload.count} file(s), {shown_bytes(s.upload.size)})"
-                      for s in sent)
-    delete = " and ".join(f"hf buckets rm {s.bucket}/{s.upload.place}/ --recursive" for s in sent)
-    return (f"Your local files are in your private bucket: {where}; a new call reuses them without sending them "
-            f"again. To delete them: {delete}")
-
-
 def _labelled(spec: Any, prepared: Prepared, submission: str) -> Any:
     """The job's spec with the labels that find it again: its submission's, its idempotency key's, what was asked."""
     key = prepared.req.idempotency_key
@@ -132,28 +123,28 @@ class Launcher:
         if claim is not None and not self.ledger.renew(req.idempotency_key, claim):
             raise ConflictError(f"another server took over idempotency_key {req.idempotency_key!r} while this one was "
                              "preparing; nothing was submitted here: call again to get that server's job")
+        submission = uuid.uuid4().hex[:12]
+        if backend.labels_submissions:  # before the upload: a job the key names was posted with its own copies,
+            adopted = self._keyed_on_hub(backend, _planned_record(prepared, submission, claim, []),  # unknown here
+                                         req.idempotency_key, claim)
+            if adopted is not None:
+                return adopted
         sent = self._send(backend, prepared, progress)
         if progress:
             progress(f"submitting to {backend.place}")
-        submission = uuid.uuid4().hex[:12]
         if spec.nodes > 1:  # rank 0 of a run across machines: the group every node joins, named by this submission
             spec = replace(spec, network_group=node_rules.group_name(submission), node_rank=0)
         node_spec = spec  # what ranks 1..N-1 are posted with (their own labels, no idempotency key)
         planned = _planned_record(prepared, submission, claim, sent)
         journal = None
         if backend.labels_submissions:  # a server killed mid-POST leaves this; _recover_submissions finds the job
-            adopted = self._keyed_on_hub(backend, planned, req.idempotency_key, claim)
-            if adopted is not None:
-                return adopted
             spec = _labelled(spec, prepared, submission)
             self.ledger.journal(planned)
             journal = planned.job_id
         try:
             ref = self._submit(backend, script, spec, planned if journal else None)
         except TrainError as exc:  # the files stay in the bucket: the answer says where, as a launch's does
-            if sent:
-                exc.args = (f"{exc}. {_left_in_bucket(sent)}",)
-            raise
+            raise saying_files(exc, sent)
         if not backend.pushes_to_hub and kind in ("train", "export"):  # the output stays in the job's folder
             model_url = f"{ref.url}/{backend.output_dir}"
         if not backend.pushes_to_hub and kind == "train":
@@ -171,7 +162,10 @@ class Launcher:
                                                "over by another server while this slow submission ran"])
         duplicates.record_copies(self.ledger, record, ref.copies)
         if spec.nodes > 1:
-            self._post_nodes(backend, script, node_spec, record)
+            try:
+                self._post_nodes(backend, script, node_spec, record)
+            except TrainError as exc:  # a run stopped on a node never posted: its answer says where the files are
+                raise saying_files(exc, sent)
         elif record.doubted:  # a copy may still appear: its watcher looks the label up, and cancels it
             node_ranks.ensure_watched(record)
         return submission_of(record, ledger=self.ledger, sent=sent)

@@ -24,10 +24,11 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from hf_train_mcp.access import Access
-from hf_train_mcp.bucket_inputs import CHUNK_BYTES, PLACE_ROOT, Upload, UploadFile, stamp
+from hf_train_mcp.bucket_inputs import CHUNK_BYTES, PLACE_ROOT, Upload, UploadFile, shown_bytes, stamp
 from hf_train_mcp.data.images import cell_paths, image_folder_classes, is_image, part_paths
 from hf_train_mcp.data.local import data_files
 from hf_train_mcp.data.rows import every_row
+from hf_train_mcp.data.validate import CONVERSATIONS
 from hf_train_mcp.errors import AccessError, DatasetError, NotFoundError, TrainError
 from hf_train_mcp.user_scripts.source import (SECRET_OVERLAP, credential, folder_left_out, known_secrets, left_out,
                                               marks_secret)
@@ -38,14 +39,6 @@ MAX_UPLOAD_BYTES = 100 * 10**9
 UPLOAD_BYTES_PER_S = 20e6
 _MAX_CONFIG = 1 << 20  # a model's config.json kept in the ledger (a real one is a few kB)
 _SECRET_NOTE = "holds a private key, a cloud or Hugging Face credential (an access token, an AWS key)"
-
-
-def shown_bytes(size: float) -> str:
-    """A size as an answer or a question says it (decimal units, as the Hub's pages do)."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if size >= scale:
-            return f"{size / scale:,.{2 if unit == 'GB' else 1}f} {unit}"
-    return f"{int(size)} bytes"
 
 
 # --- hashing --------------------------------------------------------------------------------------------------
@@ -180,6 +173,14 @@ def plan_folder(ref: str, role: str, access: Access) -> Upload:
 
 
 # --- a dataset ------------------------------------------------------------------------------------------------
+def _read_by_name(value: Any) -> list[Any]:
+    """The file names of an image cell the job opens by name: a cell holding its bytes is read from them (the
+    template's image_path opens a {"path"} cell only without bytes), its path a bare name of no file here."""
+    if isinstance(value, list):
+        return [name for item in value for name in _read_by_name(item)]
+    return [] if isinstance(value, dict) and value.get("bytes") else cell_paths(value)
+
+
 def _named_images(files: list[Path], mapping: dict[str, str] | None, base: Path) -> list[Path]:
     """Every image file a row names in its image column(s), as the job's image_path resolves it (from the data
     file's folder); a name the job cannot open there (an absolute path, a missing file) is refused now."""
@@ -187,7 +188,7 @@ def _named_images(files: list[Path], mapping: dict[str, str] | None, base: Path)
     out = []
     for file, index, row in every_row(files, columns):
         for value in row.values():
-            for name in cell_paths(value):
+            for name in _read_by_name(value):
                 if not isinstance(name, str):
                     continue
                 where = f"{file.name} row {index + 1}"
@@ -204,22 +205,18 @@ def _named_images(files: list[Path], mapping: dict[str, str] | None, base: Path)
     return out
 
 
-_CONVERSATIONS = ("messages", "conversations", "prompt", "chosen", "rejected", "completion")
-
-
-def _no_part_files(files: list[Path], mapping: dict[str, str] | None) -> None:
-    """A file named inside a conversation's part ({"type": "image", "image": "cat.jpg"}) is opened by the job's
-    processor from its working folder (transformers' load_image: `os.path.isfile(image)`), where no upload is:
-    refused with the layout the job reads, an `images` column beside the conversation."""
-    columns = tuple(dict.fromkeys((mapping or {}).get(name, name) for name in _CONVERSATIONS))
+def _refuse_named_parts(files: list[Path], mapping: dict[str, str] | None, base: Path) -> None:
+    """A turn's content part naming a file of this machine ({"type": "image", "path": ...}) is opened by the
+    processor's chat template from the job's working folder (transformers' load_image: os.path.isfile), where no
+    uploaded copy is: the job would fail on that row, so it is refused now."""
+    columns = tuple(dict.fromkeys((mapping or {}).get(name, name) for name in CONVERSATIONS))
     for file, index, row in every_row(files, columns):
-        names = part_paths(list(row.values()))
-        if names:
-            raise DatasetError(f"{file.name} row {index + 1} names the file {names[0][:120]!r} inside a conversation's "
-                               "part, which a job on the Hub's machines opens from its own working folder, where "
-                               "no file of yours is: list the row's images in an `images` column (relative to the "
-                               "data file's folder) and leave the parts as {\"type\": \"image\"}, or push the "
-                               "dataset to the Hub. Nothing was uploaded or launched.")
+        for name in (n for value in row.values() for n in part_paths(value)):
+            if isinstance(name, str) and (os.path.isabs(name) or os.path.exists(base / name) or os.path.exists(name)):
+                raise DatasetError(f"{file.name} row {index + 1} names the file {name[:120]!r} in a turn's content, "
+                                   "which a job on the Hub's machines cannot open: put the images in an `images` "
+                                   "column, named relative to the data file's folder (e.g. 'images/cat.jpg'), and "
+                                   "leave the turn's part as {\"type\": \"image\"}. Nothing was uploaded or launched.")
 
 
 def _unreadable(images: list[Path], root: Path) -> None:
@@ -247,7 +244,10 @@ def plan_dataset(ref: str, *, mapping: dict[str, str] | None, access: Access) ->
     path = Path(ref).expanduser().resolve()
     classes = image_folder_classes(path, access.allows_path) if path.is_dir() else None
     if classes:
-        images = [f for c in classes for f in (path / c).iterdir() if is_image(f) and f.is_file()]
+        # a hidden file (a Mac's ._cat.jpg) is never read by datasets' image folder loader (data_files.py
+        # _is_unrequested_hidden_file_or_is_inside_unrequested_hidden_dir): it stays home, unjudged
+        images = [f for c in classes for f in (path / c).iterdir()
+                  if is_image(f) and not f.name.startswith(".") and f.is_file()]
         _check_caps(len(images), 0, f"the image folder {path.name!r}")
         outside = [f for f in images if not access.allows_path(f)]
         if outside:
@@ -258,8 +258,8 @@ def plan_dataset(ref: str, *, mapping: dict[str, str] | None, access: Access) ->
     files = data_files(str(path), access.allows_path)
     base = path if path.is_dir() else path.parent
     try:
-        _no_part_files(files, mapping)
         images = _named_images(files, mapping, base)
+        _refuse_named_parts(files, mapping, base)
     except ValueError as exc:  # rows the job's reader may read otherwise (rows.py)
         raise DatasetError(f"{exc}. Nothing was uploaded or launched.") from None
     if not all(access.allows_path(f) for f in images):

@@ -50,6 +50,7 @@ class _Basis:
     ranked: list[FlavorEstimate]
     chosen: FlavorEstimate
     warnings: list[str]
+    mapping: dict[str, str] | None = None  # the dataset's columns as validation maps them (a job reads them so)
 
     def workload(self, chosen: FlavorEstimate) -> Workload:
         gpus = self.catalog.flavors[chosen.flavor].gpus if chosen.flavor in self.catalog.flavors else 1
@@ -83,7 +84,7 @@ class Estimator:
         work = hyper.workload(size, gpus, data)
         warnings += _warnings(chosen, work, fitting, size, hyper, req.model)
         fastest = min(fitting, key=lambda e: e.hours) if fitting else None
-        upload_h, upload = self._upload_time(req)  # before the job starts, so in its time but not its bill
+        upload_h, upload = self._upload_time(req, basis.mapping)  # before the job starts: its time, not its bill
         return CostEstimate(
             flavor=chosen.flavor, fits=chosen.fits, memory_gb_needed=chosen.memory.gb,
             gpu_memory_gb=chosen.gpu_memory_gb, hours=round(chosen.hours + upload_h, 2), cost_usd=chosen.cost_usd,
@@ -98,13 +99,13 @@ class Estimator:
             warnings=warnings, measurement=measurement,
         )
 
-    def _upload_time(self, req: EstimateRequest) -> tuple[float, dict[str, str]]:
+    def _upload_time(self, req: EstimateRequest, mapping: dict[str, str] | None) -> tuple[float, dict[str, str]]:
         """(hours, the assumption said) of sending the run's local files to the bucket at UPLOAD_BYTES_PER_S,
         where its backend reads them as uploaded copies: all of them, as a first submission sends them."""
         if not backends.mounts_uploads(req.backend or default_backend()):
             return 0.0, {}
         uploads = self.planner.uploads_for([(req.model, "model"), (req.dataset, "dataset"),
-                                            (getattr(req, "teacher_model", None), "teacher model")], mapping=None)
+                                            (getattr(req, "teacher_model", None), "teacher model")], mapping=mapping)
         size = sum(u.size for u in uploads)
         if not size:
             return 0.0, {}
@@ -145,7 +146,7 @@ class Estimator:
         if size.note:
             warnings.append(f"model size taken from its {size.source}: the Hub metadata could not be read "
                             f"({size.note})")
-        data, token_source = self._data_facts(req, hyper, token, warnings, progress)
+        data, token_source, mapping = self._data_facts(req, hyper, token, warnings, progress)
         check_models(req, size, teacher=teacher, data=data)  # what submit_training would refuse, refused here too
         step("reading the hardware catalog and prices")
         catalog = get_catalog(token, backend=req.backend or default_backend())
@@ -153,18 +154,18 @@ class Estimator:
             warnings.append(catalog.note)
         ranked = estimate_flavors(hyper, size, catalog, data)
         return _Basis(size=size, hyper=hyper, data=data, token_source=token_source, catalog=catalog, ranked=ranked,
-                      chosen=_chosen(req.flavor, ranked, catalog, req.engine), warnings=warnings)
+                      chosen=_chosen(req.flavor, ranked, catalog, req.engine), warnings=warnings, mapping=mapping)
 
     def _data_facts(self, req: EstimateRequest, hyper: Hyper, token: str | None, warnings: list[str],
-                    progress: Progress | None) -> tuple[DataFacts, str | None]:
+                    progress: Progress | None) -> tuple[DataFacts, str | None, dict[str, str] | None]:
         """Rows and mean tokens per row: as stated, else from the dataset (its tokenizer), else the method's
-        default (said in warnings); and where the token count came from."""
+        default (said in warnings); where the token count came from; the columns as validation maps them."""
         rows, mean = req.num_examples, req.tokens_per_example
-        token_source, images = ("stated" if mean else None), {}
+        token_source, images, mapping = ("stated" if mean else None), {}, None
         if req.dataset:  # also for the rows' images, which a stated token count leaves out
             report = validate_dataset(req.dataset, hyper.method, model=req.model, max_length=hyper.max_length,
                                       token=token, access=self.access, progress=progress)
-            rows, images = rows or report.num_rows, image_facts(report)
+            rows, images, mapping = rows or report.num_rows, image_facts(report), report.suggested_column_mapping
             if mean is None and report.token_stats:
                 mean, token_source = report.token_stats.mean, f"{report.token_stats.sampled_rows} sampled rows"
             if not report.valid:
@@ -176,7 +177,7 @@ class Estimator:
             mean, token_source = hyper.spec.tokens_per_example, "default for the method"
             warnings.append(f"no token statistics: assumed {mean} tokens per example; pass tokens_per_example or a "
                             "dataset with a reachable tokenizer")
-        return DataFacts(num_rows=rows, mean_tokens=mean, **images), token_source
+        return DataFacts(num_rows=rows, mean_tokens=mean, **images), token_source, mapping
 
     def _measurements(self, key: str) -> list[JobRecord]:
         """The measurement jobs of these settings, newest first (kind 'probe' only: a key is not proof)."""
@@ -209,6 +210,8 @@ class Estimator:
         warnings.append(f"measuring on {sub.flavor}: job {sub.job_id} runs {PROBE_STEPS} optimizer steps at the "
                         f"real batch size (at most {sub.timeout}, ${sub.worst_case_cost_usd or 0:.2f}); call "
                         "estimate_cost again with the same arguments once it has finished")
+        warnings += [f"it reads your local files from your private bucket: {u['bucket']}/{u['path']} ({u['files']} "
+                     f"file(s), {shown_bytes(u['bytes'])}); to delete them: {u['delete']}" for u in sub.uploads or []]
         return Measurement(job_id=sub.job_id, stage=sub.stage, job_url=sub.job_url)
 
     def _measurement_key(self, req: EstimateRequest, work: Workload, chosen: FlavorEstimate) -> tuple[str, str, str]:
