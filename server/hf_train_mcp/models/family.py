@@ -3,7 +3,8 @@ estimate_cost's sizing, submit_training's model checks, and the evaluation and e
 server trained.
 
 The files decide in this order: config.json's `auto_map` with a model type transformers does not know makes a
-model whose architecture is its repository's own code; modules.json (or the Hub's library_name) makes a
+model whose architecture is its repository's own code, and without one a model no job can load (transformers'
+AutoConfig does not recognize it); modules.json (or the Hub's library_name) makes a
 sentence-transformers model; a dual encoder's model type (CLIP, SigLIP: a vision and a text tower side by side, no text written); a vision tower
 (`vision_config`) with a generating architecture, an image token id or the image-text-to-text tag makes a
 vision-language model, flat (Qwen2-VL) or nested (LLaVA); then config.json's `architectures` head
@@ -14,7 +15,7 @@ import re
 from dataclasses import dataclass
 
 from hf_train_mcp.models.files import ModelFiles, Quantization
-from hf_train_mcp.models.native import has_class, knows_model_type
+from hf_train_mcp.models.native import has_class, knows_model_type, transformers_version
 
 VISION_LANGUAGE = "vision-language"
 CAUSAL_LM = "causal-lm"
@@ -26,6 +27,7 @@ IMAGE_CLASSIFIER = "image-classifier"
 IMAGE_ENCODER = "image-encoder"
 SEQ2SEQ = "seq2seq"
 REMOTE_CODE = "remote-code"  # its architecture is the repository's own Python (config.json auto_map)
+UNKNOWN_TYPE = "unknown-model-type"  # a model type transformers has no classes for, and no auto_map: no code at all
 UNKNOWN = "unknown"  # nothing was read (offline, or no config.json)
 
 DUAL_ENCODER_TYPES = frozenset({"clip", "siglip", "siglip2", "chinese_clip", "altclip", "align", "owlvit", "owlv2",
@@ -106,6 +108,7 @@ class Family:
                 IMAGE_ENCODER: "an image encoder", SEQ2SEQ: "an encoder-decoder (seq2seq) model",
                 REMOTE_CODE: "a model whose architecture is its repository's own code (config.json auto_map), "
                              "which transformers does not include",
+                UNKNOWN_TYPE: "a model of a type transformers has no classes for (and no auto_map)",
                 UNKNOWN: "a model of unknown family"}[self.kind]
         named = ", ".join(x for x in (self.architecture, f"model_type {self.model_type!r}" if self.model_type
                                       else None) if x)
@@ -119,6 +122,9 @@ def _architecture(config: dict) -> str | None:
 
 def _is_vision_language(config: dict, arch: str | None, tag: str | None) -> bool:
     if not isinstance(config.get("vision_config"), dict):
+        return False
+    if has_class("image_text_to_text", config.get("model_type")) is False:  # a vision tower, no image-text-to-text
+        # class to load it with (Phi-4-multimodal's Phi4MultimodalForCausalLM): its architecture decides
         return False
     return bool(arch is None or _GENERATING.search(arch)  # no head named: its vision tower says it (dual encoders
                 # were told apart by their model type first) or any(config.get(k) is not None for k in _IMAGE_TOKEN_KEYS)
@@ -151,6 +157,8 @@ def decide(config: dict | None, *, pipeline_tag: str | None = None, library_name
     common = {"model_type": model_type, "architecture": arch, "classes": len(labels) if isinstance(labels, dict) else 0}
     if config and isinstance(config.get("auto_map"), dict) and model_type and not knows_model_type(model_type):
         return Family(REMOTE_CODE, **common, why=f"config.json auto_map, model_type {model_type!r}")
+    if model_type and not knows_model_type(model_type):  # every class the jobs load starts from AutoConfig
+        return Family(UNKNOWN_TYPE, **common, why=f"config.json model_type {model_type!r}, no auto_map")
     if sentence_transformers or library_name == "sentence-transformers":
         return Family(EMBEDDING, **common, why="modules.json (sentence-transformers)")
     if config is None:
@@ -200,6 +208,11 @@ def training_refusal(family: Family, model: str, *, method: str, generative: boo
     SentenceTransformer that embeds text (embedding)."""
     if not family.known:
         return None
+    if family.kind == UNKNOWN_TYPE:
+        return (f"{model} is {family.describe()}: every job loads a model with transformers, whose AutoConfig "
+                f"stops at it (\"Transformers does not recognize this architecture\"; this server checks against "
+                f"transformers {transformers_version()}). Pick a model of a type transformers supports (e.g. "
+                f"{REWARD_EXAMPLE} for text, {VLM_EXAMPLES[0]} for images). Nothing was launched.")
     if family.kind == REMOTE_CODE:
         return (f"{model} is {family.describe()}: the job loads models with transformers' own classes and never "
                 "runs a repository's code (trust_remote_code would run it next to your token), so it would fail "
@@ -235,6 +248,21 @@ def method_refusal(family: Family, model: str, spec, *, vision: bool) -> str | N
                             sequence_head=spec.auto_class == "AutoModelForSequenceClassification",
                             appends_eos=spec.appends_eos, image_rows=spec.inputs == "image",
                             sentence_model=spec.model_library == "sentence-transformers")
+
+
+def unnamed_architecture_refusal(family: Family | None, model: str, *, method: str) -> str | None:
+    """A language model whose config.json names no `architectures`, for a method whose TRL trainer is given the
+    model's id: TRL picks the class from that list (trl/trainer/utils.py create_model_from_path:
+    `architecture = getattr(transformers, config.architectures[0], None)`), a TypeError on None at load. The
+    methods that name their class (text-classification, reward, embedding) and Unsloth's loader are not asked."""
+    if family is None or family.kind not in (CAUSAL_LM, VISION_LANGUAGE) or not family.model_type or (
+            family.architecture is not None):
+        return None
+    return (f"{model}'s config.json names no architectures (model_type {family.model_type!r}), and "
+            f"method={method!r} loads it through TRL, which picks the model's class from that list (its "
+            "create_model_from_path reads `config.architectures[0]`: a TypeError at load). Send a checkpoint whose "
+            "config.json names its class (save_pretrained writes it, e.g. \"architectures\": "
+            "[\"Qwen2ForCausalLM\"]). Nothing was launched.")
 
 
 def _image_head_refusal(family: Family, model: str, *, method: str) -> str | None:
@@ -356,6 +384,8 @@ _FOLLOWUP_INSTEAD = {
              "sentence-transformers models",
     REMOTE_CODE: "its jobs load models with transformers' own classes and never run a repository's code "
                  f"(trust_remote_code): pick a model transformers supports (e.g. {REWARD_EXAMPLE})",
+    UNKNOWN_TYPE: "its jobs load models with transformers, whose AutoConfig does not recognize that model type: "
+                  f"pick a model transformers supports (e.g. {REWARD_EXAMPLE})",
 }
 
 

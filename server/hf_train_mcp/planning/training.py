@@ -20,7 +20,7 @@ from hf_train_mcp.estimate.cost import FlavorEstimate
 from hf_train_mcp.estimate.hardware import Catalog
 from hf_train_mcp.estimate.measured import probe_config, probe_timeout
 from hf_train_mcp.models.family import (UNKNOWN, Family, lora_reaches_experts, lora_target_refusal, method_refusal,
-                                       quantization_refusal)
+                                       quantization_refusal, unnamed_architecture_refusal)
 from hf_train_mcp.estimate.sizing import ModelSize
 from hf_train_mcp.hub import hub_endpoint
 from hf_train_mcp.planning.budget import chosen_timeout, within_budget, worst_case_usd
@@ -234,6 +234,12 @@ def check_models(req: "RunShape", size: ModelSize, *, teacher: ModelSize | None,
     refusal = method_refusal(family, req.model, spec, vision=data.vision)
     if refusal:
         raise (DatasetError if data.vision else TrainError)(refusal)
+    if not spec.classifier and req.engine is None:  # TRL loads the model (and a teacher) by its id
+        teacher_model = getattr(req, "teacher_model", None)
+        refusal = unnamed_architecture_refusal(family, req.model, method=req.method) or (
+            teacher and unnamed_architecture_refusal(teacher.family, teacher_model, method=req.method))
+        if refusal:
+            raise TrainError(refusal)
     refusal = quantization_refusal(size.quantization, req.model, peft=req.peft)
     targets = lora_targets(req, data)
     if not refusal and req.peft != "full" and isinstance(targets, list) and size.files is not None:

@@ -1,0 +1,123 @@
+"""An outside review of what the tools plan and refuse by a model's own files (issue 32), on real Hub configs
+changed the way real checkpoints differ, or built by transformers' own config classes at published sizes, served by
+the emulator as the Hub serves them. Each finding is a plan whose job would fail where transformers has no class
+the job loads:
+
+- a config.json that names no `architectures` (older exports, hand-written configs): TRL picks the class from it
+  (trl/trainer/utils.py create_model_from_path: `getattr(transformers, config.architectures[0], None)`), a
+  TypeError on None, so every chat method (sft, dpo, grpo, kto, distill) died at load; now refused with why,
+  while the methods that name their own class (text-classification's AutoModelForSequenceClassification) plan;
+- a `model_type` transformers does not know and no `auto_map`: AutoConfig stops ("Transformers does not recognize
+  this architecture"), yet every method, evaluation and merged export was planned (the README says a model outside
+  the table is planned only "when transformers has the classes its method loads"); now refused;
+- Phi-4-multimodal in transformers' own format (Phi4MultimodalForCausalLM, a vision_config beside its text
+  fields): taken for a vision-language model, so rows with images got the language-tower LoRA regex, which names no
+  module of it (its layers are model.layers.N.self_attn.qkv_proj: PEFT's "Target modules ... not found"), and
+  evaluate/export loaded it with AutoModelForImageTextToText, which has no class for phi4_multimodal; now a causal
+  language model (AutoModelForCausalLM has Phi4MultimodalForCausalLM) whose image rows are refused.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+from mcp import Client
+
+from hf_train_mcp.shell.app import build_server
+from tests.conftest import needs_training
+from tests.emulator import Emulator
+from tests.helpers import script_config, zoo_dataset
+from tests.hub_configs import CONFIGS
+
+pytestmark = [pytest.mark.zoo, pytest.mark.anyio]
+QWEN = CONFIGS / "Qwen--Qwen2.5-0.5B-Instruct"
+DRY = {"hub_model_id": "emu-user/review-out", "max_steps": 2, "flavor": "h200", "dry_run": True}
+
+
+def _folder(tmp_path: Path, name: str, config: dict, info: dict | None = None) -> Path:
+    """A Hub model folder as tests/data/configs keeps them: config.json and model_info.json."""
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "model_info.json").write_text(json.dumps(info or json.loads((QWEN / "model_info.json").read_text())))
+    return folder
+
+
+async def _call(client: Client, tool: str, arguments: dict) -> tuple[dict | None, str]:
+    result = await client.call_tool(tool, arguments)
+    return (None, result.content[0].text) if result.is_error else (result.structured_content, "")
+
+
+async def test_a_config_without_architectures_is_refused_for_the_methods_trl_loads(zoo: Emulator,
+                                                                                   tmp_path: Path) -> None:
+    """Qwen2.5-0.5B-Instruct's real config.json without its `architectures`: SFT and DPO would die in TRL's
+    create_model_from_path (`config.architectures[0]` of None); text-classification names its own class and plans."""
+    config = json.loads((QWEN / "config.json").read_text())
+    del config["architectures"]
+    repo = zoo.serve_model(_folder(tmp_path, "emu-user--no-architectures", config))
+    async with Client(build_server()) as client:
+        for method in ("sft", "dpo"):
+            plan, text = await _call(client, "submit_training", {**DRY, "model": repo, "method": method,
+                                                                 "dataset": zoo_dataset(method), "peft": "lora"})
+            assert plan is None and "architectures" in text and "Nothing was launched" in text, (method, text)
+        estimate, text = await _call(client, "estimate_cost", {"model": repo, "method": "sft", "peft": "lora",
+                                                               "num_examples": 100, "flavor": "h200"})
+        assert estimate is None and "architectures" in text, text
+        plan, text = await _call(client, "submit_training", {**DRY, "model": repo, "method": "text-classification",
+                                                             "dataset": zoo_dataset("text-classification"),
+                                                             "peft": "lora"})
+        assert plan is not None, text
+    assert zoo.posted_jobs() == []
+
+
+async def test_a_model_type_transformers_does_not_know_is_refused(zoo: Emulator, tmp_path: Path) -> None:
+    """A checkpoint whose model_type transformers has no config class for, and no auto_map (its code is nowhere):
+    AutoConfig.from_pretrained stops in the job, so no training, evaluation or export is planned."""
+    config = {**json.loads((QWEN / "config.json").read_text()), "model_type": "mambaformer",
+              "architectures": ["MambaformerForCausalLM"]}
+    repo = zoo.serve_model(_folder(tmp_path, "emu-user--mambaformer", config))
+    async with Client(build_server()) as client:
+        plan, text = await _call(client, "submit_training", {**DRY, "model": repo, "method": "sft",
+                                                             "dataset": zoo_dataset("sft"), "peft": "lora"})
+        assert plan is None and "'mambaformer'" in text and "nothing was launched" in text.lower(), text
+        plan, text = await _call(client, "evaluate_model", {"model": repo, "dataset": zoo_dataset("sft"),
+                                                            "split": "train", "dry_run": True})
+        assert plan is None and "'mambaformer'" in text, text
+        plan, text = await _call(client, "export_model", {"model": repo, "format": "merged", "dry_run": True,
+                                                          "hub_model_id": "emu-user/review-merged"})
+        assert plan is None and "'mambaformer'" in text, text
+        report, _ = await _call(client, "validate_dataset", {"dataset": zoo_dataset("sft"), "model": repo})
+        assert not report["valid"] and any("'mambaformer'" in i["message"] for i in report["issues"]), report
+    assert zoo.posted_jobs() == []
+
+
+@needs_training
+async def test_phi4_multimodal_is_a_causal_lm_not_an_image_text_to_text_model(zoo: Emulator, tmp_path: Path) -> None:
+    """Phi-4-multimodal-instruct in transformers' format, built by Phi4MultimodalConfig at its published sizes:
+    text SFT plans and evaluation/export load it with AutoModelForCausalLM (the class transformers has for it);
+    rows with images are refused (the language-tower regex names none of its modules), not planned."""
+    from transformers import Phi4MultimodalConfig
+    from transformers.models.auto import modeling_auto
+
+    # what made the old plans fail, and the class the new ones load it with
+    assert "phi4_multimodal" not in modeling_auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+    assert "phi4_multimodal" in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    config = Phi4MultimodalConfig(hidden_size=3072, intermediate_size=8192, num_hidden_layers=32,
+                                  num_attention_heads=24, num_key_value_heads=8, vocab_size=200064).to_dict()
+    config["architectures"] = ["Phi4MultimodalForCausalLM"]
+    info = {"pipeline_tag": "automatic-speech-recognition", "library_name": "transformers",
+            "safetensors": {"parameters": {"BF16": 5574460384}, "total": 5574460384}}
+    repo = zoo.serve_model(_folder(tmp_path, "emu-user--Phi-4-multimodal", config, info))
+    async with Client(build_server()) as client:
+        plan, text = await _call(client, "submit_training", {**DRY, "model": repo, "method": "sft",
+                                                             "dataset": zoo_dataset("sft", True), "peft": "lora"})
+        assert plan is None and "reads no images" in text, text
+        plan, text = await _call(client, "submit_training", {**DRY, "model": repo, "method": "sft",
+                                                             "dataset": zoo_dataset("sft"), "peft": "lora"})
+        assert plan is not None, text
+        for tool, arguments in (("evaluate_model", {"dataset": zoo_dataset("sft"), "split": "train"}),
+                                ("export_model", {"format": "merged", "hub_model_id": "emu-user/review-merged"})):
+            plan, text = await _call(client, tool, {"model": repo, "dry_run": True, **arguments})
+            assert plan is not None, (tool, text)
+            assert script_config(plan["script"])["auto_class"] == "AutoModelForCausalLM", tool
+    assert zoo.posted_jobs() == []
