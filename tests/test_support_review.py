@@ -14,7 +14,10 @@ the job loads:
   fields): taken for a vision-language model, so rows with images got the language-tower LoRA regex, which names no
   module of it (its layers are model.layers.N.self_attn.qkv_proj: PEFT's "Target modules ... not found"), and
   evaluate/export loaded it with AutoModelForImageTextToText, which has no class for phi4_multimodal; now a causal
-  language model (AutoModelForCausalLM has Phi4MultimodalForCausalLM) whose image rows are refused.
+  language model (AutoModelForCausalLM has Phi4MultimodalForCausalLM) whose image rows are refused;
+- jina-embeddings-v3 from the Hub: its modules.json names custom_st.Transformer, its repository's own code, which
+  the job's SentenceTransformer (no trust_remote_code) cannot import (a local folder's were checked, a Hub model's
+  not): embedding training, evaluation and export were planned; now refused as remote code.
 """
 
 import json
@@ -120,4 +123,44 @@ async def test_phi4_multimodal_is_a_causal_lm_not_an_image_text_to_text_model(zo
             plan, text = await _call(client, tool, {"model": repo, "dry_run": True, **arguments})
             assert plan is not None, (tool, text)
             assert script_config(plan["script"])["auto_class"] == "AutoModelForCausalLM", tool
+    assert zoo.posted_jobs() == []
+
+
+# jinaai/jina-embeddings-v3, reconstructed from its model card's published sizes (an XLM-RoBERTa of 24 layers,
+# 1024 wide, its LoRA task adapters in the repository's own code): config.json names the model type transformers
+# knows beside an architecture and a sentence-transformers module only its repository's code defines
+JINA_V3 = {
+    "architectures": ["XLMRobertaLoRA"], "model_type": "xlm-roberta",
+    "auto_map": {"AutoConfig": "jinaai/xlm-roberta-flash-implementation--configuration_xlm_roberta.XLMRobertaFlashConfig",
+                 "AutoModel": "jinaai/xlm-roberta-flash-implementation--modeling_lora.XLMRobertaLoRA"},
+    "hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 24, "num_attention_heads": 16,
+    "max_position_embeddings": 8194, "vocab_size": 250002, "type_vocab_size": 1, "position_embedding_type": "rotary",
+    "lora_adaptations": ["retrieval.query", "retrieval.passage", "separation", "classification", "text-matching"],
+    "torch_dtype": "bfloat16"}
+JINA_MODULES = [{"idx": 0, "name": "transformer", "path": "", "type": "custom_st.Transformer", "kwargs": ["task"]},
+                {"idx": 1, "name": "pooler", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+                {"idx": 2, "name": "normalizer", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]
+
+
+@pytest.mark.parametrize("library", ["transformers", "sentence-transformers"])
+async def test_a_hub_embedding_model_whose_modules_are_its_own_code_is_refused(zoo: Emulator, tmp_path: Path,
+                                                                             library: str) -> None:
+    """jina-embeddings-v3: its modules.json's first module is custom_st.Transformer, a class of the repository's
+    own Python. The job's SentenceTransformer, without trust_remote_code, imports it by name
+    (sentence_transformers/util/misc.py import_module_class: `return import_from_string(class_ref)` when not
+    trusted): ModuleNotFoundError 'custom_st'. A local folder is checked (models/files.py custom_modules); a Hub
+    model was planned for method='embedding', evaluation and export."""
+    folder = _folder(tmp_path, "emu-user--jina-embeddings-v3", JINA_V3, {
+        "pipeline_tag": "feature-extraction", "library_name": library,
+        "safetensors": {"parameters": {"BF16": 572310396}, "total": 572310396}})
+    (folder / "modules.json").write_text(json.dumps(JINA_MODULES))
+    repo = zoo.serve_model(folder)
+    async with Client(build_server()) as client:
+        plan, text = await _call(client, "submit_training", {**DRY, "model": repo, "method": "embedding",
+                                                             "dataset": zoo_dataset("embedding"), "peft": "lora"})
+        assert plan is None and "custom_st.Transformer" in text and "nothing was launched" in text.lower(), text
+        for tool, arguments in (("evaluate_model", {"dataset": zoo_dataset("embedding"), "split": "train"}),
+                                ("export_model", {"format": "merged", "hub_model_id": "emu-user/review-merged"})):
+            plan, text = await _call(client, tool, {"model": repo, "dry_run": True, **arguments})
+            assert plan is None and "custom_st.Transformer" in text, (tool, text)
     assert zoo.posted_jobs() == []

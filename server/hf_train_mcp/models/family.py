@@ -100,13 +100,17 @@ class Family:
         """A model a chat method (SFT, DPO, GRPO, ...) can train: it writes text (unknown: let the job decide)."""
         return self.kind in (CAUSAL_LM, VISION_LANGUAGE, UNKNOWN)
 
+    def _code(self) -> str:
+        """Where a remote-code model names its code: config.json's auto_map, or modules.json's module class."""
+        return self.why if self.why.startswith("modules.json") else "config.json auto_map"
+
     def describe(self) -> str:
         what = {VISION_LANGUAGE: "a vision-language model", CAUSAL_LM: "a causal language model",
                 DUAL_ENCODER: "a dual encoder (an image and a text tower side by side that embed, and write no text)",
                 EMBEDDING: "a sentence-transformers embedding model", ENCODER: "an encoder without a task head",
                 TEXT_CLASSIFIER: "a text classifier", IMAGE_CLASSIFIER: "an image classifier",
                 IMAGE_ENCODER: "an image encoder", SEQ2SEQ: "an encoder-decoder (seq2seq) model",
-                REMOTE_CODE: "a model whose architecture is its repository's own code (config.json auto_map), "
+                REMOTE_CODE: f"a model whose architecture is its repository's own code ({self._code()}), "
                              "which transformers does not include",
                 UNKNOWN_TYPE: "a model of a type transformers has no classes for (and no auto_map)",
                 UNKNOWN: "a model of unknown family"}[self.kind]
@@ -188,6 +192,11 @@ def family_of(files: ModelFiles) -> Family:
     """The family of the model these files belong to; modules.json (and sentence_bert_config.json) are read only
     where they can change the answer and the Hub's library_name has not said it already."""
     found = decide(files.config, pipeline_tag=files.pipeline_tag, library_name=files.library_name)
+    if files.config is not None and not files.local and (found.kind == EMBEDDING or found.kind in _EMBEDDABLE):
+        custom = _custom_module(files.json("modules.json"))
+        if custom:
+            return Family(REMOTE_CODE, model_type=found.model_type, architecture=found.architecture,
+                          why=f"modules.json module class {custom!r}")
     if found.kind == EMBEDDING or files.config is None or (found.kind not in _EMBEDDABLE and not files.local):
         return found
     if files.library_name and not files.local:
@@ -196,6 +205,18 @@ def family_of(files: ModelFiles) -> Family:
     if isinstance(modules, list) and modules or (files.local and files.json("sentence_bert_config.json")):
         return decide(files.config, pipeline_tag=files.pipeline_tag, sentence_transformers=True)
     return found
+
+
+def _custom_module(modules: object) -> str | None:
+    """The first module class a Hub model's modules.json names outside sentence_transformers.*: its repository's
+    own code, which the job's SentenceTransformer (no trust_remote_code) imports by name and cannot find
+    (sentence_transformers/util/misc.py import_module_class: `return import_from_string(class_ref)`). A local
+    folder's are the caller's own code, checked by the planner (models/files.py custom_modules)."""
+    for module in modules if isinstance(modules, list) else []:
+        kind = module.get("type") if isinstance(module, dict) else None
+        if isinstance(kind, str) and not kind.startswith("sentence_transformers."):
+            return kind
+    return None
 
 
 def training_refusal(family: Family, model: str, *, method: str, generative: bool, vision: bool,
