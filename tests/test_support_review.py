@@ -17,7 +17,10 @@ the job loads:
   language model (AutoModelForCausalLM has Phi4MultimodalForCausalLM) whose image rows are refused;
 - jina-embeddings-v3 from the Hub: its modules.json names custom_st.Transformer, its repository's own code, which
   the job's SentenceTransformer (no trust_remote_code) cannot import (a local folder's were checked, a Hub model's
-  not): embedding training, evaluation and export were planned; now refused as remote code.
+  not): embedding training, evaluation and export were planned; now refused as remote code;
+- a GPTQ or AWQ checkpoint (Qwen's own releases of Qwen2.5-0.5B-Instruct): training was refused, evaluation and
+  both exports planned, though their jobs load it with transformers, whose quantizers stop without optimum or
+  gptqmodel; now refused with the unquantized original to pick.
 """
 
 import json
@@ -131,15 +134,17 @@ async def test_phi4_multimodal_is_a_causal_lm_not_an_image_text_to_text_model(zo
 # knows beside an architecture and a sentence-transformers module only its repository's code defines
 JINA_V3 = {
     "architectures": ["XLMRobertaLoRA"], "model_type": "xlm-roberta",
-    "auto_map": {"AutoConfig": "jinaai/xlm-roberta-flash-implementation--configuration_xlm_roberta.XLMRobertaFlashConfig",
-                 "AutoModel": "jinaai/xlm-roberta-flash-implementation--modeling_lora.XLMRobertaLoRA"},
+    "auto_map": {
+        "AutoConfig": "jinaai/xlm-roberta-flash-implementation--configuration_xlm_roberta.XLMRobertaFlashConfig",
+        "AutoModel": "jinaai/xlm-roberta-flash-implementation--modeling_lora.XLMRobertaLoRA"},
     "hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 24, "num_attention_heads": 16,
     "max_position_embeddings": 8194, "vocab_size": 250002, "type_vocab_size": 1, "position_embedding_type": "rotary",
     "lora_adaptations": ["retrieval.query", "retrieval.passage", "separation", "classification", "text-matching"],
     "torch_dtype": "bfloat16"}
 JINA_MODULES = [{"idx": 0, "name": "transformer", "path": "", "type": "custom_st.Transformer", "kwargs": ["task"]},
                 {"idx": 1, "name": "pooler", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-                {"idx": 2, "name": "normalizer", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]
+                {"idx": 2, "name": "normalizer", "path": "2_Normalize",
+                 "type": "sentence_transformers.models.Normalize"}]
 
 
 @pytest.mark.parametrize("library", ["transformers", "sentence-transformers"])
@@ -163,4 +168,33 @@ async def test_a_hub_embedding_model_whose_modules_are_its_own_code_is_refused(z
                                 ("export_model", {"format": "merged", "hub_model_id": "emu-user/review-merged"})):
             plan, text = await _call(client, tool, {"model": repo, "dry_run": True, **arguments})
             assert plan is None and "custom_st.Transformer" in text, (tool, text)
+    assert zoo.posted_jobs() == []
+
+
+# The quantization_config of Qwen's own GPTQ and AWQ releases of Qwen2.5-0.5B-Instruct (Qwen/Qwen2.5-0.5B-Instruct-
+# GPTQ-Int4, Qwen/Qwen2.5-0.5B-Instruct-AWQ), on the zoo's real config of the original
+STORED = {"gptq": {"bits": 4, "damp_percent": 0.01, "dataset": None, "desc_act": False, "group_size": 128,
+                   "modules_in_block_to_quantize": None, "quant_method": "gptq", "sym": True,
+                   "true_sequential": True},
+          "awq": {"bits": 4, "group_size": 128, "modules_to_not_convert": None, "quant_method": "awq",
+                  "version": "gemm", "zero_point": True}}
+
+
+@pytest.mark.parametrize("method", sorted(STORED))
+async def test_a_gptq_or_awq_checkpoint_is_neither_evaluated_nor_exported(zoo: Emulator, tmp_path: Path,
+                                                                         method: str) -> None:
+    """Training refused these (quantization_refusal: the job cannot load them), and evaluate_model and
+    export_model planned them: both load the model with transformers, whose GPTQ and AWQ quantizers stop without
+    packages the jobs do not install (quantizers/quantizer_gptq.py: "Loading a GPTQ quantized model requires
+    optimum"; quantizer_awq.py: gptqmodel), and llama.cpp's converter refuses them too."""
+    config = {**json.loads((QWEN / "config.json").read_text()), "quantization_config": STORED[method]}
+    repo = zoo.serve_model(_folder(tmp_path, f"emu-user--Qwen2.5-0.5B-Instruct-{method}", config))
+    async with Client(build_server()) as client:
+        plan, text = await _call(client, "evaluate_model", {"model": repo, "dataset": zoo_dataset("sft"),
+                                                            "split": "train", "dry_run": True})
+        assert plan is None and method in text and "Nothing was launched" in text, text
+        for fmt in ("merged", "gguf"):
+            plan, text = await _call(client, "export_model", {"model": repo, "format": fmt, "dry_run": True,
+                                                              "hub_model_id": f"emu-user/review-{fmt}"})
+            assert plan is None and method in text and "Nothing was launched" in text, (fmt, text)
     assert zoo.posted_jobs() == []

@@ -390,6 +390,24 @@ def quantization_refusal(quantization: Quantization | None, model: str, *, peft:
             f"Pick {original}; peft='qlora' of it needs about the memory of this checkpoint. Nothing was launched.")
 
 
+# Formats stored quantized that an evaluation or export job loads: bitsandbytes (the evaluation installs it; export
+# refuses it itself, planning/export.py stored_refusal), MXFP4 (dequantized to bf16 without `kernels`), and
+# fine-grained FP8, which transformers dequantizes where the GPU has no FP8 (quantizers/quantizer_finegrained_fp8.py)
+_FOLLOWUP_LOADS = frozenset({"mxfp4", "fp8"})
+
+
+def followup_quantization_refusal(quantization: Quantization | None, ref: str, what: str) -> str | None:
+    """Why no evaluation or export (`what`) can load a checkpoint stored in this format: GPTQ, AWQ and the rest
+    need packages the jobs do not install (quantizers/quantizer_gptq.py: "Loading a GPTQ quantized model
+    requires optimum"; quantizer_awq.py: gptqmodel), and llama.cpp's converter refuses them; None when it can."""
+    if quantization is None or quantization.bitsandbytes or quantization.method in _FOLLOWUP_LOADS:
+        return None
+    return (f"{ref} is stored quantized ({quantization.describe()}, config.json quantization_config), which no "
+            f"{what} of this server can load: its job would load {quantization.method} weights, which need that "
+            "format's own packages and kernels (not installed in the job), and llama.cpp's converter refuses them. "
+            "Pick the unquantized original it was made from (its model card's base_model). Nothing was launched.")
+
+
 # what a model no job of this server trained is evaluated and exported as, by its family (followup.for_family)
 FOLLOWUP_METHODS = {EMBEDDING: "embedding", TEXT_CLASSIFIER: "text-classification",
                     IMAGE_CLASSIFIER: "image-classification"}
