@@ -18,6 +18,8 @@ the job loads:
 - jina-embeddings-v3 from the Hub: its modules.json names custom_st.Transformer, its repository's own code, which
   the job's SentenceTransformer (no trust_remote_code) cannot import (a local folder's were checked, a Hub model's
   not): embedding training, evaluation and export were planned; now refused as remote code;
+- InternVL in transformers' format (OpenGVLab/InternVL3-1B-hf): its vision_config's patch_size is a [height, width]
+  pair, which sizing squared (a TypeError: estimate_cost and submit_training failed as the server's own defect);
 - a GPTQ or AWQ checkpoint (Qwen's own releases of Qwen2.5-0.5B-Instruct): training was refused, evaluation and
   both exports planned, though their jobs load it with transformers, whose quantizers stop without optimum or
   gptqmodel; now refused with the unquantized original to pick.
@@ -197,4 +199,34 @@ async def test_a_gptq_or_awq_checkpoint_is_neither_evaluated_nor_exported(zoo: E
             plan, text = await _call(client, "export_model", {"model": repo, "format": fmt, "dry_run": True,
                                                               "hub_model_id": f"emu-user/review-{fmt}"})
             assert plan is None and method in text and "Nothing was launched" in text, (fmt, text)
+    assert zoo.posted_jobs() == []
+
+
+@needs_training
+async def test_internvl_whose_vision_config_gives_sizes_as_pairs_is_sized_and_planned(zoo: Emulator,
+                                                                                      tmp_path: Path) -> None:
+    """OpenGVLab/InternVL3-1B-hf, built by InternVLConfig at its published sizes: its vision_config writes
+    image_size and patch_size as [height, width] pairs, and sizing squared the list (a TypeError: no estimate, no
+    plan, an internal error instead of either)."""
+    from transformers import InternVLConfig
+
+    config = InternVLConfig(
+        text_config={"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
+                     "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151674},
+        vision_config={"hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 24,
+                       "num_attention_heads": 16, "image_size": [448, 448], "patch_size": [14, 14]},
+        image_token_id=151667).to_dict()
+    config["architectures"] = ["InternVLForConditionalGeneration"]
+    assert config["vision_config"]["patch_size"] == [14, 14]
+    info = {"pipeline_tag": "image-text-to-text", "library_name": "transformers",
+            "safetensors": {"parameters": {"BF16": 938193024}, "total": 938193024}}
+    repo = zoo.serve_model(_folder(tmp_path, "emu-user--InternVL3-1B-hf", config, info))
+    async with Client(build_server()) as client:
+        estimate, text = await _call(client, "estimate_cost", {"model": repo, "dataset": zoo_dataset("sft", True),
+                                                               "flavor": "h200"})
+        assert estimate is not None, text
+        assert estimate["assumptions"]["image_tokens_per_example"] > 0, estimate["assumptions"]
+        plan, text = await _call(client, "submit_training", {**DRY, "model": repo, "method": "sft",
+                                                             "dataset": zoo_dataset("sft", True), "peft": "lora"})
+        assert plan is not None, text
     assert zoo.posted_jobs() == []
