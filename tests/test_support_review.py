@@ -20,6 +20,8 @@ the job loads:
   not): embedding training, evaluation and export were planned; now refused as remote code;
 - InternVL in transformers' format (OpenGVLab/InternVL3-1B-hf): its vision_config's patch_size is a [height, width]
   pair, which sizing squared (a TypeError: estimate_cost and submit_training failed as the server's own defect);
+- a distillation teacher no job can load (Phi-3-vision-128k-instruct, remote code, for Phi-3-mini with the same
+  vocabulary): only the student's family was checked; the teacher is now checked as a model the method trains;
 - a GPTQ or AWQ checkpoint (Qwen's own releases of Qwen2.5-0.5B-Instruct): training was refused, evaluation and
   both exports planned, though their jobs load it with transformers, whose quantizers stop without optimum or
   gptqmodel; now refused with the unquantized original to pick.
@@ -236,3 +238,23 @@ async def test_internvl_whose_vision_config_gives_sizes_as_pairs_is_sized_and_pl
                                                              "dataset": zoo_dataset("sft", True), "peft": "lora"})
         assert plan is not None, text
     assert zoo.posted_jobs()[posted:] == []
+
+
+async def test_a_distillation_teacher_no_job_can_load_is_refused(zoo: Emulator) -> None:
+    """Phi-3-mini-4k-instruct distilled from Phi-3-vision-128k-instruct (both real zoo configs, the same 32064-token
+    vocabulary): the teacher's architecture is its repository's own code (auto_map, model_type 'phi3_v'), which
+    TRL's DistillationTrainer loads by id without trust_remote_code (trl/trainer/distillation_trainer.py
+    `create_model_from_path(teacher_model, ...)`: AutoConfig asks for trust_remote_code), so the job failed at
+    load. Only the student's family was checked; the teacher's is now checked as a model the method trains."""
+    student = zoo.serve_model(CONFIGS / "microsoft--Phi-3-mini-4k-instruct")
+    teacher = zoo.serve_model(CONFIGS / "microsoft--Phi-3-vision-128k-instruct")
+    async with Client(build_server()) as client:
+        plan, text = await _call(client, "submit_training", {**DRY, "model": student, "method": "distill",
+                                                             "teacher_model": teacher,
+                                                             "dataset": zoo_dataset("distill"), "peft": "lora"})
+        assert plan is None and "teacher_model" in text and "repository's own code" in text, text
+        assert "Nothing was launched" in text, text
+        plan, text = await _call(client, "submit_training", {**DRY, "model": student, "method": "distill",
+                                                             "teacher_model": student,
+                                                             "dataset": zoo_dataset("distill"), "peft": "lora"})
+        assert plan is not None, text
