@@ -22,6 +22,9 @@ the job loads:
   pair, which sizing squared (a TypeError: estimate_cost and submit_training failed as the server's own defect);
 - a distillation teacher no job can load (Phi-3-vision-128k-instruct, remote code, for Phi-3-mini with the same
   vocabulary): only the student's family was checked; the teacher is now checked as a model the method trains;
+- a model no rows can train with the method (remote code, here for SFT on good rows): submit_training's dataset
+  validation refused it worded as the data's fault ("Fix the data or pass column_mapping"); the model's own
+  refusal is raised now;
 - a GPTQ or AWQ checkpoint (Qwen's own releases of Qwen2.5-0.5B-Instruct): training was refused, evaluation and
   both exports planned, though their jobs load it with transformers, whose quantizers stop without optimum or
   gptqmodel; now refused with the unquantized original to pick.
@@ -258,3 +261,17 @@ async def test_a_distillation_teacher_no_job_can_load_is_refused(zoo: Emulator) 
                                                              "teacher_model": student,
                                                              "dataset": zoo_dataset("distill"), "peft": "lora"})
         assert plan is not None, text
+
+
+async def test_a_model_no_rows_can_train_is_refused_as_the_models_fault(zoo: Emulator) -> None:
+    """Phi-3-vision-128k-instruct (remote code) for SFT on good chat rows: submit_training's dataset validation
+    refused it first, worded as the data's fault ("dataset 'org/sft' will not train with sft: ... Fix the data or
+    pass column_mapping"), which no change of the data fixes. The model's own refusal comes first now."""
+    repo = zoo.serve_model(CONFIGS / "microsoft--Phi-3-vision-128k-instruct")
+    posted = len(zoo.posted_jobs())
+    async with Client(build_server()) as client:
+        plan, text = await _call(client, "submit_training", {**DRY, "model": repo, "method": "sft",
+                                                             "dataset": zoo_dataset("sft"), "peft": "lora"})
+    assert plan is None and "repository's own code" in text and "Nothing was launched" in text, text
+    assert "column_mapping" not in text and "Fix the data" not in text, text
+    assert zoo.posted_jobs()[posted:] == []
