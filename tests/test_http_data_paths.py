@@ -196,7 +196,8 @@ async def test_a_model_folder_whose_files_link_out_is_refused(tool: str, folders
     (private / "blobs" / "weights").write_bytes(b"\0" * 64)
     model = shared / "snapshot"
     model.mkdir()
-    (model / "config.json").write_text(json.dumps({"model_type": "qwen2", "hidden_size": 64, "num_hidden_layers": 2,
+    (model / "config.json").write_text(json.dumps({"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"],
+                                                   "hidden_size": 64, "num_hidden_layers": 2,
                                                    "intermediate_size": 128, "vocab_size": 100,
                                                    "num_attention_heads": 4}))
     (model / "model.safetensors").symlink_to(private / "blobs" / "weights")

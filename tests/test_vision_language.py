@@ -56,7 +56,7 @@ def test_the_estimate_counts_each_images_tokens() -> None:
     assert text == 200 and seen.tokens_per_example == 200 + 2 * 256
 
 
-QWEN2_VL = {"model_type": "qwen2_vl", "text_config": {"hidden_size": 1536, "num_hidden_layers": 28,
+QWEN2_VL = {"model_type": "qwen2_vl", "architectures": ["Qwen2VLForConditionalGeneration"], "text_config": {"hidden_size": 1536, "num_hidden_layers": 28,
                                                        "intermediate_size": 8960, "vocab_size": 151936,
                                                        "num_attention_heads": 12, "num_key_value_heads": 2},
             "vision_config": {"patch_size": 14, "spatial_merge_size": 2, "depth": 32}}

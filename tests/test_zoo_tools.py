@@ -201,7 +201,8 @@ def transformers_classes() -> dict:
 
     return {"transformers": transformers.__version__, "model_types": sorted(configuration_auto.CONFIG_MAPPING_NAMES),
             "sequence_classification": sorted(modeling_auto.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES),
-            "image_classification": sorted(modeling_auto.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES)}
+            "image_classification": sorted(modeling_auto.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES),
+            "image_text_to_text": sorted(modeling_auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES)}
 
 
 def test_the_gguf_architectures_are_those_llama_cpps_converter_registers(llama_cpp: Path) -> None:

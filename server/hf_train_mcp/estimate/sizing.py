@@ -9,7 +9,8 @@ from typing import Any
 from hf_train_mcp.estimate.images import (CONV_IMAGE_SIDE, CONV_KEPT_MIN, CONV_KEPT_PER_PARAM, DYNAMIC_IMAGE_SIDE,
                                           DYNAMIC_IMAGE_TOKENS, ImageGrid, conv_activations, image_grid, image_tokens)
 from hf_train_mcp.models.family import DUAL_ENCODER_TYPES, Family, family_of
-from hf_train_mcp.models.files import Quantization, model_files, quantization_of, text_config, vision_config
+from hf_train_mcp.models.files import (Quantization, model_files, quantization_of, sides, text_config,
+                                      vision_config)
 
 log = logging.getLogger(__name__)
 DTYPE_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
@@ -107,7 +108,7 @@ def _vision_params(cfg: dict, text_hidden: int) -> int:
         return 0
     inter = vision.get("intermediate_size") or int(vision.get("mlp_ratio", 4) * width)
     mlp = 3 if cfg.get("model_type") in GATED_VISION else 2
-    patch = (vision.get("patch_size") or 14) ** 2 * (vision.get("temporal_patch_size") or 1)
+    patch = math.prod(sides(vision.get("patch_size")) or (14, 14)) * (vision.get("temporal_patch_size") or 1)
     tower = depth * (4 * width * width + mlp * width * inter) + patch * (vision.get("in_chans") or 3) * width
     if cfg.get("model_type") in DUAL_ENCODER_TYPES:  # CLIP, SigLIP: each tower projected into a shared space
         return tower + (width + text_hidden) * (cfg.get("projection_dim") or 0)

@@ -3,7 +3,8 @@ estimate_cost's sizing, submit_training's model checks, and the evaluation and e
 server trained.
 
 The files decide in this order: config.json's `auto_map` with a model type transformers does not know makes a
-model whose architecture is its repository's own code; modules.json (or the Hub's library_name) makes a
+model whose architecture is its repository's own code, and without one a model no job can load (transformers'
+AutoConfig does not recognize it); modules.json (or the Hub's library_name) makes a
 sentence-transformers model; a dual encoder's model type (CLIP, SigLIP: a vision and a text tower side by side, no text written); a vision tower
 (`vision_config`) with a generating architecture, an image token id or the image-text-to-text tag makes a
 vision-language model, flat (Qwen2-VL) or nested (LLaVA); then config.json's `architectures` head
@@ -14,7 +15,7 @@ import re
 from dataclasses import dataclass
 
 from hf_train_mcp.models.files import ModelFiles, Quantization
-from hf_train_mcp.models.native import has_class, knows_model_type
+from hf_train_mcp.models.native import has_class, knows_model_type, transformers_version
 
 VISION_LANGUAGE = "vision-language"
 CAUSAL_LM = "causal-lm"
@@ -26,6 +27,7 @@ IMAGE_CLASSIFIER = "image-classifier"
 IMAGE_ENCODER = "image-encoder"
 SEQ2SEQ = "seq2seq"
 REMOTE_CODE = "remote-code"  # its architecture is the repository's own Python (config.json auto_map)
+UNKNOWN_TYPE = "unknown-model-type"  # a model type transformers has no classes for, and no auto_map: no code at all
 UNKNOWN = "unknown"  # nothing was read (offline, or no config.json)
 
 DUAL_ENCODER_TYPES = frozenset({"clip", "siglip", "siglip2", "chinese_clip", "altclip", "align", "owlvit", "owlv2",
@@ -98,14 +100,19 @@ class Family:
         """A model a chat method (SFT, DPO, GRPO, ...) can train: it writes text (unknown: let the job decide)."""
         return self.kind in (CAUSAL_LM, VISION_LANGUAGE, UNKNOWN)
 
+    def _code(self) -> str:
+        """Where a remote-code model names its code: config.json's auto_map, or modules.json's module class."""
+        return self.why if self.why.startswith("modules.json") else "config.json auto_map"
+
     def describe(self) -> str:
         what = {VISION_LANGUAGE: "a vision-language model", CAUSAL_LM: "a causal language model",
                 DUAL_ENCODER: "a dual encoder (an image and a text tower side by side that embed, and write no text)",
                 EMBEDDING: "a sentence-transformers embedding model", ENCODER: "an encoder without a task head",
                 TEXT_CLASSIFIER: "a text classifier", IMAGE_CLASSIFIER: "an image classifier",
                 IMAGE_ENCODER: "an image encoder", SEQ2SEQ: "an encoder-decoder (seq2seq) model",
-                REMOTE_CODE: "a model whose architecture is its repository's own code (config.json auto_map), "
+                REMOTE_CODE: f"a model whose architecture is its repository's own code ({self._code()}), "
                              "which transformers does not include",
+                UNKNOWN_TYPE: "a model of a type transformers has no classes for (and no auto_map)",
                 UNKNOWN: "a model of unknown family"}[self.kind]
         named = ", ".join(x for x in (self.architecture, f"model_type {self.model_type!r}" if self.model_type
                                       else None) if x)
@@ -119,6 +126,9 @@ def _architecture(config: dict) -> str | None:
 
 def _is_vision_language(config: dict, arch: str | None, tag: str | None) -> bool:
     if not isinstance(config.get("vision_config"), dict):
+        return False
+    if has_class("image_text_to_text", config.get("model_type")) is False:  # a vision tower, no image-text-to-text
+        # class to load it with (Phi-4-multimodal's Phi4MultimodalForCausalLM): its architecture decides
         return False
     return bool(arch is None or _GENERATING.search(arch)  # no head named: its vision tower says it (dual encoders
                 # were told apart by their model type first) or any(config.get(k) is not None for k in _IMAGE_TOKEN_KEYS)
@@ -151,6 +161,8 @@ def decide(config: dict | None, *, pipeline_tag: str | None = None, library_name
     common = {"model_type": model_type, "architecture": arch, "classes": len(labels) if isinstance(labels, dict) else 0}
     if config and isinstance(config.get("auto_map"), dict) and model_type and not knows_model_type(model_type):
         return Family(REMOTE_CODE, **common, why=f"config.json auto_map, model_type {model_type!r}")
+    if model_type and not knows_model_type(model_type):  # every class the jobs load starts from AutoConfig
+        return Family(UNKNOWN_TYPE, **common, why=f"config.json model_type {model_type!r}, no auto_map")
     if sentence_transformers or library_name == "sentence-transformers":
         return Family(EMBEDDING, **common, why="modules.json (sentence-transformers)")
     if config is None:
@@ -180,6 +192,11 @@ def family_of(files: ModelFiles) -> Family:
     """The family of the model these files belong to; modules.json (and sentence_bert_config.json) are read only
     where they can change the answer and the Hub's library_name has not said it already."""
     found = decide(files.config, pipeline_tag=files.pipeline_tag, library_name=files.library_name)
+    if files.config is not None and not files.local and (found.kind == EMBEDDING or found.kind in _EMBEDDABLE):
+        custom = _custom_module(files.json("modules.json"))
+        if custom:
+            return Family(REMOTE_CODE, model_type=found.model_type, architecture=found.architecture,
+                          why=f"modules.json module class {custom!r}")
     if found.kind == EMBEDDING or files.config is None or (found.kind not in _EMBEDDABLE and not files.local):
         return found
     if files.library_name and not files.local:
@@ -188,6 +205,18 @@ def family_of(files: ModelFiles) -> Family:
     if isinstance(modules, list) and modules or (files.local and files.json("sentence_bert_config.json")):
         return decide(files.config, pipeline_tag=files.pipeline_tag, sentence_transformers=True)
     return found
+
+
+def _custom_module(modules: object) -> str | None:
+    """The first module class a Hub model's modules.json names outside sentence_transformers.*: its repository's
+    own code, which the job's SentenceTransformer (no trust_remote_code) imports by name and cannot find
+    (sentence_transformers/util/misc.py import_module_class: `return import_from_string(class_ref)`). A local
+    folder's are the caller's own code, checked by the planner (models/files.py custom_modules)."""
+    for module in modules if isinstance(modules, list) else []:
+        kind = module.get("type") if isinstance(module, dict) else None
+        if isinstance(kind, str) and not kind.startswith("sentence_transformers."):
+            return kind
+    return None
 
 
 def training_refusal(family: Family, model: str, *, method: str, generative: bool, vision: bool,
@@ -200,6 +229,11 @@ def training_refusal(family: Family, model: str, *, method: str, generative: boo
     SentenceTransformer that embeds text (embedding)."""
     if not family.known:
         return None
+    if family.kind == UNKNOWN_TYPE:
+        return (f"{model} is {family.describe()}: every job loads a model with transformers, whose AutoConfig "
+                f"stops at it (\"Transformers does not recognize this architecture\"; this server checks against "
+                f"transformers {transformers_version()}). Pick a model of a type transformers supports (e.g. "
+                f"{REWARD_EXAMPLE} for text, {VLM_EXAMPLES[0]} for images). Nothing was launched.")
     if family.kind == REMOTE_CODE:
         return (f"{model} is {family.describe()}: the job loads models with transformers' own classes and never "
                 "runs a repository's code (trust_remote_code would run it next to your token), so it would fail "
@@ -235,6 +269,21 @@ def method_refusal(family: Family, model: str, spec, *, vision: bool) -> str | N
                             sequence_head=spec.auto_class == "AutoModelForSequenceClassification",
                             appends_eos=spec.appends_eos, image_rows=spec.inputs == "image",
                             sentence_model=spec.model_library == "sentence-transformers")
+
+
+def unnamed_architecture_refusal(family: Family | None, model: str, *, method: str) -> str | None:
+    """A language model whose config.json names no `architectures`, for a method whose TRL trainer is given the
+    model's id: TRL picks the class from that list (trl/trainer/utils.py create_model_from_path:
+    `architecture = getattr(transformers, config.architectures[0], None)`), a TypeError on None at load. The
+    methods that name their class (text-classification, reward, embedding) and Unsloth's loader are not asked."""
+    if family is None or family.kind not in (CAUSAL_LM, VISION_LANGUAGE) or not family.model_type or (
+            family.architecture is not None):
+        return None
+    return (f"{model}'s config.json names no architectures (model_type {family.model_type!r}), and "
+            f"method={method!r} loads it through TRL, which picks the model's class from that list (its "
+            "create_model_from_path reads `config.architectures[0]`: a TypeError at load). Send a checkpoint whose "
+            "config.json names its class (save_pretrained writes it, e.g. \"architectures\": "
+            "[\"Qwen2ForCausalLM\"]). Nothing was launched.")
 
 
 def _image_head_refusal(family: Family, model: str, *, method: str) -> str | None:
@@ -341,6 +390,24 @@ def quantization_refusal(quantization: Quantization | None, model: str, *, peft:
             f"Pick {original}; peft='qlora' of it needs about the memory of this checkpoint. Nothing was launched.")
 
 
+# Formats stored quantized that an evaluation or export job loads: bitsandbytes (the evaluation installs it; export
+# refuses it itself, planning/export.py stored_refusal), MXFP4 (dequantized to bf16 without `kernels`), and
+# fine-grained FP8, which transformers dequantizes where the GPU has no FP8 (quantizers/quantizer_finegrained_fp8.py)
+_FOLLOWUP_LOADS = frozenset({"mxfp4", "fp8"})
+
+
+def followup_quantization_refusal(quantization: Quantization | None, ref: str, what: str) -> str | None:
+    """Why no evaluation or export (`what`) can load a checkpoint stored in this format: GPTQ, AWQ and the rest
+    need packages the jobs do not install (quantizers/quantizer_gptq.py: "Loading a GPTQ quantized model
+    requires optimum"; quantizer_awq.py: gptqmodel), and llama.cpp's converter refuses them; None when it can."""
+    if quantization is None or quantization.bitsandbytes or quantization.method in _FOLLOWUP_LOADS:
+        return None
+    return (f"{ref} is stored quantized ({quantization.describe()}, config.json quantization_config), which no "
+            f"{what} of this server can load: its job would load {quantization.method} weights, which need that "
+            "format's own packages and kernels (not installed in the job), and llama.cpp's converter refuses them. "
+            "Pick the unquantized original it was made from (its model card's base_model). Nothing was launched.")
+
+
 # what a model no job of this server trained is evaluated and exported as, by its family (followup.for_family)
 FOLLOWUP_METHODS = {EMBEDDING: "embedding", TEXT_CLASSIFIER: "text-classification",
                     IMAGE_CLASSIFIER: "image-classification"}
@@ -356,6 +423,8 @@ _FOLLOWUP_INSTEAD = {
              "sentence-transformers models",
     REMOTE_CODE: "its jobs load models with transformers' own classes and never run a repository's code "
                  f"(trust_remote_code): pick a model transformers supports (e.g. {REWARD_EXAMPLE})",
+    UNKNOWN_TYPE: "its jobs load models with transformers, whose AutoConfig does not recognize that model type: "
+                  f"pick a model transformers supports (e.g. {REWARD_EXAMPLE})",
 }
 
 

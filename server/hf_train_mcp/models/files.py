@@ -73,6 +73,16 @@ def text_config(cfg: dict) -> dict:
     return filled({**inherited, **text}, TEXT_DEFAULTS)
 
 
+def sides(value: Any) -> tuple[int, int] | None:
+    """(height, width) of an image or patch size as a vision config writes it: one side (ViT, SigLIP, Qwen2-VL) or a
+    [height, width] pair (InternVL's image_size and patch_size); None when neither."""
+    if isinstance(value, int) and value > 0:
+        return value, value
+    if isinstance(value, list | tuple) and len(value) == 2 and all(isinstance(v, int) and v > 0 for v in value):
+        return int(value[0]), int(value[1])
+    return None
+
+
 def vision_config(cfg: dict) -> dict | None:
     vision = cfg.get("vision_config")
     return filled(vision, VISION_DEFAULTS) if isinstance(vision, dict) else None

@@ -6,8 +6,11 @@ from pathlib import Path
 
 from hf_train_mcp import backends, methods
 from hf_train_mcp.access import Access, is_local
+from hf_train_mcp.data.formats import reads_images
 from hf_train_mcp.data.validate import conversational, image_facts, outside_images, validate_dataset
 from hf_train_mcp.errors import DatasetError, TrainError
+from hf_train_mcp.models.family import family_of, method_refusal
+from hf_train_mcp.models.files import model_files
 from hf_train_mcp.contract.requests import EvaluateRequest, TrainingRequest
 from hf_train_mcp.contract.results import DatasetReport
 from hf_train_mcp.planning.evaluation import EvalData, job_data, method_for_format
@@ -25,6 +28,20 @@ def refusal(report: DatasetReport, dataset: str, problem: str) -> str:
             "launched.")
 
 
+def _model_fault(req: TrainingRequest, token: str | None, report: DatasetReport) -> TrainError | None:
+    """What the model alone rules out for the method, whatever its rows (remote code, a type transformers does not
+    know, a chat method for an encoder, a head it has no class for): validation reports it among the data's issues,
+    which `refusal` words as the data's fault ("Fix the data or pass column_mapping"). The files and the rows'
+    format validation read (rows with images: the refusal says what the model reads instead)."""
+    try:
+        family = family_of(model_files(req.model, token))
+    except Exception:  # unreadable: the validation's refusal says what it can
+        return None
+    images = bool(report.detected_format) and reads_images(report.detected_format)
+    found = method_refusal(family, req.model, methods.get(req.method), vision=images)
+    return TrainError(found) if found else None
+
+
 def checked_dataset(req: TrainingRequest, token: str | None,
                     access: Access) -> tuple[TrainingRequest, DataFacts, list[str]]:
     """Validate the dataset (unless skipped): refuse one with errors, adopt its suggested mapping and config."""
@@ -37,7 +54,8 @@ def checked_dataset(req: TrainingRequest, token: str | None,
                               column_mapping=req.column_mapping, token=token, max_length=req.max_length,
                               access=access, model=req.model)  # token lengths size the run
     if not report.valid:
-        raise DatasetError(refusal(report, req.dataset, f"will not train with {req.method}"))
+        raise _model_fault(req, token, report) or DatasetError(refusal(report, req.dataset,
+                                                                        f"will not train with {req.method}"))
     warnings = []
     # The job gets exactly the mapping validation approved: a partial one completed by the suggestion.
     if (report.suggested_column_mapping or {}) != (req.column_mapping or {}):

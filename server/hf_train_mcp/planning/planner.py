@@ -342,7 +342,8 @@ class Planner:
             self.access.check_reward_code()  # the evaluation runs the job's reward code again
         progress(f"sizing {subject.sized_by}")
         size = self.model_size(copies.sizing_folder(subject) or subject.sized_by, token, offline=here)
-        subject = for_family(subject, size.family, "evaluation" if isinstance(req, EvaluateRequest) else "export")
+        subject = for_family(subject, size.family, "evaluation" if isinstance(req, EvaluateRequest) else "export",
+                             quantization=size.quantization)
         return token, namespace, subject, size, get_catalog(token, offline=here, backend=backend_name)
 
     def _prepare_evaluation(self, req: EvaluateRequest, backend_name: str, *, kind: str,

@@ -11,7 +11,8 @@ from hf_train_mcp.access import Access, is_local
 from hf_train_mcp.data.validate import outside_images
 from hf_train_mcp.errors import AccessError, NotFoundError, TrainError
 from hf_train_mcp.jobs.ledger import JobRecord
-from hf_train_mcp.models.family import Family, followup_method, followup_refusal
+from hf_train_mcp.models.family import Family, followup_method, followup_quantization_refusal, followup_refusal
+from hf_train_mcp.models.files import Quantization
 from hf_train_mcp.contract.requests import TrainingRequest
 
 
@@ -116,14 +117,16 @@ def subject_from_ref(ref: str, *, access: Access, backend_name: str, adapter_con
                    method=methods.for_peft_task(config.get("task_type"), labelled=labelled(ref)))
 
 
-def for_family(subject: Subject, family: Family | None, what: str) -> Subject:
+def for_family(subject: Subject, family: Family | None, what: str, *,
+               quantization: Quantization | None = None) -> Subject:
     """A model whose training this server does not know (a Hub repo, a folder) is planned for the family its own
     files say (models/family.py): an embedding model as a SentenceTransformer, a classifier by its head, a reward
-    model by its one score; a family no follow-up can read is refused with what to send instead. `what`:
-    'evaluation' or 'export'."""
+    model by its one score; a family no follow-up can read, or a checkpoint stored in a format (`quantization`) no
+    follow-up job loads, is refused with what to send instead. `what`: 'evaluation' or 'export'."""
     if subject.method is not None or family is None:
         return subject
-    refusal = followup_refusal(family, subject.ref, what)
+    refusal = (followup_refusal(family, subject.ref, what)
+               or followup_quantization_refusal(quantization, subject.ref, what))
     if refusal:
         raise TrainError(refusal)
     method = followup_method(family)

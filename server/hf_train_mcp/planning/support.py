@@ -105,7 +105,8 @@ def _followup(size: ModelSize, model: str, what: str) -> tuple[Subject | None, s
     """The model as an evaluation or export of a Hub repo no job of this server trained reads it (its family's
     method), or why none can: (subject, None) or (None, refusal)."""
     try:
-        return for_family(Subject(ref=model, kind="full", base_model=None, method=None), size.family, what), None
+        return for_family(Subject(ref=model, kind="full", base_model=None, method=None), size.family, what,
+                          quantization=size.quantization), None
     except TrainError as exc:
         return None, str(exc)
 

@@ -20,7 +20,7 @@ from hf_train_mcp.estimate.cost import FlavorEstimate
 from hf_train_mcp.estimate.hardware import Catalog
 from hf_train_mcp.estimate.measured import probe_config, probe_timeout
 from hf_train_mcp.models.family import (UNKNOWN, Family, lora_reaches_experts, lora_target_refusal, method_refusal,
-                                       quantization_refusal)
+                                       quantization_refusal, unnamed_architecture_refusal)
 from hf_train_mcp.estimate.sizing import ModelSize
 from hf_train_mcp.hub import hub_endpoint
 from hf_train_mcp.planning.budget import chosen_timeout, within_budget, worst_case_usd
@@ -222,9 +222,11 @@ def check_models(req: "RunShape", size: ModelSize, *, teacher: ModelSize | None,
     """What the models' files rule out before anything is launched, for estimate_cost and submit_training alike
     (validate_dataset asks models/family.py method_refusal too): the method's own checks (a distillation teacher of
     another vocabulary size), images for a model that is no vision-language model, a chat method for a model that
-    writes no text, a classification or reward head the model has no class for (models/family.py decides), a
-    checkpoint stored quantized that the job cannot train so, LoRA target names that name none of the model's
-    modules (where its weights' names are known), and a LoRA dropout PEFT refuses on fused experts."""
+    writes no text (or a distillation teacher that writes none or cannot be loaded), a classification or reward
+    head the model has no class for (models/family.py decides), a language model whose config.json names no
+    architectures for TRL to load, a checkpoint stored quantized that the job cannot train so, LoRA target names
+    that name none of the model's modules (where its weights' names are known), and a LoRA dropout PEFT refuses on
+    fused experts."""
     spec = methods.get(req.method)
     try:
         spec.check_sizes(req, size, teacher)
@@ -234,6 +236,16 @@ def check_models(req: "RunShape", size: ModelSize, *, teacher: ModelSize | None,
     refusal = method_refusal(family, req.model, spec, vision=data.vision)
     if refusal:
         raise (DatasetError if data.vision else TrainError)(refusal)
+    teacher_model = getattr(req, "teacher_model", None)
+    if teacher is not None:  # TRL loads a distillation's teacher by its id too, as a model that writes text
+        refusal = method_refusal(teacher.family or Family(UNKNOWN), teacher_model, spec, vision=False)
+        if refusal:
+            raise TrainError(f"teacher_model {teacher_model!r}: {refusal}")
+    if not spec.classifier and req.engine is None:  # TRL loads the model (and a teacher) by its id
+        refusal = unnamed_architecture_refusal(family, req.model, method=req.method) or (
+            teacher and unnamed_architecture_refusal(teacher.family, teacher_model, method=req.method))
+        if refusal:
+            raise TrainError(refusal)
     refusal = quantization_refusal(size.quantization, req.model, peft=req.peft)
     targets = lora_targets(req, data)
     if not refusal and req.peft != "full" and isinstance(targets, list) and size.files is not None:
