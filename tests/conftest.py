@@ -351,3 +351,14 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
                 os.kill(int(entry.name), signal.SIGTERM)
             except OSError:
                 pass
+
+
+@pytest.fixture
+def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The user's working folder, holding tickets.jsonl (what `./tickets.jsonl` names)."""
+    monkeypatch.chdir(tmp_path)
+    from hf_train_mcp_demo.tiny import write_jsonl
+    from tests.local_files import ROWS
+
+    write_jsonl(tmp_path / "tickets.jsonl", ROWS)
+    return tmp_path

@@ -17,33 +17,11 @@ from hf_train_mcp.service import Core
 from hf_train_mcp.shell.app import build_server
 from hf_train_mcp.sweeps import sweep as sweeps
 from hf_train_mcp_demo.tiny import write_jsonl
+from tests.local_files import BUCKET, ROWS, TICKETS, VIT, input_volumes, xet_hash
 from tests.emulator import Emulator, JobPlan
 from tests.helpers import call
 
 pytestmark = pytest.mark.anyio
-BUCKET = "emu-user/jobs-artifacts"
-VIT = Path(__file__).parent / "data" / "configs" / "google--vit-base-patch16-224"
-TICKETS = {"model": "Qwen/Qwen2.5-0.5B", "dataset": "./tickets.jsonl", "backend": "hf",
-           "hub_model_id": "emu-user/tickets-sft", "max_steps": 20}
-ROWS = [{"prompt": f"Ticket {i}: the printer on floor {i % 4} jams.", "completion": f"hardware/{i % 3}"}
-        for i in range(30)]
-
-
-@pytest.fixture
-def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    write_jsonl(tmp_path / "tickets.jsonl", ROWS)
-    return tmp_path
-
-
-def xet_hash(path: Path) -> str:
-    import hf_xet
-
-    return hf_xet.hash_files([str(path)])[0].hash
-
-
-def input_volumes(spec: dict) -> list[dict]:
-    return [v for v in spec.get("volumes") or [] if v["mountPath"].startswith("/inputs/")]
 
 
 def placed(hub: Emulator, place: str) -> dict[str, str]:

@@ -17,34 +17,15 @@ from mcp import Client
 from hf_train_mcp.jobs.ledger import Ledger
 from hf_train_mcp.shell.app import build_server
 from hf_train_mcp_demo.tiny import example_rows, write_images, write_jsonl
+from tests.local_files import BUCKET, TICKETS, VIT, input_volumes, xet_hash
 from tests.emulator import Emulator
 from tests.helpers import call, decoded_script, refused, script_config
 
 pytestmark = pytest.mark.anyio
-BUCKET = "emu-user/jobs-artifacts"
-TICKETS = {"model": "Qwen/Qwen2.5-0.5B", "dataset": "./tickets.jsonl", "backend": "hf",
-           "hub_model_id": "emu-user/tickets-sft", "max_steps": 20}
-VIT = Path(__file__).parent / "data" / "configs" / "google--vit-base-patch16-224"
-
-
-@pytest.fixture
-def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The user's working folder, holding tickets.jsonl (what `./tickets.jsonl` names)."""
-    monkeypatch.chdir(tmp_path)
-    rows = [{"prompt": f"Ticket {i}: the printer on floor {i % 4} jams.", "completion": f"hardware/{i % 3}"}
-            for i in range(30)]
-    write_jsonl(tmp_path / "tickets.jsonl", rows)
-    return tmp_path
 
 
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def xet_hash(path: Path) -> str:
-    import hf_xet
-
-    return hf_xet.hash_files([str(path)])[0].hash
 
 
 def traffic(hub: Emulator) -> tuple[int, int]:
@@ -56,10 +37,6 @@ def posted_one(hub: Emulator, before: int) -> dict:
     posted = hub.posted_jobs()[before:]
     assert len(posted) == 1, posted
     return posted[0]
-
-
-def input_volumes(spec: dict) -> list[dict]:
-    return [v for v in spec.get("volumes") or [] if v["mountPath"].startswith("/inputs/")]
 
 
 def placed(hub: Emulator, volume: dict) -> dict[str, str]:

@@ -1,5 +1,6 @@
-"""Local files on the Jobs backend (issue 33), a second outside review: inputs and faults that made a call refuse
-good data, launch a job that cannot read its files, or answer something false about the upload. Against the
+"""Local files on the Jobs backend (issue 33): the inputs and faults (a bucket batch or copy refused half-way, a
+node's POST refused, a key found on the Hub, hidden files, embedded image bytes) under which a call must neither
+refuse good data, nor launch a job that cannot read its files, nor say something false about the upload. Against the
 emulated Hub, with the real huggingface_hub client and hf_xet (no mock of either)."""
 
 import io
@@ -10,27 +11,11 @@ from mcp import Client
 
 from hf_train_mcp.shell.app import build_server
 from hf_train_mcp_demo.tiny import write_jsonl
+from tests.local_files import BUCKET, ROWS, TICKETS, VIT, input_volumes
 from tests.emulator import Emulator
 from tests.helpers import call, decoded_script, script_config
 
 pytestmark = pytest.mark.anyio
-BUCKET = "emu-user/jobs-artifacts"
-VIT = Path(__file__).parent / "data" / "configs" / "google--vit-base-patch16-224"
-TICKETS = {"model": "Qwen/Qwen2.5-0.5B", "dataset": "./tickets.jsonl", "backend": "hf",
-           "hub_model_id": "emu-user/tickets-sft", "max_steps": 20}
-ROWS = [{"prompt": f"Ticket {i}: the printer on floor {i % 4} jams.", "completion": f"hardware/{i % 3}"}
-        for i in range(30)]
-
-
-@pytest.fixture
-def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    write_jsonl(tmp_path / "tickets.jsonl", ROWS)
-    return tmp_path
-
-
-def input_volumes(spec: dict) -> list[dict]:
-    return [v for v in spec.get("volumes") or [] if v["mountPath"].startswith("/inputs/")]
 
 
 def _png(colour: tuple[int, int, int]) -> bytes:
