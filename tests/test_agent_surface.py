@@ -62,16 +62,20 @@ async def hears_the_update(client: Client, mcp: Any, job_id: str) -> None:
 async def test_a_legacy_client_subscribed_to_a_job_is_told_when_its_stage_changes(hub: Emulator) -> None:
     mcp = build_server(watch_interval_s=3600)  # polls are driven by the test
     inbox = Inbox()
-    hub.plan_next(JobPlan(scheduling_s=0.5, running_s=0.5))
+    # the job's clock is driven by the test (hub.advance): however slow the machine, it is SCHEDULING when
+    # subscribed, RUNNING after the first move and COMPLETED after the second, each seen by one poll
+    hub.plan_next(JobPlan(scheduling_s=600, running_s=600))
     async with Client(mcp, mode="legacy", message_handler=inbox) as client:
         assert client.session.server_capabilities.resources.subscribe is True
         job_id = (await client.call_tool("submit_training", BASE)).structured_content["job_id"]
         uri = f"hf-train://jobs/{job_id}"
         await client.session.send_request(SubscribeRequest(params=SubscribeRequestParams(uri=uri)), EmptyResult)
+        hub.advance(600)
         await until(lambda: uri in inbox.uris, poll=mcp.watcher.poll_once)
         report = json.loads((await client.read_resource(uri)).contents[0].text)
-        assert report["job_id"] == job_id and report["stage"] in ("RUNNING", "COMPLETED")
-        await until(lambda: inbox.uris.count(uri) >= 2, poll=mcp.watcher.poll_once)  # RUNNING, then COMPLETED
+        assert report["job_id"] == job_id and report["stage"] == "RUNNING"
+        hub.advance(600)
+        await until(lambda: inbox.uris.count(uri) >= 2, poll=mcp.watcher.poll_once)  # then COMPLETED
 
 
 @pytest.mark.detached

@@ -39,7 +39,8 @@ def _model_fault(req: TrainingRequest, token: str | None, report: DatasetReport)
         return None
     images = bool(report.detected_format) and reads_images(report.detected_format)
     found = method_refusal(family, req.model, methods.get(req.method), vision=images)
-    return TrainError(found) if found else None
+    # images for a model that reads none stay the data's fault, as check_models says it (error code "dataset")
+    return (DatasetError if images else TrainError)(found) if found else None
 
 
 def checked_dataset(req: TrainingRequest, token: str | None,
