@@ -4,6 +4,7 @@ refuse good data, nor launch a job that cannot read its files, nor say something
 emulated Hub, with the real huggingface_hub client and hf_xet (no mock of either)."""
 
 import io
+import shutil
 from pathlib import Path
 
 import pytest
@@ -171,17 +172,22 @@ async def test_the_estimate_counts_the_images_a_renamed_image_column_names(hub: 
 async def test_a_key_found_on_the_hub_uploads_nothing_and_records_no_copy_the_job_never_read(
         hub: Emulator, here: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A retry with the same idempotency_key once the ledger is lost (another HF_TRAIN_HOME) adopts the job the Hub
-    holds under the key's label. The launch uploaded the local file as it is now before it looked the key up: the
-    edited file went to the bucket though nothing launched, and the adopted job was recorded as reading that new
-    copy (a follow-up would mount it) while it mounts the first one (jobs/launcher.py launch)."""
+    holds under the key's label. The launch uploaded the local file before it looked the key up: a file edited in
+    between went to the bucket though nothing launched (jobs/launcher.py launch). The edited file is now a
+    conflict (the key's label holds the data's content): nothing uploaded, nothing launched; the unchanged file is
+    the job, adopted, recorded as reading the copy it mounts."""
     first_key = {**TICKETS, "idempotency_key": "same-data"}
     async with Client(build_server()) as client:
         job = await call(client, "submit_training", first_key)
     (mounted,) = input_volumes(hub.posted_jobs()[-1])
+    original = (here / "tickets.jsonl").read_bytes()
     write_jsonl(here / "tickets.jsonl", [{**row, "completion": row["completion"] + "!"} for row in ROWS])
     monkeypatch.setenv("HF_TRAIN_HOME", str(tmp_path / "another-home"))  # the ledger lost
     before, batches = len(hub.posted_jobs()), hub.count("POST", rf"/api/buckets/{BUCKET}/batch")
     async with Client(build_server()) as client:
+        edited = await client.call_tool("submit_training", first_key)
+        assert edited.is_error and f"job {job['job_id']}" in edited.content[0].text, edited.content[0].text
+        (here / "tickets.jsonl").write_bytes(original)
         again = await call(client, "submit_training", first_key)
     assert again["job_id"] == job["job_id"] and len(hub.posted_jobs()) == before
     assert hub.count("POST", rf"/api/buckets/{BUCKET}/batch") == batches, "uploaded for a job it did not launch"
@@ -189,6 +195,54 @@ async def test_a_key_found_on_the_hub_uploads_nothing_and_records_no_copy_the_jo
 
     recorded = [entry["place"] for entry in Ledger().get(job["job_id"]).uploads]
     assert recorded in ([], [mounted["path"]]), (recorded, mounted["path"])
+
+
+@pytest.mark.parametrize("tool", ["submit_training", "export_model"])
+async def test_a_retry_after_the_local_files_were_edited_is_a_conflict_not_the_old_job(
+        hub: Emulator, here: Path, tiny_model: Path, tool: str) -> None:
+    """The same idempotency_key after the local dataset (or model folder) was edited returned the job trained on
+    the old bytes, as if it read the new ones: the key's hash was the call's arguments, and a path is the same
+    argument whatever it holds. The content of the local files a call names is part of the call now, as
+    run_script's folder is (jobs/retries.py, jobs/uploads.py named_content): unchanged files are a retry (the old
+    job, nothing sent), edited ones a conflict (nothing sent, nothing launched)."""
+    if tool == "submit_training":
+        edited, arguments = here / "tickets.jsonl", {**TICKETS, "idempotency_key": "tickets-1"}
+    else:
+        shutil.copytree(tiny_model, here / "merged")
+        edited = here / "merged" / "config.json"
+        arguments = {"model": "./merged", "backend": "hf", "format": "merged", "hub_model_id": "emu-user/merged",
+                     "idempotency_key": "merged-1"}
+    async with Client(build_server()) as client:
+        job = await call(client, tool, arguments)
+        before, batches = len(hub.posted_jobs()), hub.count("POST", rf"/api/buckets/{BUCKET}/batch")
+        again = await call(client, tool, arguments)
+        assert again["job_id"] == job["job_id"]
+        edited.write_bytes(edited.read_bytes().replace(b"}", b', "edited": 1}', 1) if tool != "submit_training"
+                           else edited.read_bytes() + b'{"prompt": "one more", "completion": "row"}\n')
+        result = await client.call_tool(tool, arguments)
+    text = result.content[0].text
+    assert result.is_error and "local files content" in text and job["job_id"] in text, text
+    assert len(hub.posted_jobs()) == before and hub.count("POST", rf"/api/buckets/{BUCKET}/batch") == batches
+
+
+async def test_a_sweep_retried_after_its_data_was_edited_is_a_conflict(hub: Emulator, here: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweep's key is held to the data its runs uploaded, as a job's is: the same key after tickets.jsonl was
+    edited returned the old sweep, trained on the old bytes (planning/copies.py sweep_data_edited)."""
+    from hf_train_mcp.sweeps import sweep as sweeps
+
+    monkeypatch.setattr(sweeps, "ensure_supervised", lambda core, sweep: None)  # every run starts at once
+    arguments = {"base": TICKETS, "grid": {"learning_rate": [1e-4, 2e-4]}, "max_parallel": 2,
+                 "idempotency_key": "lr-sweep"}
+    async with Client(build_server()) as client:
+        sweep = await call(client, "submit_sweep", arguments)
+        before, batches = len(hub.posted_jobs()), hub.count("POST", rf"/api/buckets/{BUCKET}/batch")
+        assert (await call(client, "submit_sweep", arguments))["sweep_id"] == sweep["sweep_id"]
+        write_jsonl(here / "tickets.jsonl", [{**row, "completion": row["completion"] + "!"} for row in ROWS])
+        result = await client.call_tool("submit_sweep", arguments)
+    text = result.content[0].text
+    assert result.is_error and "local files content" in text and sweep["sweep_id"] in text, text
+    assert len(hub.posted_jobs()) == before and hub.count("POST", rf"/api/buckets/{BUCKET}/batch") == batches
 
 
 async def test_a_refused_copy_inside_the_bucket_sends_the_files_instead(hub: Emulator, here: Path) -> None:

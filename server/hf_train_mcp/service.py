@@ -31,9 +31,9 @@ from hf_train_mcp.jobs.prepared import Prepared, Progress
 from hf_train_mcp.contract.requests import CompareRequest, EstimateRequest, EvaluateRequest, ExportRequest, ScriptRequest
 from hf_train_mcp.contract.requests import SweepRequest
 from hf_train_mcp.contract.requests import TrainingRequest, ValidateRequest
-from hf_train_mcp.planning.user_script_source import local_content
 from hf_train_mcp.contract.results import (CancelResult, Comparison, CostEstimate, DatasetReport, HardwareList, JobList,
                                   JobReport, LogPage, Submission, SweepResult)
+from hf_train_mcp.planning import copies
 from hf_train_mcp.planning.planner import Planner, default_backend, sweep_backend
 
 __all__ = ["Core", "Prepared", "default_backend"]
@@ -102,6 +102,10 @@ class Core:
         if existing is not None:
             self.check_sweep_access(existing)
             retries.check_same_sweep(existing, req)
+            if backends.mounts_uploads(existing.backend) and copies.sweep_data_edited(
+                    self.ledger, existing.sweep_id, req.base, self.access):
+                raise KeyConflict(retries.conflict_message(req.idempotency_key, f"sweep {existing.sweep_id}",
+                                                           [retries.CONTENT_FIELDS[2]]))
             sweeps.ensure_supervised(self, existing)
             return sweep_results.sweep_result(self, existing, [
                 f"idempotency_key matched sweep {existing.sweep_id}: returned it instead of launching again"])
@@ -233,7 +237,7 @@ class Core:
             raise KeyConflict(f"idempotency_key {req.idempotency_key!r} already names job {existing.job_id}, a "
                               f"{existing.kind} job: use another key for this {kind} job")
         changed = retries.changed_fields(existing.asked_json, retries.asked_json(
-            req, backend_name, content=local_content(req, self.access)))
+            req, backend_name, content=self.planner.content(req, backend_name)))
         if changed:
             raise KeyConflict(retries.conflict_message(req.idempotency_key, f"job {existing.job_id}", changed))
         if node_ranks.is_run(existing) and not existing.settled:  # its server may have died before its nodes

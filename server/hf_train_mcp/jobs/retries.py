@@ -13,21 +13,28 @@ from typing import Any
 ASKED_LABEL = "asked"
 _NOT_THE_JOB = ("dry_run", "max_cost_usd")  # how a call is checked, not what its job is
 _RESOLVED = {"engine": "trl"}  # None means this value (the request's defaults that planning names)
-# run_script's folder or local file is sent by name, and what the job runs is what it holds: the hash of its
-# content is part of the call (held to it only when both calls have it: older ledgers, a folder gone since).
-CONTENT_FIELDS = ("folder content", "file content")
+# run_script's folder or local file, and a training, evaluation or export call's local dataset or model folder,
+# are sent by name, and what the job reads is what they hold: the hash of their content is part of the call (held
+# to it only when both calls have it: older ledgers, a file gone since).
+CONTENT_FIELDS = ("folder content", "file content", "local files content")
 
 
 def asked_json(req: Any, backend_name: str | None = None, *, content: str | None = None) -> str:
     """The call as sent, canonical: the backend it runs on named, fields that do not change the job dropped;
-    `content`: the hash of the local folder or file it names (planning/user_script_source.local_content)."""
+    `content`: the hash of the local folder or files it names (planning/planner.Planner.content)."""
     fields = {name: value for name, value in json.loads(req.model_dump_json()).items() if name not in _NOT_THE_JOB}
     for name, value in {**_RESOLVED, "backend": backend_name}.items():
         if name in fields and fields[name] is None:
             fields[name] = value
     if content is not None:
-        fields[CONTENT_FIELDS[0] if getattr(req, "folder", None) else CONTENT_FIELDS[1]] = content
+        fields[_content_field(req)] = content
     return json.dumps(fields, sort_keys=True)
+
+
+def _content_field(req: Any) -> str:
+    if getattr(req, "folder", None):
+        return CONTENT_FIELDS[0]
+    return CONTENT_FIELDS[1] if hasattr(req, "script") else CONTENT_FIELDS[2]
 
 
 def asked_label(asked: str) -> str:

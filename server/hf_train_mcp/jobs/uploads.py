@@ -23,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from hf_train_mcp.access import Access
+from hf_train_mcp.access import Access, is_local
 from hf_train_mcp.bucket_inputs import CHUNK_BYTES, PLACE_ROOT, Upload, UploadFile, shown_bytes, stamp
 from hf_train_mcp.data.images import cell_paths, image_folder_classes, is_image, part_paths
 from hf_train_mcp.data.local import data_files
@@ -269,6 +269,37 @@ def plan_dataset(ref: str, *, mapping: dict[str, str] | None, access: Access) ->
     root = Path(os.path.commonpath([str(base), *(str(f.parent) for f in images)]))
     reads = Path(os.path.relpath(path, root)).as_posix()
     return _upload("dataset", str(path), root, [*files, *images], "" if reads == "." else reads, refuse_secrets=True)
+
+
+# --- what a retry is held to ----------------------------------------------------------------------------------
+_NAMED = (("model", "model"), ("dataset", "dataset"), ("teacher_model", "teacher model"))
+
+
+def named_uploads(arguments: dict[str, Any], access: Access) -> list[Upload] | None:
+    """The uploads of the local paths among a call's `arguments` (its model, dataset, teacher_model), planned from
+    the files as they are now. None when one is gone or refused: what they held then cannot be told."""
+    out = []
+    for name, role in _NAMED:
+        ref = arguments.get(name)
+        if not isinstance(ref, str) or not is_local(ref):
+            continue
+        try:
+            out.append(plan_dataset(ref, mapping=arguments.get("column_mapping"), access=access)
+                       if name == "dataset" else plan_folder(ref, role, access))
+        except TrainError:
+            return None
+    return out
+
+
+def named_content(req: Any, access: Access) -> str | None:
+    """The content of the local files a call names itself (its dataset, model or teacher folder) as they are now:
+    a retry with its idempotency key is held to it (retries.asked_json), so an edited dataset makes a new job,
+    never the old one passed off as trained on it. None when the call names none, or one is gone or refused (a
+    retry then is held to its arguments alone)."""
+    uploads = named_uploads(dict(req), access)
+    if not uploads:
+        return None
+    return hashlib.sha256("".join(f"{u.role}\0{u.digest}\n" for u in uploads).encode()).hexdigest()
 
 
 # --- what a job gets ------------------------------------------------------------------------------------------

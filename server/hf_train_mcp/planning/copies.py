@@ -6,10 +6,11 @@ Upload.recorded)."""
 
 from pathlib import Path
 
-from hf_train_mcp.access import is_local
+from hf_train_mcp.access import Access, is_local
 from hf_train_mcp.contract.requests import TrainingRequest
 from hf_train_mcp.jobs import keys
 from hf_train_mcp.jobs.ledger import Ledger
+from hf_train_mcp.jobs.uploads import named_uploads
 from hf_train_mcp.bucket_inputs import Upload
 from hf_train_mcp.paths import data_home
 from hf_train_mcp.planning.hyperparameters import DataFacts
@@ -20,10 +21,24 @@ def sweep_copies(ledger: Ledger, req: TrainingRequest) -> list[dict]:
     """A sweep run's local files as the sweep's launched runs uploaded them: every run reads the copy the sweep
     was approved with, never the local file as it is when its turn comes."""
     sweep_id = keys.sweep_of(req.idempotency_key)
-    if sweep_id is None:
-        return []
+    return [] if sweep_id is None else _sweep_uploads(ledger, sweep_id)
+
+
+def _sweep_uploads(ledger: Ledger, sweep_id: str) -> list[dict]:
     jobs = [ledger.get(run.job_id) for run in ledger.sweep_runs(sweep_id) if run.job_id]
     return [entry for job in jobs if job is not None for entry in job.uploads]
+
+
+def sweep_data_edited(ledger: Ledger, sweep_id: str, base: dict, access: Access) -> bool:
+    """Whether a local file the sweep's base arguments name holds other bytes now than the copy its launched runs
+    uploaded: a retry with the sweep's key is then a conflict, not the old sweep passed off as trained on them.
+    A file gone, or a sweep that uploaded nothing yet, cannot tell (as a job's retry: jobs/uploads.named_content)."""
+    recorded = {(entry["role"], entry["ref"]): entry["digest"] for entry in _sweep_uploads(ledger, sweep_id)}
+    if not recorded:
+        return False
+    resolved = {name: str(Path(value).expanduser().resolve()) if isinstance(value, str) and is_local(value) else value
+                for name, value in base.items()}
+    return any(recorded.get((u.role, u.ref), u.digest) != u.digest for u in named_uploads(resolved, access) or [])
 
 
 def resumed_copy(ledger: Ledger, req: TrainingRequest) -> dict | None:

@@ -31,8 +31,8 @@ from hf_train_mcp.models.files import custom_modules
 from hf_train_mcp.planning.datasets import checked_dataset, eval_data
 from hf_train_mcp.planning.training import plan_run
 from hf_train_mcp.jobs.prepared import Prepared, Progress
-from hf_train_mcp.jobs.uploads import (Upload, check_total, mounted, plan_dataset, plan_folder, shown_bytes,
-                                      withheld_warnings)
+from hf_train_mcp.jobs.uploads import (Upload, check_total, mounted, named_content, plan_dataset, plan_folder,
+                                      shown_bytes, withheld_warnings)
 from hf_train_mcp.contract.requests import EvaluateRequest, ExportRequest, RunShape, ScriptRequest
 from hf_train_mcp.contract.requests import SweepRequest, TrainingRequest
 from hf_train_mcp.planning.user_script import plan_script
@@ -164,8 +164,16 @@ class Planner:
         self.check_access(req, backend_name)
         prepared = self.prepare(req, backend_name, kind=kind, progress=progress)
         prepared.asked = retries.asked_json(
-            req, backend_name, content=local_content(req, self.access, getattr(prepared.plan, "source", None)))
+            req, backend_name, content=self.content(req, backend_name, getattr(prepared.plan, "source", None)))
         return prepared
+
+    def content(self, req: Any, backend_name: str, source: Any = None) -> str | None:
+        """The hash of the local files a call names, as they are now (a retry with its key is held to it):
+        run_script's folder or file (`source`: its read), or the dataset and model folders a job on the Hub's
+        machines reads as uploaded copies."""
+        if isinstance(req, ScriptRequest):
+            return local_content(req, self.access, source)
+        return named_content(req, self.access) if backends.mounts_uploads(backend_name) else None
 
     @staticmethod
     def _preview_key(req: Any, kind: str) -> str:
