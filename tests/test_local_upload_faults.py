@@ -14,7 +14,7 @@ from hf_train_mcp.shell.app import build_server
 from hf_train_mcp_demo.tiny import write_jsonl
 from tests.local_files import BUCKET, ROWS, TICKETS, VIT, input_volumes
 from tests.emulator import Emulator
-from tests.helpers import call, decoded_script, script_config
+from tests.helpers import call, decoded_script, finished, script_config
 
 pytestmark = pytest.mark.anyio
 
@@ -175,8 +175,12 @@ async def test_a_key_found_on_the_hub_uploads_nothing_and_records_no_copy_the_jo
     holds under the key's label. The launch uploaded the local file before it looked the key up: a file edited in
     between went to the bucket though nothing launched (jobs/launcher.py launch). The edited file is now a
     conflict (the key's label holds the data's content): nothing uploaded, nothing launched; the unchanged file is
-    the job, adopted, recorded as reading the copy it mounts."""
-    first_key = {**TICKETS, "idempotency_key": "same-data"}
+    the job, adopted, recorded as reading the copy it mounts (it recorded none, so its evaluation, the local file
+    gone, had nothing to read), which its evaluation mounts."""
+    from tests.emulator import JobPlan
+
+    hub.plan_next(JobPlan(scheduling_s=0.0, running_s=0.1))
+    first_key = {**TICKETS, "idempotency_key": "same-data", "eval_split": 0.2}
     async with Client(build_server()) as client:
         job = await call(client, "submit_training", first_key)
     (mounted,) = input_volumes(hub.posted_jobs()[-1])
@@ -194,7 +198,13 @@ async def test_a_key_found_on_the_hub_uploads_nothing_and_records_no_copy_the_jo
     from hf_train_mcp.jobs.ledger import Ledger
 
     recorded = [entry["place"] for entry in Ledger().get(job["job_id"]).uploads]
-    assert recorded in ([], [mounted["path"]]), (recorded, mounted["path"])
+    assert recorded == [mounted["path"]], (recorded, mounted["path"])
+    (here / "tickets.jsonl").unlink()
+    async with Client(build_server()) as client:
+        assert (await finished(client, job["job_id"], 30))["stage"] == "COMPLETED"
+        await call(client, "evaluate_model", {"model": job["job_id"], "backend": "hf"})
+    assert input_volumes(hub.posted_jobs()[-1]) == [mounted]
+    assert hub.count("POST", rf"/api/buckets/{BUCKET}/batch") == batches
 
 
 @pytest.mark.parametrize("tool", ["submit_training", "export_model"])
@@ -327,3 +337,12 @@ async def test_a_data_folders_hidden_files_are_neither_judged_nor_uploaded(hub: 
     (upload,) = result.structured_content["uploads"]
     assert upload["files"] == 1 and [p.rsplit("/", 1)[1] for p in _inputs(hub) if upload["path"] in p] == [
         "part-0.jsonl"], _inputs(hub)
+
+
+def test_the_bucket_named_without_the_hub_client_is_the_clients() -> None:
+    """The launcher names the jobs-artifacts bucket of an adopted job without importing huggingface_hub (a fast
+    start); it is the client's own bucket name."""
+    from huggingface_hub import constants
+    from hf_train_mcp.bucket_inputs import ARTIFACTS_BUCKET
+
+    assert ARTIFACTS_BUCKET == constants.HF_JOBS_ARTIFACTS_BUCKET_NAME

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+# huggingface_hub.constants.HF_JOBS_ARTIFACTS_BUCKET_NAME, named without importing the client (a test holds it)
+ARTIFACTS_BUCKET = "jobs-artifacts"
 PLACE_ROOT = "hf-train-mcp/inputs"  # inside {namespace}/jobs-artifacts, beside run_script's project folders
 MOUNT_ROOT = "/inputs"
 CHUNK_BYTES = 1 << 20  # what one read of a file hashes or sends

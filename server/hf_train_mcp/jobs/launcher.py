@@ -20,7 +20,7 @@ from hf_train_mcp.durations import minutes_since
 from hf_train_mcp.jobs import keys
 from hf_train_mcp.jobs.ledger import PENDING, SUBMITTING, UNKNOWN, JobRecord, KeyConflict, Ledger, claim_id, now_iso
 from hf_train_mcp.jobs.prepared import Prepared, Progress, Share
-from hf_train_mcp.bucket_inputs import Sent, Upload, saying_files
+from hf_train_mcp.bucket_inputs import ARTIFACTS_BUCKET, Sent, Upload, saying_files
 from hf_train_mcp.jobs.uploads import shown_bytes
 from hf_train_mcp.contract.results import Submission
 from hf_train_mcp.jobs import duplicates
@@ -125,8 +125,8 @@ class Launcher:
                              "preparing; nothing was submitted here: call again to get that server's job")
         submission = uuid.uuid4().hex[:12]
         if backend.labels_submissions:  # before the upload: a job the key names was posted with its own copies,
-            adopted = self._keyed_on_hub(backend, _planned_record(prepared, submission, claim, []),  # unknown here
-                                         req.idempotency_key, claim)
+            adopted = self._keyed_on_hub(backend, _planned_record(prepared, submission, claim, []),
+                                         req.idempotency_key, claim, prepared.uploads)
             if adopted is not None:
                 return adopted
         sent = self._send(backend, prepared, progress)
@@ -208,7 +208,7 @@ class Launcher:
                 return [s.summary() for s in backend.upload(prepared.uploads, prepared.namespace, dry_run=True)]
             except TrainError as exc:
                 prepared.common["warnings"].append(f"could not look in your bucket for what is there already: {exc}")
-        bucket = f"{prepared.namespace or '<your namespace>'}/jobs-artifacts"
+        bucket = f"{prepared.namespace or '<your namespace>'}/{ARTIFACTS_BUCKET}"
         return [Sent(bucket, upload, None).summary() for upload in prepared.uploads]
 
     def _submit(self, backend: Backend, script: Any, spec: Any, journal: JobRecord | None) -> Any:
@@ -242,10 +242,11 @@ class Launcher:
             node_ranks.ensure_watched(run)
 
     def _keyed_on_hub(self, backend: Backend, planned: JobRecord, key: str | None,
-                      claim: str | None) -> Submission | None:
+                      claim: str | None, uploads: list[Upload]) -> Submission | None:
         """The job the Hub holds for this idempotency key (its label), adopted: the ledger is not the only memory
         of which keys launched, since it can be lost or moved aside. A Hub that cannot be read is no reason to
-        refuse: the ledger's reservation of the key still guards it."""
+        refuse: the ledger's reservation of the key still guards it. The job's uploads are recorded when its
+        label says it was this very call (the local files' content is part of it): its follow-ups mount them."""
         if not key:
             return None
         try:
@@ -269,9 +270,13 @@ class Launcher:
             if claim is not None:
                 self.ledger.release(key, claim)
             return submission_of(known, extra_warnings=[note], ledger=self.ledger)
+        same_call = bool(found_asked) and found_asked == retries.asked_label(planned.asked_json or "")
+        bucket = f"{ref.namespace or planned.namespace}/{ARTIFACTS_BUCKET}"
         record = replace(planned, job_id=ref.job_id, namespace=ref.namespace, stage=ref.stage, job_url=ref.url,
                          idempotency_key=key, created_at=ref.created_at or planned.created_at, claim=None,
-                         submission=(ref.labels or {}).get("submission") or planned.submission)
+                         submission=(ref.labels or {}).get("submission") or planned.submission,
+                         uploads_json=json.dumps([{**u.recorded(), "bucket": bucket} for u in uploads])
+                         if uploads and same_call else None)
         nodes = {}
         if node_ranks.is_run(record):  # its nodes too (found in its network group), before any of it is recorded
             try:
