@@ -13,7 +13,7 @@ from mcp import Client
 from hf_train_mcp.shell.app import build_server
 from hf_train_mcp_demo.tiny import write_jsonl
 from tests.local_files import BUCKET, ROWS, TICKETS, VIT, input_volumes
-from tests.emulator import Emulator
+from tests.emulator import Emulator, JobPlan
 from tests.helpers import call, decoded_script, finished, script_config
 
 pytestmark = pytest.mark.anyio
@@ -177,8 +177,6 @@ async def test_a_key_found_on_the_hub_uploads_nothing_and_records_no_copy_the_jo
     conflict (the key's label holds the data's content): nothing uploaded, nothing launched; the unchanged file is
     the job, adopted, recorded as reading the copy it mounts (it recorded none, so its evaluation, the local file
     gone, had nothing to read), which its evaluation mounts."""
-    from tests.emulator import JobPlan
-
     hub.plan_next(JobPlan(scheduling_s=0.0, running_s=0.1))
     first_key = {**TICKETS, "idempotency_key": "same-data", "eval_split": 0.2}
     async with Client(build_server()) as client:
@@ -253,6 +251,47 @@ async def test_a_sweep_retried_after_its_data_was_edited_is_a_conflict(hub: Emul
     text = result.content[0].text
     assert result.is_error and "local files content" in text and sweep["sweep_id"] in text, text
     assert len(hub.posted_jobs()) == before and hub.count("POST", rf"/api/buckets/{BUCKET}/batch") == batches
+
+
+async def test_a_sweep_over_image_columns_mounts_each_runs_own_images(hub: Emulator, here: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A grid over column_mapping that picks another image column of the same rows file: the supervisor's later
+    run mounted the copy the first run uploaded (copies matched by the file's path), which holds the other
+    column's images only, and the job failed on its first row, billed. Each run reads the copy of its own
+    mapping (planning/copies.py sweep_copies); a retry of the sweep's key with nothing edited is no conflict."""
+    from PIL import Image
+    from hf_train_mcp.sweeps import sweep as sweeps
+    from tests.test_local_upload_guards import _supervise_until_second_run
+
+    rows = []
+    for i in range(8):
+        label = ["blue", "red"][i % 2]
+        for column in ("a", "b"):
+            (here / column).mkdir(exist_ok=True)
+            Image.new("RGB", (16, 16), (40 * i, 0, 255 if column == "a" else 0)).save(here / column / f"{i}.png")
+        rows.append({"photo_a": f"a/{i}.png", "photo_b": f"b/{i}.png", "label": label})
+    write_jsonl(here / "rows.jsonl", rows)
+    monkeypatch.setattr(sweeps, "ensure_supervised", lambda core, sweep: None)  # this test is the supervisor
+    hub.plan_next(JobPlan(scheduling_s=0.0, running_s=0.1))
+    arguments = {"base": {"model": hub.serve_model(VIT), "dataset": "./rows.jsonl", "method": "image-classification",
+                          "backend": "hf", "hub_model_id": "emu-user/colours", "max_steps": 5},
+                 "grid": {"column_mapping": [{"image": "photo_a"}, {"image": "photo_b"}]}, "max_parallel": 1,
+                 "idempotency_key": "two-columns"}
+    before = len(hub.posted_jobs())
+    async with Client(build_server()) as client:
+        sweep = await call(client, "submit_sweep", arguments)
+    _supervise_until_second_run(sweep["sweep_id"], before, hub)
+    from hf_train_mcp.jobs.ledger import Ledger
+
+    assert len(hub.posted_jobs()) == before + 2, Ledger().sweep_runs(sweep["sweep_id"])[1].note
+    (first,), (second,) = (input_volumes(spec) for spec in hub.posted_jobs()[before:])
+    files = hub.buckets[BUCKET]["files"]
+    for volume, column in ((first, "a"), (second, "b")):
+        held = {path.rsplit("/", 2)[-2] for path in files if path.startswith(volume["path"] + "/")
+                and path.endswith(".png")}
+        assert held == {column}, (volume["path"], held)
+    async with Client(build_server()) as client:
+        assert (await call(client, "submit_sweep", arguments))["sweep_id"] == sweep["sweep_id"]
 
 
 async def test_a_refused_copy_inside_the_bucket_sends_the_files_instead(hub: Emulator, here: Path) -> None:

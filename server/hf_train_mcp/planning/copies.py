@@ -4,12 +4,15 @@ dataset is gone reads the copy its checkpoint's job read, and a follow-up of a j
 sizes it by the config.json its upload recorded. Copies are the ledger's upload records (jobs/uploads.py
 Upload.recorded)."""
 
+import json
 from pathlib import Path
+from typing import Any
 
 from hf_train_mcp.access import Access, is_local
 from hf_train_mcp.contract.requests import TrainingRequest
 from hf_train_mcp.jobs import keys
 from hf_train_mcp.jobs.ledger import Ledger
+from hf_train_mcp.jobs.records import SweepRunRecord
 from hf_train_mcp.jobs.uploads import named_uploads
 from hf_train_mcp.bucket_inputs import Upload
 from hf_train_mcp.paths import data_home
@@ -21,24 +24,43 @@ def sweep_copies(ledger: Ledger, req: TrainingRequest) -> list[dict]:
     """A sweep run's local files as the sweep's launched runs uploaded them: every run reads the copy the sweep
     was approved with, never the local file as it is when its turn comes."""
     sweep_id = keys.sweep_of(req.idempotency_key)
-    return [] if sweep_id is None else _sweep_uploads(ledger, sweep_id)
+    if sweep_id is None:
+        return []
+    runs = ledger.sweep_runs(sweep_id)
+    index = int(req.idempotency_key.rpartition("-")[2])
+    mine = next((run for run in runs if run.idx == index), None)
+    # a grid over column_mapping reads other image columns of the same file: another upload, another copy
+    mapping = _mapping(mine) if mine else None
+    return _sweep_uploads(ledger, [run for run in runs if mine is None or _mapping(run) == mapping])
 
 
-def _sweep_uploads(ledger: Ledger, sweep_id: str) -> list[dict]:
-    jobs = [ledger.get(run.job_id) for run in ledger.sweep_runs(sweep_id) if run.job_id]
+def _mapping(run: SweepRunRecord) -> Any:
+    return json.loads(run.request_json).get("column_mapping")
+
+
+def _sweep_uploads(ledger: Ledger, runs: list[SweepRunRecord]) -> list[dict]:
+    jobs = [ledger.get(run.job_id) for run in runs if run.job_id]
     return [entry for job in jobs if job is not None for entry in job.uploads]
 
 
-def sweep_data_edited(ledger: Ledger, sweep_id: str, base: dict, access: Access) -> bool:
-    """Whether a local file the sweep's base arguments name holds other bytes now than the copy its launched runs
-    uploaded: a retry with the sweep's key is then a conflict, not the old sweep passed off as trained on them.
-    A file gone, or a sweep that uploaded nothing yet, cannot tell (as a job's retry: jobs/uploads.named_content)."""
-    recorded = {(entry["role"], entry["ref"]): entry["digest"] for entry in _sweep_uploads(ledger, sweep_id)}
-    if not recorded:
-        return False
-    resolved = {name: str(Path(value).expanduser().resolve()) if isinstance(value, str) and is_local(value) else value
-                for name, value in base.items()}
-    return any(recorded.get((u.role, u.ref), u.digest) != u.digest for u in named_uploads(resolved, access) or [])
+def sweep_data_edited(ledger: Ledger, sweep_id: str, access: Access) -> bool:
+    """Whether a local file the sweep's launched runs uploaded holds other bytes now: a retry with the sweep's key
+    is then a conflict, not the old sweep passed off as trained on them. Each run is held to its own upload (a
+    grid over column_mapping uploads other images). A file gone, or a sweep that uploaded nothing yet, cannot
+    tell (as a job's retry: jobs/uploads.named_content)."""
+    planned: dict[str, list] = {}
+    for run in ledger.sweep_runs(sweep_id):
+        job = ledger.get(run.job_id) if run.job_id else None
+        if job is None or not job.uploads:
+            continue
+        arguments = json.loads(run.request_json)
+        key = json.dumps([arguments.get(name) for name in ("model", "dataset", "teacher_model", "column_mapping")])
+        if key not in planned:
+            planned[key] = named_uploads(arguments, access) or []
+        recorded = {(entry["role"], entry["ref"]): entry["digest"] for entry in job.uploads}
+        if any(recorded.get((u.role, u.ref), u.digest) != u.digest for u in planned[key]):
+            return True
+    return False
 
 
 def resumed_copy(ledger: Ledger, req: TrainingRequest) -> dict | None:
