@@ -17,7 +17,7 @@ from hf_train_mcp.service import Core
 from hf_train_mcp.shell.app import build_server
 from hf_train_mcp.sweeps import sweep as sweeps
 from hf_train_mcp_demo.tiny import write_jsonl
-from tests.local_files import BUCKET, ROWS, TICKETS, VIT, input_volumes, xet_hash
+from tests.local_files import BUCKET, CONFIGS, ROWS, TICKETS, VIT, input_volumes, xet_hash
 from tests.emulator import Emulator, JobPlan
 from tests.helpers import call
 
@@ -323,7 +323,7 @@ async def test_a_sweep_uploads_once_and_every_run_reads_the_same_bytes(hub: Emul
 @pytest.mark.parametrize("then", ["deleted", "edited"])
 async def test_resuming_a_job_trained_on_uploaded_data(hub: Emulator, here: Path, then: str) -> None:
     """resume_from reuses the uploaded copy (issue 33): once the local file is gone the resumed run mounts the very
-    copy the job trained on (planner._resumed_copy) and says so; a file edited since is uploaded as it is now and
+    copy the job trained on (planning/copies.py resumed_copies) and says so; a file edited since is uploaded as it is now and
     the answer says the data changed since the checkpoint's job (planner._resumed_on_other_data)."""
     from tests.helpers import finished
 
@@ -346,6 +346,60 @@ async def test_resuming_a_job_trained_on_uploaded_data(hub: Emulator, here: Path
     else:
         assert input_volumes(hub.posted_jobs()[before]) != input_volumes(trained)
         assert f"changed since job {job['job_id']}" in warnings, warnings
+
+
+async def test_a_run_resumed_on_the_copy_of_image_rows_is_planned_as_its_job_was(hub: Emulator, here: Path) -> None:
+    """A Qwen2-VL LoRA on local image rows, resumed once the rows are gone: the run read the job's copy but was
+    planned as unvalidated data (DataFacts()): no vision, so LoRA on `all-linear` (the vision tower too, and not
+    the checkpoint's adapter), no torchvision for the processor, no image-token cap. The copy's record keeps the
+    facts its validation found (bucket_inputs.Upload.facts), and the resumed run is the job's plan again."""
+    from hf_train_mcp_demo.tiny import example_rows, write_images
+    from tests.helpers import decoded_script, finished, script_config
+
+    qwen2_vl = hub.serve_model(CONFIGS / "Qwen--Qwen2-VL-2B-Instruct")
+    rows = example_rows("sft", 6, data_format="vision_messages")
+    write_images(here, rows)
+    write_jsonl(here / "vl.jsonl", rows)
+    hub.plan_next(JobPlan(scheduling_s=0.0, running_s=0.1))
+    arguments = {"model": qwen2_vl, "dataset": "./vl.jsonl", "backend": "hf", "hub_model_id": "emu-user/vl",
+                 "max_steps": 2}
+    async with Client(build_server()) as client:
+        job = await call(client, "submit_training", arguments)
+        assert (await finished(client, job["job_id"], 30))["stage"] == "COMPLETED"
+        trained = hub.posted_jobs()[-1]
+        (here / "vl.jsonl").unlink()
+        shutil.rmtree(here / "images")
+        await call(client, "submit_training", {**arguments, "resume_from": job["job_id"]})
+    resumed = hub.posted_jobs()[-1]
+    assert input_volumes(resumed) == input_volumes(trained)
+    before, after = script_config(decoded_script(trained)), script_config(decoded_script(resumed))
+    for name in ("vision", "lora", "max_image_tokens", "dataset"):
+        assert after[name] == before[name], (name, before[name], after[name])
+    assert "torchvision" in decoded_script(resumed).split("# ///")[1]
+
+
+async def test_a_run_resumed_once_its_local_base_model_folder_is_gone(hub: Emulator, here: Path,
+                                                                      tiny_model: Path) -> None:
+    """resume_from of a job trained on an uploaded base-model folder, the folder moved or deleted since: it was
+    sized from the folder (refused: not a folder) though the bucket holds the very files the checkpoint was
+    trained from. Sized by the config.json the upload recorded and mounting that copy (planning/copies.py
+    resumed_copies), as the job's evaluation and export already were."""
+    from tests.helpers import decoded_script, finished, script_config
+
+    shutil.copytree(tiny_model, here / "merged")
+    hub.plan_next(JobPlan(scheduling_s=0.0, running_s=0.1))
+    arguments = {**TICKETS, "model": "./merged"}
+    async with Client(build_server()) as client:
+        job = await call(client, "submit_training", arguments)
+        assert (await finished(client, job["job_id"], 30))["stage"] == "COMPLETED"
+        trained = hub.posted_jobs()[-1]
+        shutil.rmtree(here / "merged")
+        batches = hub.count("POST", rf"/api/buckets/{BUCKET}/batch")
+        resumed = await call(client, "submit_training", {**arguments, "resume_from": job["job_id"]})
+    assert input_volumes(hub.posted_jobs()[-1]) == input_volumes(trained)
+    assert hub.count("POST", rf"/api/buckets/{BUCKET}/batch") == batches
+    config = script_config(decoded_script(hub.posted_jobs()[-1]))
+    assert config["model"] == script_config(decoded_script(trained))["model"] and resumed["job_id"] != job["job_id"]
 
 
 async def test_a_follow_up_of_a_job_on_a_local_base_model_needs_no_local_folder(hub: Emulator, here: Path,

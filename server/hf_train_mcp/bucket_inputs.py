@@ -45,6 +45,8 @@ class Upload:
     files: tuple[UploadFile, ...] = ()  # empty once recorded: a follow-up mounts the place a job read
     withheld: tuple[str, ...] = field(default=(), compare=False)  # credential files left behind (model folders)
     config: str = field(default="", compare=False)  # a model folder's config.json: a follow-up sizes it by this
+    # a dataset's validation facts (planning/hyperparameters.DataFacts): a run resumed on the copy plans by them
+    facts: dict[str, Any] | None = field(default=None, compare=False)
 
     @property
     def mount(self) -> str:
@@ -62,11 +64,14 @@ class Upload:
     def recorded(self) -> dict[str, Any]:
         """What the ledger keeps (the files' list stays out: the place holds them, named by their content)."""
         return {"role": self.role, "ref": self.ref, "place": self.place, "reads": self.reads, "digest": self.digest,
-                "count": self.count, "size": self.size, **({"config": self.config} if self.config else {})}
+                "count": self.count, "size": self.size, **({"config": self.config} if self.config else {}),
+                **({"facts": self.facts} if self.facts else {})}
 
     @classmethod
     def from_record(cls, entry: dict[str, Any]) -> "Upload":
-        return cls(**{key: entry[key] for key in ("role", "ref", "place", "reads", "digest", "count", "size")})
+        """A copy a job read, as the ledger keeps it (what a job mounting it again records in turn)."""
+        return cls(**{key: entry[key] for key in ("role", "ref", "place", "reads", "digest", "count", "size")},
+                   config=entry.get("config", ""), facts=entry.get("facts"))
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ sizes it by the config.json its upload recorded. Copies are the ledger's upload 
 Upload.recorded)."""
 
 import json
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -63,23 +64,36 @@ def sweep_data_edited(ledger: Ledger, sweep_id: str, access: Access) -> bool:
     return False
 
 
-def resumed_copy(ledger: Ledger, req: TrainingRequest) -> dict | None:
-    """The upload of the local dataset that the job `resume_from` names read, when the file is no longer here
-    (moved, deleted): the bucket still holds the very bytes the checkpoint was trained on."""
-    if not (req.resume_from and req.dataset and is_local(req.dataset)) or Path(req.dataset).exists():
-        return None
-    previous = ledger.get(req.resume_from)
-    return next((entry for entry in (previous.uploads if previous else [])
-                 if entry["role"] == "dataset" and entry["ref"] == req.dataset), None)
+_RESUMED = (("dataset", "dataset"), ("model", "model"), ("teacher_model", "teacher model"))
+
+
+def resumed_copies(ledger: Ledger, req: TrainingRequest) -> dict[str, dict]:
+    """The uploads of the local dataset and model folders that the job `resume_from` names read, by role, for
+    those no longer here (moved, deleted): the bucket still holds the very bytes the checkpoint was trained from."""
+    previous = ledger.get(req.resume_from) if req.resume_from else None
+    found = {}
+    for name, role in _RESUMED:
+        ref = getattr(req, name)
+        if not ref or not is_local(ref) or Path(ref).exists():
+            continue
+        entry = next((e for e in (previous.uploads if previous else []) if e["role"] == role and e["ref"] == ref),
+                     None)
+        if entry is not None:
+            found[role] = entry
+    return found
 
 
 def from_copy(ledger: Ledger, req: TrainingRequest, copy: dict) -> tuple[TrainingRequest, DataFacts, list[str]]:
     """A resumed run on the copy its job read: that job's validated mapping and config (where this call sends
-    none), sized as an unvalidated dataset is (DataFacts()), and said."""
+    none), planned by the facts its validation found (images, conversations), and said."""
     prior = TrainingRequest.model_validate_json(ledger.get(req.resume_from).request_json)
     req = req.model_copy(update={"column_mapping": req.column_mapping or prior.column_mapping,
                                  "dataset_config": req.dataset_config or prior.dataset_config})
-    return req, DataFacts(), [
+    facts = dict(copy.get("facts") or {})
+    if facts.get("image_pixels"):
+        facts["image_pixels"] = tuple(facts["image_pixels"])
+    known = {f.name for f in fields(DataFacts)}
+    return req, DataFacts(**{k: v for k, v in facts.items() if k in known}), [
         f"{Path(req.dataset).name} is no longer on this machine: the run reads the copy job {req.resume_from} trained "
         f"on ({copy['place']}, sha256 {copy['digest'][:12]}), validated when that job was submitted"]
 
@@ -99,8 +113,12 @@ def sizing_folder(subject: Subject) -> str | None:
     ref = subject.sized_by
     if subject.job is None or not is_local(ref) or Path(ref).exists():
         return None
-    entry = next((e for e in subject.job.uploads if e["ref"] == ref and e.get("config")), None)
-    if entry is None:
+    return config_folder(next((e for e in subject.job.uploads if e["ref"] == ref), None))
+
+
+def config_folder(entry: dict | None) -> str | None:
+    """A folder holding the config.json an uploaded model folder's record kept (None without one)."""
+    if entry is None or not entry.get("config"):
         return None
     folder = data_home() / "uploaded-configs" / entry["digest"][:32]
     folder.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,7 @@ Previews are kept a few minutes, so that a spend confirmation asked in between d
 
 import os
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from collections.abc import Callable
 from typing import Any
@@ -240,7 +240,8 @@ class Planner:
                                          for ref in ("model", "dataset", "teacher_model")
                                          if getattr(req, ref) and is_local(getattr(req, ref))})
         step(f"validating {req.dataset}")
-        copy = copies.resumed_copy(self.ledger, req) if mounting else None
+        resumed = copies.resumed_copies(self.ledger, req) if mounting else {}
+        copy = resumed.get("dataset")
         if copy is None:
             req, data, warnings = checked_dataset(req, token or hub_token(), self.access)
         else:  # the local file is gone: the run reads the copy the resumed job read
@@ -251,8 +252,8 @@ class Planner:
                 req = req.model_copy(update={"output_bucket": previous.output_bucket})
         if data.conversational and req.chat_template is None:
             self._check_chat_template(req, token or hub_token())
-        step(f"sizing {req.model}")
-        size = self.model_size(req.model, token, offline=here)
+        step(f"sizing {req.model}")  # a base-model folder gone since the resumed job: by its upload's config
+        size = self.model_size(copies.config_folder(resumed.get("model")) or req.model, token, offline=here)
         teacher = self.teacher_size(req, token, offline=here)
         catalog = get_catalog(token, offline=here, backend=backend_name)
         resume_repo, resume_dir = self._resume_source(req, backend_name)
@@ -276,8 +277,10 @@ class Planner:
             step("hashing the local files the job reads")
         refs = [(req.model, "model"), (req.dataset, "dataset"), (req.teacher_model, "teacher model")]
         uploads = self.uploads_for(refs, mapping=req.column_mapping,
-                                   recorded=[*copies.sweep_copies(self.ledger, req), *([copy] if copy else [])]
+                                   recorded=[*copies.sweep_copies(self.ledger, req), *resumed.values()]
                                    ) if mounting else []
+        # the facts a run resumed on this copy plans by, once the local file is gone
+        uploads = [replace(u, facts=u.facts or asdict(data)) if u.role == "dataset" else u for u in uploads]
         plan.warnings += copies.resumed_on_other_data(self.ledger, req, uploads)
         return self._package(req, backend_name, kind, namespace, plan, hub_model_id=req.hub_model_id if pushes else None,
                              model=req.model, dataset=req.dataset, reads=reads, uploads=uploads)
