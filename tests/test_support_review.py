@@ -25,6 +25,9 @@ the job loads:
 - a model no rows can train with the method (remote code, here for SFT on good rows): submit_training's dataset
   validation refused it worded as the data's fault ("Fix the data or pass column_mapping"); the model's own
   refusal is raised now;
+- a config.json without `model_type` (not timm's): planned by its architectures, though AutoConfig stops at it
+  ("Should have a `model_type` key"); now refused (as remote code where auto_map names an AutoConfig);
+- Qwen2-Audio was refused where it should be, but described as an encoder-decoder model: now an audio-language one;
 - a GPTQ or AWQ checkpoint (Qwen's own releases of Qwen2.5-0.5B-Instruct): training was refused, evaluation and
   both exports planned, though their jobs load it with transformers, whose quantizers stop without optimum or
   gptqmodel; now refused with the unquantized original to pick.
@@ -104,6 +107,46 @@ async def test_a_model_type_transformers_does_not_know_is_refused(zoo: Emulator,
         report, _ = await _call(client, "validate_dataset", {"dataset": zoo_dataset("sft"), "model": repo})
         assert not report["valid"] and any("'mambaformer'" in i["message"] for i in report["issues"]), report
     assert zoo.posted_jobs()[posted:] == []
+
+
+async def test_a_config_without_model_type_is_refused_unless_timm_or_its_code_reads_it(zoo: Emulator,
+                                                                                     tmp_path: Path) -> None:
+    """A config.json that names no model_type was planned by its architectures, though transformers 5's AutoConfig
+    reads one only as timm's (configuration_utils: `is_timm_config_dict`, a `pretrained_cfg`) and otherwise stops:
+    "Unrecognized model in ... Should have a `model_type` key in its config.json" (configuration_auto.py). Refused
+    now, saying so; one whose auto_map names its AutoConfig is the repository's code, refused as remote code."""
+    config = json.loads((QWEN / "config.json").read_text())
+    del config["model_type"]
+    repo = zoo.serve_model(_folder(tmp_path, "emu-user--no-model-type", config))
+    coded = zoo.serve_model(_folder(tmp_path, "emu-user--coded-no-model-type", {
+        **config, "auto_map": {"AutoConfig": "configuration_x.XConfig", "AutoModelForCausalLM": "modeling_x.XLM"}}))
+    posted = len(zoo.posted_jobs())
+    async with Client(build_server()) as client:
+        for method in ("sft", "text-classification"):
+            plan, text = await _call(client, "submit_training", {**DRY, "model": repo, "method": method,
+                                                                 "dataset": zoo_dataset(method), "peft": "lora"})
+            assert plan is None and "names no model_type" in text and "`model_type` key" in text, (method, text)
+        plan, text = await _call(client, "export_model", {"model": repo, "format": "merged", "dry_run": True,
+                                                          "hub_model_id": "emu-user/review-merged"})
+        assert plan is None and "names no model_type" in text, text
+        plan, text = await _call(client, "submit_training", {**DRY, "model": coded, "method": "sft",
+                                                             "dataset": zoo_dataset("sft"), "peft": "lora"})
+        assert plan is None and "repository's own code" in text, text
+    assert zoo.posted_jobs()[posted:] == []
+
+
+async def test_an_audio_language_model_is_said_as_one(zoo: Emulator, tmp_path: Path) -> None:
+    """Qwen2-Audio (Qwen2AudioForConditionalGeneration: an audio encoder feeding a Qwen decoder) was refused in
+    the right places but described as "an encoder-decoder (seq2seq) model". Its config is built by transformers'
+    own Qwen2AudioConfig at its defaults (Qwen/Qwen2-Audio-7B's published sizes), not a copy of the Hub's file."""
+    from transformers import Qwen2AudioConfig
+
+    config = {**Qwen2AudioConfig().to_dict(), "architectures": ["Qwen2AudioForConditionalGeneration"]}
+    repo = zoo.serve_model(_folder(tmp_path, "emu-user--qwen2-audio", config))
+    async with Client(build_server()) as client:
+        plan, text = await _call(client, "submit_training", {**DRY, "model": repo, "method": "sft",
+                                                             "dataset": zoo_dataset("sft"), "peft": "lora"})
+    assert plan is None and "an audio-language model" in text and "seq2seq" not in text, text
 
 
 @needs_training

@@ -112,11 +112,17 @@ class Family:
                 IMAGE_ENCODER: "an image encoder", SEQ2SEQ: "an encoder-decoder (seq2seq) model",
                 REMOTE_CODE: f"a model whose architecture is its repository's own code ({self._code()}), "
                              "which transformers does not include",
-                UNKNOWN_TYPE: "a model of a type transformers has no classes for (and no auto_map)",
+                UNKNOWN_TYPE: "a model of a type transformers has no classes for (and no auto_map)"
+                if self.model_type else "a model whose config.json names no model_type",
                 UNKNOWN: "a model of unknown family"}[self.kind]
+        if self.kind == SEQ2SEQ and self.why == _AUDIO:
+            what = "an audio-language model (an audio encoder and a text decoder)"
         named = ", ".join(x for x in (self.architecture, f"model_type {self.model_type!r}" if self.model_type
                                       else None) if x)
         return f"{what} ({named})" if named else what
+
+
+_AUDIO = "config.json audio_config with a generating architecture"
 
 
 def _architecture(config: dict) -> str | None:
@@ -163,6 +169,13 @@ def decide(config: dict | None, *, pipeline_tag: str | None = None, library_name
         return Family(REMOTE_CODE, **common, why=f"config.json auto_map, model_type {model_type!r}")
     if model_type and not knows_model_type(model_type):  # every class the jobs load starts from AutoConfig
         return Family(UNKNOWN_TYPE, **common, why=f"config.json model_type {model_type!r}, no auto_map")
+    if config is not None and not model_type and "pretrained_cfg" not in config:
+        # AutoConfig reads a config without model_type only as timm's (configuration_utils: is_timm_config_dict)
+        # or through auto_map's AutoConfig code; else "Unrecognized model ... Should have a `model_type` key"
+        auto_map = config.get("auto_map")
+        if isinstance(auto_map, dict) and "AutoConfig" in auto_map:
+            return Family(REMOTE_CODE, **common, why="config.json auto_map, no model_type")
+        return Family(UNKNOWN_TYPE, **common, why="config.json without model_type")
     if sentence_transformers or library_name == "sentence-transformers":
         return Family(EMBEDDING, **common, why="modules.json (sentence-transformers)")
     if config is None:
@@ -175,6 +188,8 @@ def decide(config: dict | None, *, pipeline_tag: str | None = None, library_name
     if isinstance(config.get("vision_config"), dict) and isinstance(config.get("text_config"), dict):
         return Family(DUAL_ENCODER, **common, why="config.json vision_config + text_config, no text generation")
     kind = _by_head(arch, config) if arch else None
+    if kind == SEQ2SEQ and isinstance(config.get("audio_config"), dict):
+        return Family(kind, **common, why=_AUDIO)
     if kind:
         return Family(kind, **common, why=f"config.json architectures {arch!r}")
     if pipeline_tag in _TAG_KINDS:
@@ -230,8 +245,10 @@ def training_refusal(family: Family, model: str, *, method: str, generative: boo
     if not family.known:
         return None
     if family.kind == UNKNOWN_TYPE:
+        said = ("Transformers does not recognize this architecture" if family.model_type else
+                "Unrecognized model ... Should have a `model_type` key in its config.json")
         return (f"{model} is {family.describe()}: every job loads a model with transformers, whose AutoConfig "
-                f"stops at it (\"Transformers does not recognize this architecture\"; this server checks against "
+                f"stops at it (\"{said}\"; this server checks against "
                 f"transformers {transformers_version()}). Pick a model of a type transformers supports (e.g. "
                 f"{REWARD_EXAMPLE} for text, {VLM_EXAMPLES[0]} for images). Nothing was launched.")
     if family.kind == REMOTE_CODE:
