@@ -275,28 +275,31 @@ def plan_dataset(ref: str, *, mapping: dict[str, str] | None, access: Access) ->
 _NAMED = (("model", "model"), ("dataset", "dataset"), ("teacher_model", "teacher model"))
 
 
-def named_uploads(arguments: dict[str, Any], access: Access) -> list[Upload] | None:
+def named_uploads(arguments: dict[str, Any], access: Access, planned: list[Upload] = ()) -> list[Upload] | None:
     """The uploads of the local paths among a call's `arguments` (its model, dataset, teacher_model), planned from
-    the files as they are now. None when one is gone or refused: what they held then cannot be told."""
+    the files as they are now (`planned`: those this call planned already). None when one is gone or refused:
+    what they held then cannot be told."""
     out = []
     for name, role in _NAMED:
         ref = arguments.get(name)
         if not isinstance(ref, str) or not is_local(ref):
             continue
+        resolved = str(Path(ref).expanduser().resolve())
+        known = next((u for u in planned if (u.role, u.ref) == (role, resolved) and u.files), None)
         try:
-            out.append(plan_dataset(ref, mapping=arguments.get("column_mapping"), access=access)
-                       if name == "dataset" else plan_folder(ref, role, access))
+            out.append(known or (plan_dataset(ref, mapping=arguments.get("column_mapping"), access=access)
+                                 if name == "dataset" else plan_folder(ref, role, access)))
         except TrainError:
             return None
     return out
 
 
-def named_content(req: Any, access: Access) -> str | None:
+def named_content(req: Any, access: Access, planned: list[Upload] = ()) -> str | None:
     """The content of the local files a call names itself (its dataset, model or teacher folder) as they are now:
     a retry with its idempotency key is held to it (retries.asked_json), so an edited dataset makes a new job,
     never the old one passed off as trained on it. None when the call names none, or one is gone or refused (a
     retry then is held to its arguments alone)."""
-    uploads = named_uploads(dict(req), access)
+    uploads = named_uploads(dict(req), access, planned)
     if not uploads:
         return None
     return hashlib.sha256("".join(f"{u.role}\0{u.digest}\n" for u in uploads).encode()).hexdigest()

@@ -37,7 +37,7 @@ from hf_train_mcp.contract.requests import EvaluateRequest, ExportRequest, RunSh
 from hf_train_mcp.contract.requests import SweepRequest, TrainingRequest
 from hf_train_mcp.planning.user_script import plan_script
 from hf_train_mcp.planning.user_script_source import local_content, read_source
-from hf_train_mcp.jobs import retries
+from hf_train_mcp.jobs import keys, retries
 from hf_train_mcp.planning import copies
 from hf_train_mcp.user_scripts.source import source_kind
 from hf_train_mcp.planning.targets import check_push_target, check_trackio_space
@@ -163,17 +163,20 @@ class Planner:
         it (a retry with the same key is held to it)."""
         self.check_access(req, backend_name)
         prepared = self.prepare(req, backend_name, kind=kind, progress=progress)
-        prepared.asked = retries.asked_json(
-            req, backend_name, content=self.content(req, backend_name, getattr(prepared.plan, "source", None)))
+        prepared.asked = retries.asked_json(req, backend_name, content=self.content(
+            req, backend_name, getattr(prepared.plan, "source", None), prepared.uploads))
         return prepared
 
-    def content(self, req: Any, backend_name: str, source: Any = None) -> str | None:
+    def content(self, req: Any, backend_name: str, source: Any = None, planned: list[Upload] = ()) -> str | None:
         """The hash of the local files a call names, as they are now (a retry with its key is held to it):
         run_script's folder or file (`source`: its read), or the dataset and model folders a job on the Hub's
-        machines reads as uploaded copies."""
+        machines reads as uploaded copies (`planned`: as this call planned them). A sweep's run reads the copy
+        its sweep uploaded, whatever the file holds when it is launched again: held to its arguments alone."""
         if isinstance(req, ScriptRequest):
             return local_content(req, self.access, source)
-        return named_content(req, self.access) if backends.mounts_uploads(backend_name) else None
+        if not backends.mounts_uploads(backend_name) or keys.sweep_of(req.idempotency_key):
+            return None
+        return named_content(req, self.access, planned)
 
     @staticmethod
     def _preview_key(req: Any, kind: str) -> str:
