@@ -47,6 +47,8 @@ class Upload:
     config: str = field(default="", compare=False)  # a model folder's config.json: a follow-up sizes it by this
     # a dataset's validation facts (planning/hyperparameters.DataFacts): a run resumed on the copy plans by them
     facts: dict[str, Any] | None = field(default=None, compare=False)
+    # the column_mapping a dataset's images were found by: a retry with its key plans its content by it
+    mapping: dict[str, str] | None = field(default=None, compare=False)
 
     @property
     def mount(self) -> str:
@@ -65,13 +67,13 @@ class Upload:
         """What the ledger keeps (the files' list stays out: the place holds them, named by their content)."""
         return {"role": self.role, "ref": self.ref, "place": self.place, "reads": self.reads, "digest": self.digest,
                 "count": self.count, "size": self.size, **({"config": self.config} if self.config else {}),
-                **({"facts": self.facts} if self.facts else {})}
+                **({"facts": self.facts} if self.facts else {}), **({"mapping": self.mapping} if self.mapping else {})}
 
     @classmethod
     def from_record(cls, entry: dict[str, Any]) -> "Upload":
         """A copy a job read, as the ledger keeps it (what a job mounting it again records in turn)."""
         return cls(**{key: entry[key] for key in ("role", "ref", "place", "reads", "digest", "count", "size")},
-                   config=entry.get("config", ""), facts=entry.get("facts"))
+                   config=entry.get("config", ""), facts=entry.get("facts"), mapping=entry.get("mapping"))
 
 
 @dataclass(frozen=True)

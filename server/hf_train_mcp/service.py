@@ -237,7 +237,7 @@ class Core:
             raise KeyConflict(f"idempotency_key {req.idempotency_key!r} already names job {existing.job_id}, a "
                               f"{existing.kind} job: use another key for this {kind} job")
         changed = retries.changed_fields(existing.asked_json, retries.asked_json(
-            req, backend_name, content=self.planner.content(req, backend_name)))
+            req, backend_name, content=self.planner.content(req, backend_name, recorded=existing.uploads)))
         if changed:
             raise KeyConflict(retries.conflict_message(req.idempotency_key, f"job {existing.job_id}", changed))
         if node_ranks.is_run(existing) and not existing.settled:  # its server may have died before its nodes

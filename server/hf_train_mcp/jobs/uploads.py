@@ -268,17 +268,20 @@ def plan_dataset(ref: str, *, mapping: dict[str, str] | None, access: Access) ->
     _unreadable(images, base)
     root = Path(os.path.commonpath([str(base), *(str(f.parent) for f in images)]))
     reads = Path(os.path.relpath(path, root)).as_posix()
-    return _upload("dataset", str(path), root, [*files, *images], "" if reads == "." else reads, refuse_secrets=True)
+    upload = _upload("dataset", str(path), root, [*files, *images], "" if reads == "." else reads, refuse_secrets=True)
+    return replace(upload, mapping=mapping or None)
 
 
 # --- what a retry is held to ----------------------------------------------------------------------------------
 _NAMED = (("model", "model"), ("dataset", "dataset"), ("teacher_model", "teacher model"))
 
 
-def named_uploads(arguments: dict[str, Any], access: Access, planned: list[Upload] = ()) -> list[Upload] | None:
+def named_uploads(arguments: dict[str, Any], access: Access, planned: list[Upload] = (),
+                  recorded: list[dict] = ()) -> list[Upload] | None:
     """The uploads of the local paths among a call's `arguments` (its model, dataset, teacher_model), planned from
-    the files as they are now (`planned`: those this call planned already). None when one is gone or refused:
-    what they held then cannot be told."""
+    the files as they are now (`planned`: those this call planned already; `recorded`: the uploads of the job a
+    retry's key names, whose dataset's images were found by the mapping validation completed, which a retry
+    never sends). None when one is gone or refused: what they held then cannot be told."""
     out = []
     for name, role in _NAMED:
         ref = arguments.get(name)
@@ -286,20 +289,22 @@ def named_uploads(arguments: dict[str, Any], access: Access, planned: list[Uploa
             continue
         resolved = str(Path(ref).expanduser().resolve())
         known = next((u for u in planned if (u.role, u.ref) == (role, resolved) and u.files), None)
+        mapping = next((e["mapping"] for e in recorded if (e["role"], e["ref"]) == (role, resolved)
+                        and e.get("mapping")), arguments.get("column_mapping"))
         try:
-            out.append(known or (plan_dataset(ref, mapping=arguments.get("column_mapping"), access=access)
+            out.append(known or (plan_dataset(ref, mapping=mapping, access=access)
                                  if name == "dataset" else plan_folder(ref, role, access)))
         except TrainError:
             return None
     return out
 
 
-def named_content(req: Any, access: Access, planned: list[Upload] = ()) -> str | None:
+def named_content(req: Any, access: Access, planned: list[Upload] = (), recorded: list[dict] = ()) -> str | None:
     """The content of the local files a call names itself (its dataset, model or teacher folder) as they are now:
     a retry with its idempotency key is held to it (retries.asked_json), so an edited dataset makes a new job,
     never the old one passed off as trained on it. None when the call names none, or one is gone or refused (a
     retry then is held to its arguments alone)."""
-    uploads = named_uploads(dict(req), access, planned)
+    uploads = named_uploads(dict(req), access, planned, recorded)
     if not uploads:
         return None
     return hashlib.sha256("".join(f"{u.role}\0{u.digest}\n" for u in uploads).encode()).hexdigest()

@@ -167,16 +167,18 @@ class Planner:
             req, backend_name, getattr(prepared.plan, "source", None), prepared.uploads))
         return prepared
 
-    def content(self, req: Any, backend_name: str, source: Any = None, planned: list[Upload] = ()) -> str | None:
+    def content(self, req: Any, backend_name: str, source: Any = None, planned: list[Upload] = (),
+                recorded: list[dict] = ()) -> str | None:
         """The hash of the local files a call names, as they are now (a retry with its key is held to it):
         run_script's folder or file (`source`: its read), or the dataset and model folders a job on the Hub's
-        machines reads as uploaded copies (`planned`: as this call planned them). A sweep's run reads the copy
+        machines reads as uploaded copies (`planned`: as this call planned them; `recorded`: a retry's, as the
+        job its key names uploaded them). A sweep's run reads the copy
         its sweep uploaded, whatever the file holds when it is launched again: held to its arguments alone."""
         if isinstance(req, ScriptRequest):
             return local_content(req, self.access, source)
         if not backends.mounts_uploads(backend_name) or keys.sweep_of(req.idempotency_key):
             return None
-        return named_content(req, self.access, planned)
+        return named_content(req, self.access, planned, recorded)
 
     @staticmethod
     def _preview_key(req: Any, kind: str) -> str:

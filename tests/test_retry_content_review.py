@@ -1,0 +1,63 @@
+"""A retry with the same idempotency_key held to the content of the local files it names (third hostile review):
+the inputs and faults under which a legitimate retry was refused as a conflict, or an edited file still got the
+old job. Against the emulated Hub, with the real huggingface_hub client and hf_xet (no mock of either)."""
+
+from pathlib import Path
+
+import pytest
+from mcp import Client
+
+from hf_train_mcp.shell.app import build_server
+from hf_train_mcp_demo.tiny import write_jsonl
+from tests.local_files import BUCKET, VIT
+from tests.emulator import Emulator
+from tests.helpers import call
+
+pytestmark = pytest.mark.anyio
+
+
+def _image_rows(here: Path, column: str) -> None:
+    from PIL import Image
+
+    (here / "pics").mkdir(exist_ok=True)
+    rows = []
+    for i in range(8):
+        Image.new("RGB", (16, 16), (255 if i % 2 else 0, 0, 40 * i)).save(here / "pics" / f"{i}.png")
+        rows.append({column: f"pics/{i}.png", "label": ["blue", "red"][i % 2]})
+    write_jsonl(here / "rows.jsonl", rows)
+
+
+async def test_a_retry_of_rows_whose_image_column_validation_mapped_is_the_same_job(hub: Emulator,
+                                                                                    here: Path) -> None:
+    """Rows whose image column is called `photo` (an alias validation maps to `image`): the first call's content
+    was hashed from its planned upload (the rows and every image the mapped column names), the retry's from the
+    files planned with the caller's mapping (none: the rows alone), so the very same call, nothing edited, was
+    refused as "sent with another local files content" (service.py _keyed)."""
+    _image_rows(here, "photo")
+    arguments = {"model": hub.serve_model(VIT), "dataset": "./rows.jsonl", "method": "image-classification",
+                 "backend": "hf", "hub_model_id": "emu-user/colours", "max_steps": 5, "idempotency_key": "photos-1"}
+    async with Client(build_server()) as client:
+        job = await call(client, "submit_training", arguments)
+        before, batches = len(hub.posted_jobs()), hub.count("POST", rf"/api/buckets/{BUCKET}/batch")
+        again = await client.call_tool("submit_training", arguments)
+        assert not again.is_error, again.content[0].text
+        assert again.structured_content["job_id"] == job["job_id"]
+        (here / "pics" / "3.png").write_bytes((here / "pics" / "4.png").read_bytes())  # an image edited
+        edited = await client.call_tool("submit_training", arguments)
+    assert edited.is_error and "local files content" in edited.content[0].text, edited.content[0].text
+    assert len(hub.posted_jobs()) == before and hub.count("POST", rf"/api/buckets/{BUCKET}/batch") == batches
+
+
+async def test_a_retry_of_an_evaluation_on_rows_whose_image_column_validation_mapped_is_the_same_job(
+        hub: Emulator, here: Path) -> None:
+    """evaluate_model sends no column_mapping: its held-out rows' `photo` column is mapped by validation, and the
+    retry's content was planned without it (the rows alone, not the images the job mounts): refused as a
+    conflict."""
+    _image_rows(here, "photo")
+    arguments = {"model": hub.serve_model(VIT), "dataset": "./rows.jsonl", "backend": "hf",
+                 "idempotency_key": "eval-photos-1"}
+    async with Client(build_server()) as client:
+        job = await call(client, "evaluate_model", arguments)
+        again = await client.call_tool("evaluate_model", arguments)
+    assert not again.is_error, again.content[0].text
+    assert again.structured_content["job_id"] == job["job_id"]
