@@ -10,7 +10,7 @@ from mcp import Client
 from hf_train_mcp.shell.app import build_server
 from hf_train_mcp_demo.tiny import write_jsonl
 from tests.local_files import BUCKET, VIT
-from tests.emulator import Emulator
+from tests.emulator import Emulator, JobPlan
 from tests.helpers import call
 
 pytestmark = pytest.mark.anyio
@@ -61,3 +61,37 @@ async def test_a_retry_of_an_evaluation_on_rows_whose_image_column_validation_ma
         again = await client.call_tool("evaluate_model", arguments)
     assert not again.is_error, again.content[0].text
     assert again.structured_content["job_id"] == job["job_id"]
+
+
+async def test_a_run_resumed_on_the_copy_with_another_image_column_is_refused(hub: Emulator, here: Path) -> None:
+    """resume_from once the rows are gone reads the copy the job uploaded, which holds only the images of the
+    column the job's column_mapping named (photo_a). A resumed call mapping another column (photo_b) launched on
+    that copy, planned by the job's facts: the job fails on its first row, billed. Refused now, saying which
+    mapping the copy holds; nothing sent, nothing launched (planning/copies.py from_copy)."""
+    from PIL import Image
+    from tests.helpers import finished
+
+    rows = []
+    for i in range(8):
+        for column in ("a", "b"):
+            (here / column).mkdir(exist_ok=True)
+            Image.new("RGB", (16, 16), (40 * i, 0, 255 if column == "a" else 0)).save(here / column / f"{i}.png")
+        rows.append({"photo_a": f"a/{i}.png", "photo_b": f"b/{i}.png", "label": ["blue", "red"][i % 2]})
+    write_jsonl(here / "rows.jsonl", rows)
+    arguments = {"model": hub.serve_model(VIT), "dataset": "./rows.jsonl", "method": "image-classification",
+                 "backend": "hf", "hub_model_id": "emu-user/colours", "max_steps": 5,
+                 "column_mapping": {"image": "photo_a"}}
+    hub.plan_next(JobPlan(scheduling_s=0.0, running_s=0.1))
+    async with Client(build_server()) as client:
+        job = await call(client, "submit_training", arguments)
+        assert (await finished(client, job["job_id"], 30))["stage"] == "COMPLETED"
+        (here / "rows.jsonl").unlink()
+        before, batches = len(hub.posted_jobs()), hub.count("POST", rf"/api/buckets/{BUCKET}/batch")
+        same = await client.call_tool("submit_training", {**arguments, "resume_from": job["job_id"],
+                                                          "dry_run": True})
+        assert not same.is_error, same.content[0].text
+        other = await client.call_tool("submit_training", {**arguments, "resume_from": job["job_id"],
+                                                           "column_mapping": {"image": "photo_b"}})
+    text = other.content[0].text
+    assert other.is_error and "photo_a" in text, text
+    assert len(hub.posted_jobs()) == before and hub.count("POST", rf"/api/buckets/{BUCKET}/batch") == batches

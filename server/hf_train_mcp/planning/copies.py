@@ -11,6 +11,7 @@ from typing import Any
 
 from hf_train_mcp.access import Access, is_local
 from hf_train_mcp.contract.requests import TrainingRequest
+from hf_train_mcp.errors import DatasetError
 from hf_train_mcp.jobs import keys
 from hf_train_mcp.jobs.ledger import Ledger
 from hf_train_mcp.jobs.records import SweepRunRecord
@@ -87,6 +88,13 @@ def from_copy(ledger: Ledger, req: TrainingRequest, copy: dict) -> tuple[Trainin
     """A resumed run on the copy its job read: that job's validated mapping and config (where this call sends
     none), planned by the facts its validation found (images, conversations), and said."""
     prior = TrainingRequest.model_validate_json(ledger.get(req.resume_from).request_json)
+    if any((prior.column_mapping or {}).get(to, to) != source for to, source in (req.column_mapping or {}).items()):
+        # the copy holds the images the job's mapping named, and its facts are that mapping's: another one is data
+        # no validation has seen, whose images the job cannot open
+        raise DatasetError(
+            f"{Path(req.dataset).name} is no longer on this machine, and the copy job {req.resume_from} trained on "
+            f"was validated with column_mapping {json.dumps(prior.column_mapping)}, which this call changes: resume "
+            "with that column_mapping (or none), or put the file back. Nothing was uploaded or launched.")
     req = req.model_copy(update={"column_mapping": req.column_mapping or prior.column_mapping,
                                  "dataset_config": req.dataset_config or prior.dataset_config})
     facts = dict(copy.get("facts") or {})
