@@ -95,3 +95,61 @@ async def test_a_run_resumed_on_the_copy_with_another_image_column_is_refused(hu
     text = other.content[0].text
     assert other.is_error and "photo_a" in text, text
     assert len(hub.posted_jobs()) == before and hub.count("POST", rf"/api/buckets/{BUCKET}/batch") == batches
+
+
+@pytest.mark.parametrize("target", ["another file", "no file"])
+async def test_a_sweep_retry_over_http_never_reads_a_file_outside_the_allowed_folders(
+        hub: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str) -> None:
+    """An HTTP caller's keyed sweep, its data file then swapped for a link out of the allowed folder: the retry
+    hashed the run's data as the link resolves (plan_dataset reads a data file it is handed; the access check is
+    the submission's, which a sweep's retry never made), so the answer told whether a server file outside the
+    allowed folders exists and holds other bytes (a conflict) or not (the sweep). It never reads it now:
+    the same answer either way (jobs/uploads.py named_uploads)."""
+    from hf_train_mcp.access import Access
+    from hf_train_mcp.sweeps import sweep as sweeps
+    from tests.local_files import ROWS, TICKETS
+
+    monkeypatch.setattr(sweeps, "ensure_supervised", lambda core, sweep: None)
+    allowed, outside = tmp_path / "shared", tmp_path / "private-zone"
+    write_jsonl(allowed / "tickets.jsonl", ROWS)
+    write_jsonl(outside / "secret.jsonl", [{"prompt": "the operator's own rows", "completion": "canary"}] * 30)
+    arguments = {"base": {**TICKETS, "dataset": str(allowed / "tickets.jsonl")},
+                 "grid": {"learning_rate": [1e-4, 2e-4]}, "max_parallel": 2, "idempotency_key": "http-sweep"}
+    server = build_server(access=Access.http(local_dirs=[str(allowed)]))
+    async with Client(server) as client:
+        sweep = await call(client, "submit_sweep", arguments)
+        (allowed / "tickets.jsonl").unlink()
+        (allowed / "tickets.jsonl").symlink_to(outside / ("secret.jsonl" if target == "another file" else "none"))
+        again = await client.call_tool("submit_sweep", arguments)
+    assert not again.is_error, again.content[0].text
+    assert again.structured_content["sweep_id"] == sweep["sweep_id"]
+    from hf_train_mcp.jobs import uploads
+
+    assert not [key for key in uploads._HASHED if str(outside) in key[0]], "read a file outside the allowed folders"
+
+
+async def test_a_sweep_retried_after_its_data_link_was_pointed_at_other_rows_is_a_conflict(
+        hub: Emulator, here: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweep's dataset named through a link (latest.jsonl -> v1.jsonl, as data versioning keeps it), then the
+    link pointed at v2.jsonl: a job's retry is a conflict (its content is the file the caller names, as it is
+    now), but the sweep's retry hashed the path its runs were pinned to (the link resolved when the sweep was
+    approved: v1, unchanged) and returned the old sweep, trained on v1, as if it read v2."""
+    from hf_train_mcp.sweeps import sweep as sweeps
+    from tests.local_files import ROWS, TICKETS
+
+    monkeypatch.setattr(sweeps, "ensure_supervised", lambda core, sweep: None)
+    write_jsonl(here / "v1.jsonl", ROWS)
+    write_jsonl(here / "v2.jsonl", [{**row, "completion": row["completion"] + "!"} for row in ROWS])
+    (here / "latest.jsonl").symlink_to(here / "v1.jsonl")
+    arguments = {"base": {**TICKETS, "dataset": "./latest.jsonl"}, "grid": {"learning_rate": [1e-4, 2e-4]},
+                 "max_parallel": 2, "idempotency_key": "latest-sweep"}
+    async with Client(build_server()) as client:
+        sweep = await call(client, "submit_sweep", arguments)
+        before = len(hub.posted_jobs())
+        assert (await call(client, "submit_sweep", arguments))["sweep_id"] == sweep["sweep_id"]
+        (here / "latest.jsonl").unlink()
+        (here / "latest.jsonl").symlink_to(here / "v2.jsonl")
+        result = await client.call_tool("submit_sweep", arguments)
+    text = result.content[0].text
+    assert result.is_error and "local files content" in text and sweep["sweep_id"] in text, text
+    assert len(hub.posted_jobs()) == before

@@ -103,7 +103,7 @@ class Core:
             self.check_sweep_access(existing)
             retries.check_same_sweep(existing, req)
             if backends.mounts_uploads(existing.backend) and copies.sweep_data_edited(
-                    self.ledger, existing.sweep_id, self.access):
+                    self.ledger, existing.sweep_id, req.base, self.access):
                 raise KeyConflict(retries.conflict_message(req.idempotency_key, f"sweep {existing.sweep_id}",
                                                            [retries.CONTENT_FIELDS[2]]))
             sweeps.ensure_supervised(self, existing)

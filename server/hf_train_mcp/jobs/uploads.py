@@ -287,6 +287,8 @@ def named_uploads(arguments: dict[str, Any], access: Access, planned: list[Uploa
         ref = arguments.get(name)
         if not isinstance(ref, str) or not is_local(ref):
             continue
+        if not access.may_read(ref):  # never read for this caller (a sweep's retry made no access check)
+            return None
         resolved = str(Path(ref).expanduser().resolve())
         known = next((u for u in planned if (u.role, u.ref) == (role, resolved) and u.files), None)
         mapping = next((e["mapping"] for e in recorded if (e["role"], e["ref"]) == (role, resolved)

@@ -45,26 +45,29 @@ def _sweep_uploads(ledger: Ledger, runs: list[SweepRunRecord]) -> list[dict]:
     return [entry for job in jobs if job is not None for entry in job.uploads]
 
 
-def sweep_data_edited(ledger: Ledger, sweep_id: str, access: Access) -> bool:
+def sweep_data_edited(ledger: Ledger, sweep_id: str, base: dict[str, Any], access: Access) -> bool:
     """Whether a local file the sweep's launched runs uploaded holds other bytes now: a retry with the sweep's key
     is then a conflict, not the old sweep passed off as trained on them. Each run is held to its own upload (a
-    grid over column_mapping uploads other images). A file gone, or a sweep that uploaded nothing yet, cannot
-    tell (as a job's retry: jobs/uploads.named_content)."""
+    grid over column_mapping uploads other images), and the files are the ones its call names now (`base` and
+    the run's grid values: a link resolved when the sweep was approved may point at other rows since). A file
+    gone, or a sweep that uploaded nothing yet, cannot tell (as a job's retry: jobs/uploads.named_content)."""
     planned: dict[str, list] = {}
     for run in ledger.sweep_runs(sweep_id):
         job = ledger.get(run.job_id) if run.job_id else None
         if job is None or not job.uploads:
             continue
-        arguments = json.loads(run.request_json)
-        key = json.dumps([arguments.get(name) for name in ("model", "dataset", "teacher_model", "column_mapping")])
+        named = {**base, **run.params}
+        arguments = {**json.loads(run.request_json), **{name: named[name] for name in _PATHS if named.get(name)}}
+        key = json.dumps([arguments.get(name) for name in (*_PATHS, "column_mapping")])
         if key not in planned:
-            planned[key] = named_uploads(arguments, access) or []
-        recorded = {(entry["role"], entry["ref"]): entry["digest"] for entry in job.uploads}
-        if any(recorded.get((u.role, u.ref), u.digest) != u.digest for u in planned[key]):
+            planned[key] = named_uploads(arguments, access, recorded=job.uploads) or []
+        recorded = {entry["role"]: entry["digest"] for entry in job.uploads}
+        if any(recorded.get(u.role, u.digest) != u.digest for u in planned[key]):
             return True
     return False
 
 
+_PATHS = ("model", "dataset", "teacher_model")
 _RESUMED = (("dataset", "dataset"), ("model", "model"), ("teacher_model", "teacher model"))
 
 
