@@ -2,6 +2,7 @@
 the inputs and faults under which a legitimate retry was refused as a conflict, or an edited file still got the
 old job. Against the emulated Hub, with the real huggingface_hub client and hf_xet (no mock of either)."""
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -152,4 +153,33 @@ async def test_a_sweep_retried_after_its_data_link_was_pointed_at_other_rows_is_
         result = await client.call_tool("submit_sweep", arguments)
     text = result.content[0].text
     assert result.is_error and "local files content" in text and sweep["sweep_id"] in text, text
+    assert len(hub.posted_jobs()) == before
+
+
+async def test_a_retry_over_http_of_an_image_folder_whose_class_now_links_out_is_no_crash(
+        hub: Emulator, tmp_path: Path) -> None:
+    """An HTTP caller's keyed job on an image folder, one class folder then swapped for a link out of the allowed
+    folder: the retry's content planning raised the image folder's ValueError (data/images.py
+    image_folder_classes), which no caller of plan_dataset but the retry lets through, and the caller read an
+    "unexpected" failure (a bug's answer). A refused folder cannot say what the job read: the retry is held to
+    its arguments, as a file gone is."""
+    from PIL import Image
+    from hf_train_mcp.access import Access
+
+    allowed, outside = tmp_path / "shared", tmp_path / "private-zone"
+    for folder in (allowed / "pics", outside):
+        for label, colour in (("red", (255, 0, 0)), ("blue", (0, 0, 255))):
+            (folder / label).mkdir(parents=True)
+            for i in range(4):
+                Image.new("RGB", (16, 16), colour).save(folder / label / f"{i}.png")
+    arguments = {"model": hub.serve_model(VIT), "dataset": str(allowed / "pics"), "method": "image-classification",
+                 "backend": "hf", "hub_model_id": "emu-user/colours", "max_steps": 5, "idempotency_key": "folder-1"}
+    async with Client(build_server(access=Access.http(local_dirs=[str(allowed)]))) as client:
+        job = await call(client, "submit_training", arguments)
+        shutil.rmtree(allowed / "pics" / "red")
+        (allowed / "pics" / "red").symlink_to(outside / "red")
+        before = len(hub.posted_jobs())
+        again = await client.call_tool("submit_training", arguments)
+    assert (again.meta or {}).get("hf-train-mcp/error-code") != "unexpected", again.content[0].text
+    assert not again.is_error and again.structured_content["job_id"] == job["job_id"], again.content[0].text
     assert len(hub.posted_jobs()) == before

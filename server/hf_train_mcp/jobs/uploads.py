@@ -242,7 +242,10 @@ def plan_dataset(ref: str, *, mapping: dict[str, str] | None, access: Access) ->
     """A local dataset as the job reads it: an image folder's every image under its labels, or the data files
     (a file, or a folder's .jsonl/.json/.csv/.parquet) and every image file their rows name."""
     path = Path(ref).expanduser().resolve()
-    classes = image_folder_classes(path, access.allows_path) if path.is_dir() else None
+    try:
+        classes = image_folder_classes(path, access.allows_path) if path.is_dir() else None
+    except ValueError as exc:  # a class folder linking out (validation says it so too: validate.outside_images)
+        raise AccessError(f"{exc}. Nothing was uploaded or launched.") from None
     if classes:
         # a hidden file (a Mac's ._cat.jpg) is never read by datasets' image folder loader (data_files.py
         # _is_unrequested_hidden_file_or_is_inside_unrequested_hidden_dir): it stays home, unjudged
