@@ -183,3 +183,33 @@ async def test_a_retry_over_http_of_an_image_folder_whose_class_now_links_out_is
     assert (again.meta or {}).get("hf-train-mcp/error-code") != "unexpected", again.content[0].text
     assert not again.is_error and again.structured_content["job_id"] == job["job_id"], again.content[0].text
     assert len(hub.posted_jobs()) == before
+
+
+async def test_a_sweep_over_text_column_mappings_reads_one_copy(hub: Emulator, here: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A grid over column_mapping that names other text columns (prompt <- question, prompt <- title) uploads the
+    same bytes for every run (no image column is named): the supervisor's later run read the local file as it
+    was when its turn came (copies were kept apart by the whole mapping: planning/copies.py sweep_copies), so an
+    edit after the sweep was approved trained run 1 on other rows than run 0, uploaded again, against "sent
+    once ... mounted read-only into each"."""
+    from hf_train_mcp.sweeps import sweep as sweeps
+    from tests.local_files import ROWS, TICKETS, input_volumes
+    from tests.test_local_upload_guards import _supervise_until_second_run
+
+    rows = [{"question": row["prompt"], "title": f"printer {i}", "completion": row["completion"]}
+            for i, row in enumerate(ROWS)]
+    write_jsonl(here / "qa.jsonl", rows)
+    monkeypatch.setattr(sweeps, "ensure_supervised", lambda core, sweep: None)  # this test is the supervisor
+    hub.plan_next(JobPlan(scheduling_s=0.0, running_s=0.1))
+    arguments = {"base": {**TICKETS, "dataset": "./qa.jsonl"}, "max_parallel": 1,
+                 "grid": {"column_mapping": [{"prompt": "question"}, {"prompt": "title"}]}}
+    before = len(hub.posted_jobs())
+    async with Client(build_server()) as client:
+        sweep = await call(client, "submit_sweep", arguments)
+    first = input_volumes(hub.posted_jobs()[before])
+    write_jsonl(here / "qa.jsonl", [{**row, "completion": "edited"} for row in rows])
+    batches = hub.count("POST", rf"/api/buckets/{BUCKET}/batch")
+    _supervise_until_second_run(sweep["sweep_id"], before, hub)
+    assert len(hub.posted_jobs()) == before + 2
+    assert input_volumes(hub.posted_jobs()[before + 1]) == first  # the copy the sweep was approved with
+    assert hub.count("POST", rf"/api/buckets/{BUCKET}/batch") == batches  # nothing sent again

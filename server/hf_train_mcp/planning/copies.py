@@ -31,13 +31,16 @@ def sweep_copies(ledger: Ledger, req: TrainingRequest) -> list[dict]:
     runs = ledger.sweep_runs(sweep_id)
     index = int(req.idempotency_key.rpartition("-")[2])
     mine = next((run for run in runs if run.idx == index), None)
-    # a grid over column_mapping reads other image columns of the same file: another upload, another copy
-    mapping = _mapping(mine) if mine else None
-    return _sweep_uploads(ledger, [run for run in runs if mine is None or _mapping(run) == mapping])
+    # a grid over column_mapping naming other image columns of the same file: another upload, another copy (other
+    # text columns: the same bytes, the sweep's one copy)
+    columns = _image_columns(mine) if mine else None
+    return _sweep_uploads(ledger, [run for run in runs if mine is None or _image_columns(run) == columns])
 
 
-def _mapping(run: SweepRunRecord) -> Any:
-    return json.loads(run.request_json).get("column_mapping")
+def _image_columns(run: SweepRunRecord) -> list[str]:
+    """The columns whose images a run's upload holds (as jobs/uploads._named_images finds them)."""
+    mapping = json.loads(run.request_json).get("column_mapping") or {}
+    return [mapping.get(name, name) for name in ("image", "images")]
 
 
 def _sweep_uploads(ledger: Ledger, runs: list[SweepRunRecord]) -> list[dict]:
