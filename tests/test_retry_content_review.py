@@ -213,3 +213,21 @@ async def test_a_sweep_over_text_column_mappings_reads_one_copy(hub: Emulator, h
     assert len(hub.posted_jobs()) == before + 2
     assert input_volumes(hub.posted_jobs()[before + 1]) == first  # the copy the sweep was approved with
     assert hub.count("POST", rf"/api/buckets/{BUCKET}/batch") == batches  # nothing sent again
+
+
+async def test_a_lost_ledgers_retry_on_edited_data_says_the_data_may_differ(
+        hub: Emulator, here: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ledger lost, the same call after tickets.jsonl was edited is refused by the key's Hub label, which
+    holds the data's content too, but the answer said it was "sent with another arguments: a retry sends the same
+    arguments", false for a caller who sent the very same ones: it names the local files' content too now."""
+    from tests.local_files import ROWS, TICKETS
+
+    arguments = {**TICKETS, "idempotency_key": "edited-lost"}
+    async with Client(build_server()) as client:
+        job = await call(client, "submit_training", arguments)
+    write_jsonl(here / "tickets.jsonl", [{**row, "completion": row["completion"] + "!"} for row in ROWS])
+    monkeypatch.setenv("HF_TRAIN_HOME", str(tmp_path / "another-home"))  # the ledger lost
+    async with Client(build_server()) as client:
+        result = await client.call_tool("submit_training", arguments)
+    text = result.content[0].text
+    assert result.is_error and job["job_id"] in text and "local files content" in text, text

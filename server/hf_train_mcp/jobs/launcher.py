@@ -262,8 +262,10 @@ class Launcher:
                               f"another key for this {planned.kind} job")
         found_asked = (ref.labels or {}).get(retries.ASKED_LABEL)
         if found_asked and planned.asked_json and found_asked != retries.asked_label(planned.asked_json):
+            # the label is one hash: which part differs cannot be told, and the caller may have sent the same ones
+            content = [name for name in retries.CONTENT_FIELDS if name in json.loads(planned.asked_json)]
             raise KeyConflict(retries.conflict_message(key, f"job {ref.job_id} (found on the Hub by its label)",
-                                                       ["arguments"]))
+                                                       [" or ".join(["arguments", *content])]))
         note = f"idempotency_key matched job {ref.job_id}: returned it instead of submitting again"
         known = self.ledger.get(ref.job_id)
         if known is not None:  # recorded without its key (a reservation taken over): the key stays free
