@@ -231,3 +231,27 @@ async def test_a_lost_ledgers_retry_on_edited_data_says_the_data_may_differ(
         result = await client.call_tool("submit_training", arguments)
     text = result.content[0].text
     assert result.is_error and job["job_id"] in text and "local files content" in text, text
+
+
+async def test_a_lost_ledgers_retry_of_a_job_labelled_before_content_counted_is_that_job(
+        hub: Emulator, here: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job a server of yesterday posted carries the label of the call without its local files' content (the
+    call as sent was all a retry was held to). With the ledger lost (moved, another HF_TRAIN_HOME), the very same
+    call, nothing edited, was refused by that label as "sent with another arguments", where the ledger holds it to
+    its arguments alone (retries.changed_fields: content only when both calls have it)."""
+    from hf_train_mcp.contract.requests import TrainingRequest
+    from hf_train_mcp.jobs import retries
+    from tests.local_files import TICKETS
+
+    arguments = {**TICKETS, "idempotency_key": "labelled-yesterday"}
+    async with Client(build_server()) as client:
+        job = await call(client, "submit_training", arguments)
+    yesterday = retries.asked_label(retries.asked_json(TrainingRequest.model_validate(arguments), "hf"))
+    (posted,) = hub.labeled(**{"asked": hub.posted_jobs()[-1]["labels"]["asked"]})
+    posted.spec["labels"]["asked"] = yesterday  # as that server labelled it
+    monkeypatch.setenv("HF_TRAIN_HOME", str(tmp_path / "another-home"))  # the ledger lost
+    before = len(hub.posted_jobs())
+    async with Client(build_server()) as client:
+        again = await client.call_tool("submit_training", arguments)
+    assert not again.is_error, again.content[0].text
+    assert again.structured_content["job_id"] == job["job_id"] and len(hub.posted_jobs()) == before

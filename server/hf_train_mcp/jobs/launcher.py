@@ -261,7 +261,7 @@ class Launcher:
             raise KeyConflict(f"idempotency_key {key!r} already names job {ref.job_id}, a {found_kind} job: use "
                               f"another key for this {planned.kind} job")
         found_asked = (ref.labels or {}).get(retries.ASKED_LABEL)
-        if found_asked and planned.asked_json and found_asked != retries.asked_label(planned.asked_json):
+        if found_asked and planned.asked_json and found_asked not in retries.asked_labels(planned.asked_json):
             # the label is one hash: which part differs cannot be told, and the caller may have sent the same ones
             content = [name for name in retries.CONTENT_FIELDS if name in json.loads(planned.asked_json)]
             raise KeyConflict(retries.conflict_message(key, f"job {ref.job_id} (found on the Hub by its label)",

@@ -41,6 +41,14 @@ def asked_label(asked: str) -> str:
     return hashlib.sha256(asked.encode()).hexdigest()[:12]
 
 
+def asked_labels(asked: str) -> set[str]:
+    """The labels a job of this very call may carry on the Hub: with its local files' content, or without it (a
+    server that held a retry to its arguments alone posted it: a lost ledger's retry is held to them, as
+    changed_fields holds an older ledger's)."""
+    fields = {name: value for name, value in json.loads(asked).items() if name not in CONTENT_FIELDS}
+    return {asked_label(asked), asked_label(json.dumps(fields, sort_keys=True))}
+
+
 def changed_fields(recorded: str | None, asked: str) -> list[str]:
     """The fields in which a retry differs from the call its key first launched (names only: a value may be a
     script's source). Nothing when the first call was not recorded as sent (a ledger of an older server)."""
