@@ -255,3 +255,33 @@ async def test_a_lost_ledgers_retry_of_a_job_labelled_before_content_counted_is_
         again = await client.call_tool("submit_training", arguments)
     assert not again.is_error, again.content[0].text
     assert again.structured_content["job_id"] == job["job_id"] and len(hub.posted_jobs()) == before
+
+
+async def test_a_sweep_run_reading_its_sweeps_copy_records_its_own_data_facts(
+        hub: Emulator, here: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A grid over column_mapping of text columns, one run's prompt a conversation (prompt <- asked), the other's
+    a string (prompt <- question): run 1, launched later, reads the copy run 0 uploaded, and
+    its record kept run 0's facts with it (conversational), which a run resumed from run 1 once the rows are gone
+    is planned by (planning/copies.py from_copy): each job records the facts its own validation found."""
+    from hf_train_mcp.jobs.ledger import Ledger
+    from hf_train_mcp.sweeps import sweep as sweeps
+    from tests.local_files import ROWS, TICKETS
+    from tests.test_local_upload_guards import _supervise_until_second_run
+
+    rows = [{"asked": [{"role": "user", "content": row["prompt"]}], "question": row["prompt"],
+             "completion": row["completion"]} for row in ROWS]
+    write_jsonl(here / "both.jsonl", rows)
+    monkeypatch.setattr(sweeps, "ensure_supervised", lambda core, sweep: None)  # this test is the supervisor
+    hub.plan_next(JobPlan(scheduling_s=0.0, running_s=0.1))
+    arguments = {"base": {**TICKETS, "model": "Qwen/Qwen2.5-0.5B-Instruct", "dataset": "./both.jsonl"},
+                 "max_parallel": 1,
+                 "grid": {"column_mapping": [{"prompt": "asked"}, {"prompt": "question"}]}}
+    before = len(hub.posted_jobs())
+    async with Client(build_server()) as client:
+        sweep = await call(client, "submit_sweep", arguments)
+    _supervise_until_second_run(sweep["sweep_id"], before, hub)
+    ledger = Ledger()
+    first, second = (ledger.get(run.job_id) for run in ledger.sweep_runs(sweep["sweep_id"]))
+    assert first.uploads[0]["place"] == second.uploads[0]["place"]  # one copy
+    assert first.uploads[0]["facts"]["conversational"] is True
+    assert not second.uploads[0]["facts"]["conversational"], (second.request_json, second.uploads[0]["facts"])

@@ -284,8 +284,9 @@ class Planner:
         uploads = self.uploads_for(refs, mapping=req.column_mapping,
                                    recorded=[*copies.sweep_copies(self.ledger, req), *resumed.values()]
                                    ) if mounting else []
-        # the facts a run resumed on this copy plans by, once the local file is gone
-        uploads = [replace(u, facts=u.facts or asdict(data)) if u.role == "dataset" else u for u in uploads]
+        # the facts a run resumed on this copy plans by, once the local file is gone: this run's own (a sweep's
+        # copy is read by runs of other mappings too)
+        uploads = [replace(u, facts=asdict(data)) if u.role == "dataset" else u for u in uploads]
         plan.warnings += copies.resumed_on_other_data(self.ledger, req, uploads)
         return self._package(req, backend_name, kind, namespace, plan, hub_model_id=req.hub_model_id if pushes else None,
                              model=req.model, dataset=req.dataset, reads=reads, uploads=uploads)
