@@ -116,13 +116,13 @@ class Family:
                 if self.model_type else "a model whose config.json names no model_type",
                 UNKNOWN: "a model of unknown family"}[self.kind]
         if self.kind == SEQ2SEQ and self.why == _AUDIO:
-            what = "an audio-language model (an audio encoder and a text decoder)"
+            what = "an audio-to-text model (an audio encoder and a text decoder)"
         named = ", ".join(x for x in (self.architecture, f"model_type {self.model_type!r}" if self.model_type
                                       else None) if x)
         return f"{what} ({named})" if named else what
 
 
-_AUDIO = "config.json audio_config with a generating architecture"
+_AUDIO = "config.json audio_config (or mel bins) with a generating architecture"
 
 
 def _architecture(config: dict) -> str | None:
@@ -188,7 +188,7 @@ def decide(config: dict | None, *, pipeline_tag: str | None = None, library_name
     if isinstance(config.get("vision_config"), dict) and isinstance(config.get("text_config"), dict):
         return Family(DUAL_ENCODER, **common, why="config.json vision_config + text_config, no text generation")
     kind = _by_head(arch, config) if arch else None
-    if kind == SEQ2SEQ and isinstance(config.get("audio_config"), dict):
+    if kind == SEQ2SEQ and (isinstance(config.get("audio_config"), dict) or config.get("num_mel_bins")):
         return Family(kind, **common, why=_AUDIO)
     if kind:
         return Family(kind, **common, why=f"config.json architectures {arch!r}")
@@ -321,6 +321,10 @@ def _sentence_refusal(family: Family, model: str, *, method: str) -> str | None:
     """Sentence embeddings of text from an image model: sentence-transformers loads it for the image modality alone
     and refuses texts (sentence_transformers/base/modality.py: "Modality 'text' is not supported by this
     SentenceTransformer model. Supported modalities: image.")."""
+    if family.kind == SEQ2SEQ and family.why == _AUDIO:  # its encoder reads audio features, never token ids
+        return (f"method={method!r} trains a SentenceTransformer on texts, and {model} is {family.describe()}, whose "
+                "encoder reads audio (input_features), not the token ids sentence-transformers feeds it: pick a text "
+                f"encoder or an embedding model (e.g. {' or '.join(EMBEDDING_EXAMPLES)}). Nothing was launched.")
     if family.kind not in (IMAGE_CLASSIFIER, IMAGE_ENCODER):
         return None
     return (f"method={method!r} trains a SentenceTransformer on texts, and {model} is {family.describe()}, which "
