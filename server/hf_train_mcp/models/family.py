@@ -67,15 +67,16 @@ ENCODER_TYPES = frozenset({
     "xlm-roberta", "xlm-roberta-xl", "xmod", "yoso"})
 # Mixtures of experts whose LoRA PEFT rewrites for transformers 5's fused experts (peft/utils/
 # transformers_weight_conversion.py _convert_peft_config_moe: every model type transformers' conversion_mapping.py
-# maps to "mixtral" or "qwen2_moe", and mixtral itself): a target reaching the experts or the router (all-linear, a
-# regex, or one of their v4 names) becomes a target_parameters entry, a lora.ParamWrapper, which refuses
-# lora_dropout != 0 (peft/tuners/lora/layer.py ParamWrapper.__init__). qwen2_moe itself is not rewritten: its
-# experts, 3D parameters, are no LoRA target at all. tests/test_family_plans.py holds the table to peft.
+# maps to "mixtral" or "qwen2_moe", and those two themselves, qwen2_moe since peft 0.22: `_MODEL_TO_CONVERSION_PATTERN
+# ["qwen2_moe"] = "qwen2_moe"`): a target reaching the experts or the router (all-linear, a regex, or one of their
+# v4 names) becomes a target_parameters entry, a lora.ParamWrapper, which refuses lora_dropout != 0 (peft/tuners/
+# lora/layer.py ParamWrapper.__init__). The jobs' headers ask for peft>=0.22 (PEFT_REQUIREMENT), the PEFT this
+# table is of; tests/test_family_plans.py holds it to the installed peft.
 MIXTRAL_STYLE_EXPERTS = frozenset({"minimax", "minimax_m2", "mixtral"})
 FUSED_EXPERT_LORA = MIXTRAL_STYLE_EXPERTS | frozenset({
     "afmoe", "beam", "cohere2_moe", "deepseek_v2", "deepseek_v3", "deepseek_v32", "dots1", "ernie4_5_moe",
     "exaone_moe", "flex_olmo", "glm4_moe", "glm4_moe_lite", "glm4v_moe", "glm_moe_dsa", "hunyuan_v1_moe",
-    "longcat_flash", "mellum", "olmoe", "qwen3_moe", "qwen3_next", "qwen3_omni_moe", "qwen3_omni_moe_text",
+    "longcat_flash", "mellum", "olmoe", "qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_omni_moe", "qwen3_omni_moe_text",
     "qwen3_omni_moe_thinker", "sarvam_mla", "solar_open"})
 
 
