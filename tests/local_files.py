@@ -21,3 +21,20 @@ def xet_hash(path: Path) -> str:
     import hf_xet
 
     return hf_xet.hash_files([str(path)])[0].hash
+
+
+def supervise_until_second_run(sweep_id: str, before: int, hub) -> None:
+    """What the detached supervisor does (shell/sweep_supervisor.run: supervise(Core(), sweep_id)), one look
+    at a time, in process, until run 1 is posted or has failed."""
+    import time
+
+    from hf_train_mcp.jobs.ledger import Ledger
+    from hf_train_mcp.service import Core
+    from hf_train_mcp.sweeps import sweep as sweeps
+
+    deadline = time.monotonic() + 30
+    while len(hub.posted_jobs()) < before + 2 and time.monotonic() < deadline:
+        sweeps.supervise_once(Core(), sweep_id)
+        if Ledger().sweep_runs(sweep_id)[1].state == "failed":
+            return
+        time.sleep(0.2)

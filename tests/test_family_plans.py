@@ -124,7 +124,7 @@ def test_the_fused_expert_table_is_peft_own() -> None:
 
     rewritten = {t: base for t, base in _MODEL_TO_CONVERSION_PATTERN.items() if base in _MOE_FUSED_TARGETS
                  and t in CONFIG_MAPPING_NAMES and get_checkpoint_conversion_mapping(t) is not None}
-    assert set(rewritten) == FUSED_EXPERT_LORA and "qwen2_moe" not in rewritten
+    assert set(rewritten) == FUSED_EXPERT_LORA
     assert {t for t, base in rewritten.items() if base == "mixtral"} == MIXTRAL_STYLE_EXPERTS
 
 
@@ -179,7 +179,7 @@ async def test_lora_of_a_fused_expert_moe_gets_dropout_zero_and_a_nonzero_one_is
     base = {"dataset": "org/chat", "hub_model_id": "emu-user/out", "dry_run": True}
     posted = len(models.posted_jobs())
     async with Client(build_server()) as client:
-        for repo, dropout in ((QWEN3_MOE, 0.0), (MIXTRAL, 0.0), (QWEN15_MOE, 0.05)):  # qwen2_moe is not rewritten
+        for repo, dropout in ((QWEN3_MOE, 0.0), (MIXTRAL, 0.0), (QWEN15_MOE, 0.0)):  # qwen2_moe: since peft 0.22
             for peft in ("lora", "qlora"):
                 plan = await call(client, "submit_training", {**base, "model": repo, "peft": peft})
                 assert script_config(plan["script"])["lora"]["dropout"] == dropout, (repo, peft)

@@ -481,7 +481,8 @@ def test_a_dry_run_renders_without_the_training_stack(tmp_path, offline, monkeyp
         monkeypatch.setitem(_sys.modules, heavy, None)  # importing one now fails loudly
     model = tmp_path / "model"
     model.mkdir()
-    (model / "config.json").write_text('{"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 100}')
+    (model / "config.json").write_text('{"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], '
+                                       '"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 100}')
     (model / "tokenizer_config.json").write_text('{"chat_template": "{{ messages }}"}')
     data = write_jsonl(tmp_path / "sft.jsonl", example_rows("sft", 8))
     sub = Core().submit_training(TrainingRequest(model=str(model), dataset=str(data), backend="local", dry_run=True,

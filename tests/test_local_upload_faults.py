@@ -12,7 +12,7 @@ from mcp import Client
 
 from hf_train_mcp.shell.app import build_server
 from hf_train_mcp_demo.tiny import write_jsonl
-from tests.local_files import BUCKET, ROWS, TICKETS, VIT, input_volumes
+from tests.local_files import BUCKET, ROWS, TICKETS, VIT, input_volumes, supervise_until_second_run
 from tests.emulator import Emulator, JobPlan
 from tests.helpers import call, decoded_script, finished, script_config
 
@@ -261,7 +261,6 @@ async def test_a_sweep_over_image_columns_mounts_each_runs_own_images(hub: Emula
     mapping (planning/copies.py sweep_copies); a retry of the sweep's key with nothing edited is no conflict."""
     from PIL import Image
     from hf_train_mcp.sweeps import sweep as sweeps
-    from tests.test_local_upload_guards import _supervise_until_second_run
 
     rows = []
     for i in range(8):
@@ -280,7 +279,7 @@ async def test_a_sweep_over_image_columns_mounts_each_runs_own_images(hub: Emula
     before = len(hub.posted_jobs())
     async with Client(build_server()) as client:
         sweep = await call(client, "submit_sweep", arguments)
-    _supervise_until_second_run(sweep["sweep_id"], before, hub)
+    supervise_until_second_run(sweep["sweep_id"], before, hub)
     from hf_train_mcp.jobs.ledger import Ledger
 
     assert len(hub.posted_jobs()) == before + 2, Ledger().sweep_runs(sweep["sweep_id"])[1].note

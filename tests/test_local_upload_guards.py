@@ -13,11 +13,11 @@ from mcp import Client
 
 from hf_train_mcp.access import Access
 from hf_train_mcp.jobs.ledger import Ledger
-from hf_train_mcp.service import Core
 from hf_train_mcp.shell.app import build_server
 from hf_train_mcp.sweeps import sweep as sweeps
 from hf_train_mcp_demo.tiny import write_jsonl
-from tests.local_files import BUCKET, CONFIGS, ROWS, TICKETS, VIT, input_volumes, xet_hash
+from tests.local_files import (BUCKET, CONFIGS, ROWS, TICKETS, VIT, input_volumes, supervise_until_second_run,
+                               xet_hash)
 from tests.emulator import Emulator, JobPlan
 from tests.helpers import call
 
@@ -271,19 +271,6 @@ async def _sweep_with_one_queued_run(hub: Emulator, dataset: str, access: Access
     return sweep["sweep_id"]
 
 
-def _supervise_until_second_run(sweep_id: str, before: int, hub: Emulator) -> None:
-    """What the detached supervisor does (shell/sweep_supervisor.run: supervise(Core(), sweep_id)), one look
-    at a time, in process, until run 1 is posted or has failed."""
-    import time
-
-    deadline = time.monotonic() + 30
-    while len(hub.posted_jobs()) < before + 2 and time.monotonic() < deadline:
-        sweeps.supervise_once(Core(), sweep_id)
-        if Ledger().sweep_runs(sweep_id)[1].state == "failed":
-            return
-        time.sleep(0.2)
-
-
 async def test_a_sweep_run_started_by_the_supervisor_keeps_the_http_callers_folder_rules(
         hub: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A sweep keeps the rights of the caller who submitted it (SweepRecord.access_json): the detached supervisor,
@@ -298,7 +285,7 @@ async def test_a_sweep_run_started_by_the_supervisor_keeps_the_http_callers_fold
                                                 Access.http(local_dirs=[str(allowed)]), monkeypatch)
     (allowed / "tickets.jsonl").unlink()
     (allowed / "tickets.jsonl").symlink_to(secret)  # now a link out of the folder the caller may use
-    _supervise_until_second_run(sweep_id, before, hub)
+    supervise_until_second_run(sweep_id, before, hub)
     assert xet_hash(secret) not in held_hashes(hub), "a file outside the allowed folders went to the bucket"
     runs = Ledger().sweep_runs(sweep_id)
     assert runs[1].state == "failed" and len(hub.posted_jobs()) == before + 1, (runs[1].state, runs[1].note)
@@ -314,7 +301,7 @@ async def test_a_sweep_uploads_once_and_every_run_reads_the_same_bytes(hub: Emul
     first = input_volumes(hub.posted_jobs()[before])
     write_jsonl(here / "tickets.jsonl", [{"prompt": "an edit while the sweep runs", "completion": "x"}] * 30)
     batches = hub.count("POST", rf"/api/buckets/{BUCKET}/batch")
-    _supervise_until_second_run(sweep_id, before, hub)
+    supervise_until_second_run(sweep_id, before, hub)
     assert len(hub.posted_jobs()) == before + 2, Ledger().sweep_runs(sweep_id)[1].note
     assert input_volumes(hub.posted_jobs()[before + 1]) == first  # the same copy, as the sweep said
     assert hub.count("POST", rf"/api/buckets/{BUCKET}/batch") == batches  # nothing sent again

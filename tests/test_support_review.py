@@ -27,7 +27,9 @@ the job loads:
   refusal is raised now;
 - a config.json without `model_type` (not timm's): planned by its architectures, though AutoConfig stops at it
   ("Should have a `model_type` key"); now refused (as remote code where auto_map names an AutoConfig);
-- Qwen2-Audio was refused where it should be, but described as an encoder-decoder model: now an audio-language one;
+- Qwen2-Audio was refused where it should be, but described as an encoder-decoder model, and Whisper and Qwen2-Audio
+  were planned for method='embedding' (their encoder reads audio features, never token ids): now audio-to-text
+  models, refused for embedding;
 - a GPTQ or AWQ checkpoint (Qwen's own releases of Qwen2.5-0.5B-Instruct): training was refused, evaluation and
   both exports planned, though their jobs load it with transformers, whose quantizers stop without optimum or
   gptqmodel; now refused with the unquantized original to pick.
@@ -135,18 +137,26 @@ async def test_a_config_without_model_type_is_refused_unless_timm_or_its_code_re
     assert zoo.posted_jobs()[posted:] == []
 
 
-async def test_an_audio_language_model_is_said_as_one(zoo: Emulator, tmp_path: Path) -> None:
-    """Qwen2-Audio (Qwen2AudioForConditionalGeneration: an audio encoder feeding a Qwen decoder) was refused in
-    the right places but described as "an encoder-decoder (seq2seq) model". Its config is built by transformers'
-    own Qwen2AudioConfig at its defaults (Qwen/Qwen2-Audio-7B's published sizes), not a copy of the Hub's file."""
-    from transformers import Qwen2AudioConfig
+@pytest.mark.parametrize("name", ["Qwen2Audio", "Whisper"])
+async def test_an_audio_to_text_model_is_said_as_one_and_embeds_no_text(zoo: Emulator, tmp_path: Path,
+                                                                        name: str) -> None:
+    """Qwen2-Audio (an audio encoder feeding a Qwen decoder) was refused for chat methods but described as "an
+    encoder-decoder (seq2seq) model"; Whisper and Qwen2-Audio were planned for method='embedding', whose
+    SentenceTransformer feeds token ids to an encoder that reads audio features (WhisperModel.forward takes
+    input_features), so the job died at its first batch. Configs built by transformers' own config classes at
+    their defaults (Qwen2-Audio-7B's and whisper-tiny's published sizes), not copies of the Hub's files."""
+    import transformers
 
-    config = {**Qwen2AudioConfig().to_dict(), "architectures": ["Qwen2AudioForConditionalGeneration"]}
-    repo = zoo.serve_model(_folder(tmp_path, "emu-user--qwen2-audio", config))
+    config = {**getattr(transformers, f"{name}Config")().to_dict(),
+              "architectures": [f"{name}ForConditionalGeneration"]}
+    repo = zoo.serve_model(_folder(tmp_path, f"emu-user--{name.lower()}", config))
     async with Client(build_server()) as client:
         plan, text = await _call(client, "submit_training", {**DRY, "model": repo, "method": "sft",
                                                              "dataset": zoo_dataset("sft"), "peft": "lora"})
-    assert plan is None and "an audio-language model" in text and "seq2seq" not in text, text
+        assert plan is None and "an audio-to-text model" in text and "seq2seq" not in text, text
+        plan, text = await _call(client, "submit_training", {**DRY, "model": repo, "method": "embedding",
+                                                             "dataset": zoo_dataset("embedding"), "peft": "lora"})
+        assert plan is None and "reads audio" in text, text
 
 
 @needs_training

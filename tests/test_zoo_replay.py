@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from hf_train_mcp.errors import TrainError
-from hf_train_mcp.models.family import NO_ACTIVATION_CHECKPOINTING
+from hf_train_mcp.models.family import FUSED_EXPERT_LORA, NO_ACTIVATION_CHECKPOINTING
 from hf_train_mcp_demo.tiny import example_rows, format_rows, write_images, write_jsonl
 from tests.conftest import needs_training
 from tests.hub_configs import CONFIGS
@@ -207,6 +207,10 @@ def test_each_family_trains_a_step_on_the_gpu_branches(name: str, rows: str, pef
         module = inner.get_submodule(head)
         assert any(p.requires_grad for p in module.parameters()), head
         assert not any(isinstance(m, bnb.nn.Linear4bit) for m in module.modules()), head
+    if peft != "full" and model_type in FUSED_EXPERT_LORA:  # its experts adapted, not its attention alone
+        from peft.tuners.lora.layer import ParamWrapper
+
+        assert any(isinstance(m, ParamWrapper) for m in inner.modules()), f"{name}: no expert adapted"
     in_head = [n for n in trainable if any(f".{h}." in f".{n}" for h in heads)]
     watched = {n: p.detach().clone() for n, p in trainable.items()
                if ("lora_B" in n or n in in_head or (peft == "full" and ".pooler." not in n)) and "lora_A" not in n}

@@ -67,15 +67,16 @@ ENCODER_TYPES = frozenset({
     "xlm-roberta", "xlm-roberta-xl", "xmod", "yoso"})
 # Mixtures of experts whose LoRA PEFT rewrites for transformers 5's fused experts (peft/utils/
 # transformers_weight_conversion.py _convert_peft_config_moe: every model type transformers' conversion_mapping.py
-# maps to "mixtral" or "qwen2_moe", and mixtral itself): a target reaching the experts or the router (all-linear, a
-# regex, or one of their v4 names) becomes a target_parameters entry, a lora.ParamWrapper, which refuses
-# lora_dropout != 0 (peft/tuners/lora/layer.py ParamWrapper.__init__). qwen2_moe itself is not rewritten: its
-# experts, 3D parameters, are no LoRA target at all. tests/test_family_plans.py holds the table to peft.
+# maps to "mixtral" or "qwen2_moe", and those two themselves, qwen2_moe since peft 0.22: `_MODEL_TO_CONVERSION_PATTERN
+# ["qwen2_moe"] = "qwen2_moe"`): a target reaching the experts or the router (all-linear, a regex, or one of their
+# v4 names) becomes a target_parameters entry, a lora.ParamWrapper, which refuses lora_dropout != 0 (peft/tuners/
+# lora/layer.py ParamWrapper.__init__). The jobs' headers ask for peft>=0.22 (PEFT_REQUIREMENT), the PEFT this
+# table is of; tests/test_family_plans.py holds it to the installed peft.
 MIXTRAL_STYLE_EXPERTS = frozenset({"minimax", "minimax_m2", "mixtral"})
 FUSED_EXPERT_LORA = MIXTRAL_STYLE_EXPERTS | frozenset({
     "afmoe", "beam", "cohere2_moe", "deepseek_v2", "deepseek_v3", "deepseek_v32", "dots1", "ernie4_5_moe",
     "exaone_moe", "flex_olmo", "glm4_moe", "glm4_moe_lite", "glm4v_moe", "glm_moe_dsa", "hunyuan_v1_moe",
-    "longcat_flash", "mellum", "olmoe", "qwen3_moe", "qwen3_next", "qwen3_omni_moe", "qwen3_omni_moe_text",
+    "longcat_flash", "mellum", "olmoe", "qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_omni_moe", "qwen3_omni_moe_text",
     "qwen3_omni_moe_thinker", "sarvam_mla", "solar_open"})
 
 
@@ -116,13 +117,13 @@ class Family:
                 if self.model_type else "a model whose config.json names no model_type",
                 UNKNOWN: "a model of unknown family"}[self.kind]
         if self.kind == SEQ2SEQ and self.why == _AUDIO:
-            what = "an audio-language model (an audio encoder and a text decoder)"
+            what = "an audio-to-text model (an audio encoder and a text decoder)"
         named = ", ".join(x for x in (self.architecture, f"model_type {self.model_type!r}" if self.model_type
                                       else None) if x)
         return f"{what} ({named})" if named else what
 
 
-_AUDIO = "config.json audio_config with a generating architecture"
+_AUDIO = "config.json audio_config (or mel bins) with a generating architecture"
 
 
 def _architecture(config: dict) -> str | None:
@@ -188,7 +189,7 @@ def decide(config: dict | None, *, pipeline_tag: str | None = None, library_name
     if isinstance(config.get("vision_config"), dict) and isinstance(config.get("text_config"), dict):
         return Family(DUAL_ENCODER, **common, why="config.json vision_config + text_config, no text generation")
     kind = _by_head(arch, config) if arch else None
-    if kind == SEQ2SEQ and isinstance(config.get("audio_config"), dict):
+    if kind == SEQ2SEQ and (isinstance(config.get("audio_config"), dict) or config.get("num_mel_bins")):
         return Family(kind, **common, why=_AUDIO)
     if kind:
         return Family(kind, **common, why=f"config.json architectures {arch!r}")
@@ -321,6 +322,10 @@ def _sentence_refusal(family: Family, model: str, *, method: str) -> str | None:
     """Sentence embeddings of text from an image model: sentence-transformers loads it for the image modality alone
     and refuses texts (sentence_transformers/base/modality.py: "Modality 'text' is not supported by this
     SentenceTransformer model. Supported modalities: image.")."""
+    if family.kind == SEQ2SEQ and family.why == _AUDIO:  # its encoder reads audio features, never token ids
+        return (f"method={method!r} trains a SentenceTransformer on texts, and {model} is {family.describe()}, whose "
+                "encoder reads audio (input_features), not the token ids sentence-transformers feeds it: pick a text "
+                f"encoder or an embedding model (e.g. {' or '.join(EMBEDDING_EXAMPLES)}). Nothing was launched.")
     if family.kind not in (IMAGE_CLASSIFIER, IMAGE_ENCODER):
         return None
     return (f"method={method!r} trains a SentenceTransformer on texts, and {model} is {family.describe()}, which "

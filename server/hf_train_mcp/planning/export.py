@@ -13,7 +13,7 @@ from hf_train_mcp.contract.requests import ExportRequest
 from hf_train_mcp.planning.followups import common_config, followup_plan, followup_timeout, is_vision, place
 from hf_train_mcp.planning.gguf_architectures import GGUF_ARCHITECTURES
 from hf_train_mcp.planning.subjects import Subject
-from hf_train_mcp.planning.training import RunPlan
+from hf_train_mcp.planning.training import PEFT_REQUIREMENT, RunPlan
 
 # config.json model types of the encoders llama.cpp's convert_hf_to_gguf.py converts as embedding models (its
 # conversion/bert.py registrations, llama-cpp-python 0.3.36's tree): the pooling comes from modules.json
@@ -158,7 +158,7 @@ def plan_export(req: ExportRequest, subject: Subject, *, backend: str, size: Mod
     }
     config["card"] = _card(req, subject, spec, title=target or stem, source=source, quantization=quantization,
                            library=library, flavor=flavor, estimate=estimate, price=price)
-    dependencies = ["transformers>=5.0,<6", "peft>=0.15,<1", "accelerate>=1.4,<2", "torch>=2.6,<2.11",
+    dependencies = ["transformers>=5.0,<6", PEFT_REQUIREMENT, "accelerate>=1.4,<2", "torch>=2.6,<2.11",
                     "safetensors>=0.4", *(spec.dependencies if spec else ())]
     if req.format == "gguf":
         dependencies += GGUF_DEPENDENCIES + ([CMAKE] if config["total_steps"] == 3 else [])

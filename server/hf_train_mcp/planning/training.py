@@ -36,8 +36,11 @@ __all__ = ["BUCKET_MOUNT", "LANGUAGE_TOWER", "DataFacts", "Hyper", "RunPlan", "c
 # Upper bounds at the next major: a job started next year must still run the API this script was written for.
 # torch < 2.11: from 2.11 on, PyPI's torch wheels are built for CUDA 13, which needs a 580+ host driver; the
 # CUDA 12.8 builds run on every Jobs GPU (and the script stops at once if a GPU flavor still sees no CUDA).
+# peft >= 0.22: the PEFT whose rewrite of LoRA targets on fused experts models/family.py FUSED_EXPERT_LORA is of
+# (0.22 added qwen2_moe): a job must not resolve an older one that adapts other modules than the plan says
+PEFT_REQUIREMENT = "peft>=0.22,<1"
 BASE_DEPENDENCIES = ["trl>=1.0,<2", "transformers>=5.0,<6", "datasets>=4.0,<6", "accelerate>=1.4,<2",
-                     "peft>=0.15,<1", "trackio>=0.4,<1", "torch>=2.6,<2.11"]
+                     PEFT_REQUIREMENT, "trackio>=0.4,<1", "torch>=2.6,<2.11"]
 BUCKET_MOUNT = "/outputs"
 # LoRA on a vision-language model's language tower alone (TRL's VLM recipes): the vision encoder and the projector
 # stay frozen. The tower is `language_model` (Qwen2/2.5/3-VL, LLaVA, LLaVA-NeXT, Gemma 3, Mllama, PaliGemma) or
