@@ -8,11 +8,16 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
+from hf_train_mcp.access import Access
+from hf_train_mcp.contract.requests import TrainingRequest
+from hf_train_mcp.jobs import retries, uploads
+from hf_train_mcp.jobs.ledger import Ledger
 from hf_train_mcp.shell.app import build_server
+from hf_train_mcp.sweeps import sweep as sweeps
 from hf_train_mcp_demo.tiny import write_jsonl
-from tests.local_files import BUCKET, VIT
+from tests.local_files import BUCKET, ROWS, TICKETS, VIT, input_volumes, supervise_until_second_run
 from tests.emulator import Emulator, JobPlan
-from tests.helpers import call
+from tests.helpers import call, finished
 
 pytestmark = pytest.mark.anyio
 
@@ -70,7 +75,6 @@ async def test_a_run_resumed_on_the_copy_with_another_image_column_is_refused(hu
     that copy, planned by the job's facts: the job fails on its first row, billed. Refused now, saying which
     mapping the copy holds; nothing sent, nothing launched (planning/copies.py from_copy)."""
     from PIL import Image
-    from tests.helpers import finished
 
     rows = []
     for i in range(8):
@@ -106,9 +110,6 @@ async def test_a_sweep_retry_over_http_never_reads_a_file_outside_the_allowed_fo
     the submission's, which a sweep's retry never made), so the answer told whether a server file outside the
     allowed folders exists and holds other bytes (a conflict) or not (the sweep). It never reads it now:
     the same answer either way (jobs/uploads.py named_uploads)."""
-    from hf_train_mcp.access import Access
-    from hf_train_mcp.sweeps import sweep as sweeps
-    from tests.local_files import ROWS, TICKETS
 
     monkeypatch.setattr(sweeps, "ensure_supervised", lambda core, sweep: None)
     allowed, outside = tmp_path / "shared", tmp_path / "private-zone"
@@ -124,8 +125,6 @@ async def test_a_sweep_retry_over_http_never_reads_a_file_outside_the_allowed_fo
         again = await client.call_tool("submit_sweep", arguments)
     assert not again.is_error, again.content[0].text
     assert again.structured_content["sweep_id"] == sweep["sweep_id"]
-    from hf_train_mcp.jobs import uploads
-
     assert not [key for key in uploads._HASHED if str(outside) in key[0]], "read a file outside the allowed folders"
 
 
@@ -135,8 +134,6 @@ async def test_a_sweep_retried_after_its_data_link_was_pointed_at_other_rows_is_
     link pointed at v2.jsonl: a job's retry is a conflict (its content is the file the caller names, as it is
     now), but the sweep's retry hashed the path its runs were pinned to (the link resolved when the sweep was
     approved: v1, unchanged) and returned the old sweep, trained on v1, as if it read v2."""
-    from hf_train_mcp.sweeps import sweep as sweeps
-    from tests.local_files import ROWS, TICKETS
 
     monkeypatch.setattr(sweeps, "ensure_supervised", lambda core, sweep: None)
     write_jsonl(here / "v1.jsonl", ROWS)
@@ -164,7 +161,6 @@ async def test_a_retry_over_http_of_an_image_folder_whose_class_now_links_out_is
     "unexpected" failure (a bug's answer). A refused folder cannot say what the job read: the retry is held to
     its arguments, as a file gone is."""
     from PIL import Image
-    from hf_train_mcp.access import Access
 
     allowed, outside = tmp_path / "shared", tmp_path / "private-zone"
     for folder in (allowed / "pics", outside):
@@ -192,9 +188,6 @@ async def test_a_sweep_over_text_column_mappings_reads_one_copy(hub: Emulator, h
     was when its turn came (copies were kept apart by the whole mapping: planning/copies.py sweep_copies), so an
     edit after the sweep was approved trained run 1 on other rows than run 0, uploaded again, against "sent
     once ... mounted read-only into each"."""
-    from hf_train_mcp.sweeps import sweep as sweeps
-    from tests.local_files import ROWS, TICKETS, input_volumes
-    from tests.test_local_upload_guards import _supervise_until_second_run
 
     rows = [{"question": row["prompt"], "title": f"printer {i}", "completion": row["completion"]}
             for i, row in enumerate(ROWS)]
@@ -209,7 +202,7 @@ async def test_a_sweep_over_text_column_mappings_reads_one_copy(hub: Emulator, h
     first = input_volumes(hub.posted_jobs()[before])
     write_jsonl(here / "qa.jsonl", [{**row, "completion": "edited"} for row in rows])
     batches = hub.count("POST", rf"/api/buckets/{BUCKET}/batch")
-    _supervise_until_second_run(sweep["sweep_id"], before, hub)
+    supervise_until_second_run(sweep["sweep_id"], before, hub)
     assert len(hub.posted_jobs()) == before + 2
     assert input_volumes(hub.posted_jobs()[before + 1]) == first  # the copy the sweep was approved with
     assert hub.count("POST", rf"/api/buckets/{BUCKET}/batch") == batches  # nothing sent again
@@ -220,7 +213,6 @@ async def test_a_lost_ledgers_retry_on_edited_data_says_the_data_may_differ(
     """The ledger lost, the same call after tickets.jsonl was edited is refused by the key's Hub label, which
     holds the data's content too, but the answer said it was "sent with another arguments: a retry sends the same
     arguments", false for a caller who sent the very same ones: it names the local files' content too now."""
-    from tests.local_files import ROWS, TICKETS
 
     arguments = {**TICKETS, "idempotency_key": "edited-lost"}
     async with Client(build_server()) as client:
@@ -239,9 +231,6 @@ async def test_a_lost_ledgers_retry_of_a_job_labelled_before_content_counted_is_
     call as sent was all a retry was held to). With the ledger lost (moved, another HF_TRAIN_HOME), the very same
     call, nothing edited, was refused by that label as "sent with another arguments", where the ledger holds it to
     its arguments alone (retries.changed_fields: content only when both calls have it)."""
-    from hf_train_mcp.contract.requests import TrainingRequest
-    from hf_train_mcp.jobs import retries
-    from tests.local_files import TICKETS
 
     arguments = {**TICKETS, "idempotency_key": "labelled-yesterday"}
     async with Client(build_server()) as client:
@@ -263,10 +252,6 @@ async def test_a_sweep_run_reading_its_sweeps_copy_records_its_own_data_facts(
     a string (prompt <- question): run 1, launched later, reads the copy run 0 uploaded, and
     its record kept run 0's facts with it (conversational), which a run resumed from run 1 once the rows are gone
     is planned by (planning/copies.py from_copy): each job records the facts its own validation found."""
-    from hf_train_mcp.jobs.ledger import Ledger
-    from hf_train_mcp.sweeps import sweep as sweeps
-    from tests.local_files import ROWS, TICKETS
-    from tests.test_local_upload_guards import _supervise_until_second_run
 
     rows = [{"asked": [{"role": "user", "content": row["prompt"]}], "question": row["prompt"],
              "completion": row["completion"]} for row in ROWS]
@@ -279,7 +264,7 @@ async def test_a_sweep_run_reading_its_sweeps_copy_records_its_own_data_facts(
     before = len(hub.posted_jobs())
     async with Client(build_server()) as client:
         sweep = await call(client, "submit_sweep", arguments)
-    _supervise_until_second_run(sweep["sweep_id"], before, hub)
+    supervise_until_second_run(sweep["sweep_id"], before, hub)
     ledger = Ledger()
     first, second = (ledger.get(run.job_id) for run in ledger.sweep_runs(sweep["sweep_id"]))
     assert first.uploads[0]["place"] == second.uploads[0]["place"]  # one copy
