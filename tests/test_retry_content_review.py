@@ -270,3 +270,48 @@ async def test_a_sweep_run_reading_its_sweeps_copy_records_its_own_data_facts(
     assert first.uploads[0]["place"] == second.uploads[0]["place"]  # one copy
     assert first.uploads[0]["facts"]["conversational"] is True
     assert not second.uploads[0]["facts"]["conversational"], (second.request_json, second.uploads[0]["facts"])
+
+
+@pytest.mark.parametrize("edit", ["a credential", "a missing image"])
+async def test_a_retry_after_an_edit_its_upload_would_refuse_is_a_conflict(hub: Emulator, here: Path,
+                                                                           edit: str) -> None:
+    """An edit after which the data cannot be uploaded (a row holding an AWS key; a row naming an image that is
+    not there) made the retry's content "cannot be told", as if the file were gone, and the old job came back as
+    trained on the file: it is there, and not what the job read. A conflict now, naming the job (a new key gets
+    the refusal itself); nothing sent, nothing launched."""
+    arguments = {**TICKETS, "idempotency_key": f"refused-{edit[2:5]}"}
+    async with Client(build_server()) as client:
+        job = await call(client, "submit_training", arguments)
+        before, batches = len(hub.posted_jobs()), hub.count("POST", rf"/api/buckets/{BUCKET}/batch")
+        added = ({"prompt": "keys?", "completion": "aws_access_key_id = AKIAIOSFODNN7EXAMPLE\naws_secret_access_key"
+                  " = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"} if edit == "a credential"
+                 else {"prompt": "see", "completion": "it", "images": ["images/gone.png"]})
+        write_jsonl(here / "tickets.jsonl", [*ROWS, added])
+        result = await client.call_tool("submit_training", arguments)
+    text = result.content[0].text
+    assert result.is_error and "local files content" in text and job["job_id"] in text, text
+    assert len(hub.posted_jobs()) == before and hub.count("POST", rf"/api/buckets/{BUCKET}/batch") == batches
+
+
+@pytest.mark.parametrize("target", ["an image there", "no file"])
+async def test_a_retry_over_http_on_rows_naming_an_outside_image_tells_nothing_of_it(
+        hub: Emulator, tmp_path: Path, target: str) -> None:
+    """An HTTP caller's keyed job, its rows then naming an image outside the allowed folder
+    ('../private-zone/x.png'): the retry's upload planning (which no validation precedes) refused a missing one
+    as "not a file beside the data" before it asked whether the caller may read it, so the retry's answer
+    differed by whether that server file exists. Whether it is there or not, the answer is the same now."""
+    from PIL import Image
+
+    allowed, outside = tmp_path / "shared", tmp_path / "private-zone"
+    write_jsonl(allowed / "tickets.jsonl", ROWS)
+    outside.mkdir()
+    if target == "an image there":
+        Image.new("RGB", (8, 8), (1, 2, 3)).save(outside / "x.png")
+    arguments = {**TICKETS, "dataset": str(allowed / "tickets.jsonl"), "idempotency_key": "outside-image"}
+    async with Client(build_server(access=Access.http(local_dirs=[str(allowed)]))) as client:
+        job = await call(client, "submit_training", arguments)
+        write_jsonl(allowed / "tickets.jsonl", [*ROWS, {"prompt": "see", "completion": "it",
+                                                        "images": ["../private-zone/x.png"]}])
+        again = await client.call_tool("submit_training", arguments)
+    assert not again.is_error, again.content[0].text  # not this caller's to read: held to its arguments
+    assert again.structured_content["job_id"] == job["job_id"]

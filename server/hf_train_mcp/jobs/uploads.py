@@ -181,9 +181,10 @@ def _read_by_name(value: Any) -> list[Any]:
     return [] if isinstance(value, dict) and value.get("bytes") else cell_paths(value)
 
 
-def _named_images(files: list[Path], mapping: dict[str, str] | None, base: Path) -> list[Path]:
+def _named_images(files: list[Path], mapping: dict[str, str] | None, base: Path, access: Access) -> list[Path]:
     """Every image file a row names in its image column(s), as the job's image_path resolves it (from the data
-    file's folder); a name the job cannot open there (an absolute path, a missing file) is refused now."""
+    file's folder); a name the job cannot open there (an absolute path, a missing file) is refused now, and one
+    outside what the caller may read before anything tells whether it exists."""
     columns = tuple(dict.fromkeys((mapping or {}).get(name, name) for name in ("image", "images")))
     out = []
     for file, index, row in every_row(files, columns):
@@ -197,6 +198,9 @@ def _named_images(files: list[Path], mapping: dict[str, str] | None, base: Path)
                                        "the Hub's machines cannot open: name images relative to the data file's "
                                        "folder (e.g. 'images/cat.jpg'). Nothing was uploaded or launched.")
                 path = Path(os.path.normpath(base / name))
+                if not access.allows_path(path):
+                    raise AccessError(f"a row names an image outside the folders callers over {access.over} may use "
+                                      "(or a hard link). Nothing was uploaded or launched.")
                 if not path.is_file():
                     raise DatasetError(f"{where} names the image {name[:120]!r}, which is not a file beside the "
                                        "data: the job would fail on that row. Fix the row or add the image. Nothing "
@@ -261,13 +265,10 @@ def plan_dataset(ref: str, *, mapping: dict[str, str] | None, access: Access) ->
     files = data_files(str(path), access.allows_path)
     base = path if path.is_dir() else path.parent
     try:
-        images = _named_images(files, mapping, base)
+        images = _named_images(files, mapping, base, access)
         _refuse_named_parts(files, mapping, base)
     except ValueError as exc:  # rows the job's reader may read otherwise (rows.py)
         raise DatasetError(f"{exc}. Nothing was uploaded or launched.") from None
-    if not all(access.allows_path(f) for f in images):
-        raise AccessError(f"a row names an image outside the folders callers over {access.over} may use (or a hard "
-                          "link). Nothing was uploaded or launched.")
     _unreadable(images, base)
     root = Path(os.path.commonpath([str(base), *(str(f.parent) for f in images)]))
     reads = Path(os.path.relpath(path, root)).as_posix()
@@ -277,6 +278,7 @@ def plan_dataset(ref: str, *, mapping: dict[str, str] | None, access: Access) ->
 
 # --- what a retry is held to ----------------------------------------------------------------------------------
 _NAMED = (("model", "model"), ("dataset", "dataset"), ("teacher_model", "teacher model"))
+REFUSED = "refused"  # the digest of files there that cannot be uploaded: no upload's sha256
 
 
 def named_uploads(arguments: dict[str, Any], access: Access, planned: list[Upload] = (),
@@ -284,7 +286,8 @@ def named_uploads(arguments: dict[str, Any], access: Access, planned: list[Uploa
     """The uploads of the local paths among a call's `arguments` (its model, dataset, teacher_model), planned from
     the files as they are now (`planned`: those this call planned already; `recorded`: the uploads of the job a
     retry's key names, whose dataset's images were found by the mapping validation completed, which a retry
-    never sends). None when one is gone or refused: what they held then cannot be told."""
+    never sends). None when one is gone or not this caller's to read: what they held then cannot be told; one
+    its upload refuses now has the digest REFUSED."""
     out = []
     for name, role in _NAMED:
         ref = arguments.get(name)
@@ -299,16 +302,18 @@ def named_uploads(arguments: dict[str, Any], access: Access, planned: list[Uploa
         try:
             out.append(known or (plan_dataset(ref, mapping=mapping, access=access)
                                  if name == "dataset" else plan_folder(ref, role, access)))
-        except TrainError:
+        except (NotFoundError, AccessError):
             return None
+        except TrainError:  # there, and refused (a credential, an image gone): not the bytes any job read
+            out.append(Upload(role=role, ref=resolved, place="", reads="", digest=REFUSED, count=0, size=0))
     return out
 
 
 def named_content(req: Any, access: Access, planned: list[Upload] = (), recorded: list[dict] = ()) -> str | None:
     """The content of the local files a call names itself (its dataset, model or teacher folder) as they are now:
     a retry with its idempotency key is held to it (retries.asked_json), so an edited dataset makes a new job,
-    never the old one passed off as trained on it. None when the call names none, or one is gone or refused (a
-    retry then is held to its arguments alone)."""
+    never the old one passed off as trained on it. None when the call names none, or one is gone or not this
+    caller's to read (a retry then is held to its arguments alone)."""
     uploads = named_uploads(dict(req), access, planned, recorded)
     if not uploads:
         return None
