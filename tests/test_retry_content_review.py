@@ -315,3 +315,27 @@ async def test_a_retry_over_http_on_rows_naming_an_outside_image_tells_nothing_o
         again = await client.call_tool("submit_training", arguments)
     assert not again.is_error, again.content[0].text  # not this caller's to read: held to its arguments
     assert again.structured_content["job_id"] == job["job_id"]
+
+
+async def test_a_lost_ledgers_sweep_on_edited_data_never_adopts_the_runs_trained_before(
+        hub: Emulator, here: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A keyed sweep re-submitted once its ledger was lost finds its runs' jobs on the Hub by their keys (a sweep
+    run's label is its arguments alone). With tickets.jsonl edited in between, the new sweep adopted them as its
+    runs, trained on the old bytes, and recorded them as reading the edited file's copy, which was never uploaded
+    (an evaluation of one then mounts a copy no job read). A job found by its key that mounts other copies than
+    the call's files make is a conflict now: no run adopted, nothing uploaded or posted."""
+    monkeypatch.setattr(sweeps, "ensure_supervised", lambda core, sweep: None)
+    arguments = {"base": TICKETS, "grid": {"learning_rate": [1e-4, 2e-4]}, "max_parallel": 2,
+                 "idempotency_key": "lost-sweep"}
+    async with Client(build_server()) as client:
+        first = await call(client, "submit_sweep", arguments)
+    trained = {run["job_id"] for run in first["jobs"]}
+    write_jsonl(here / "tickets.jsonl", [{**row, "completion": row["completion"] + "!"} for row in ROWS])
+    monkeypatch.setenv("HF_TRAIN_HOME", str(tmp_path / "another-home"))  # the ledger lost
+    before, batches = len(hub.posted_jobs()), hub.count("POST", rf"/api/buckets/{BUCKET}/batch")
+    async with Client(build_server()) as client:
+        again = await client.call_tool("submit_sweep", arguments)
+    runs = (again.structured_content or {}).get("jobs") or []
+    assert not trained & {run["job_id"] for run in runs}, runs
+    assert all("local files content" in (run.get("note") or "") for run in runs), runs
+    assert len(hub.posted_jobs()) == before and hub.count("POST", rf"/api/buckets/{BUCKET}/batch") == batches

@@ -80,6 +80,7 @@ class JobRef:
     copies: tuple["JobRef", ...] = ()
     doubted: bool = False  # a POST of it went unanswered: a copy may still appear (duplicates.py looks for it)
     group: str | None = None  # the network group it joined (a node of a run across machines)
+    mounts: tuple[str, ...] = ()  # where its volumes are mounted, as the backend says them (none said: unknown)
 
 
 @dataclass

@@ -19,7 +19,8 @@ def iso(value) -> str | None:
 def job_ref(job) -> JobRef:
     network = getattr(job, "network", None)
     return JobRef(job.id, job.url, str(job.status.stage), iso(job.created_at), namespace=job.owner.name,
-                  labels=dict(job.labels or {}), group=network.group if network else None)
+                  labels=dict(job.labels or {}), group=network.group if network else None,
+                  mounts=tuple(v.mount_path for v in getattr(job, "volumes", None) or ()))
 
 
 def unsent(exc: BaseException) -> bool:

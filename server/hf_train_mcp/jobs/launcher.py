@@ -12,7 +12,7 @@ from dataclasses import replace
 from collections.abc import Callable
 from typing import Any
 
-from hf_train_mcp.backends.base import Backend, SubmissionUnknown, submission_labels
+from hf_train_mcp.backends.base import Backend, JobRef, SubmissionUnknown, submission_labels
 from hf_train_mcp.backends.local import process_alive
 from hf_train_mcp.errors import TrainError, ConflictError, HubError
 from hf_train_mcp.hub import needs_token, hub_token
@@ -20,7 +20,7 @@ from hf_train_mcp.durations import minutes_since
 from hf_train_mcp.jobs import keys
 from hf_train_mcp.jobs.ledger import PENDING, SUBMITTING, UNKNOWN, JobRecord, KeyConflict, Ledger, claim_id, now_iso
 from hf_train_mcp.jobs.prepared import Prepared, Progress, Share
-from hf_train_mcp.bucket_inputs import ARTIFACTS_BUCKET, Sent, Upload, saying_files
+from hf_train_mcp.bucket_inputs import ARTIFACTS_BUCKET, MOUNT_ROOT, Sent, Upload, saying_files
 from hf_train_mcp.jobs.uploads import shown_bytes
 from hf_train_mcp.contract.results import Submission
 from hf_train_mcp.jobs import duplicates
@@ -94,6 +94,30 @@ def _labelled(spec: Any, prepared: Prepared, submission: str) -> Any:
     key = prepared.req.idempotency_key
     asked = {retries.ASKED_LABEL: retries.asked_label(prepared.asked)} if key and prepared.asked else {}
     return replace(spec, labels=submission_labels({**spec.labels, **asked}, submission, key))
+
+
+def _found_is_this_call(ref: JobRef, planned: JobRecord, key: str, uploads: list[Upload]) -> bool:
+    """A job found on the Hub by this call's idempotency key, refused when it is another call's (another kind,
+    another label, other copies read); whether it read this call's uploads (then recorded as its own)."""
+    found_kind = (ref.labels or {}).get("kind", planned.kind)
+    if found_kind != planned.kind:
+        raise KeyConflict(f"idempotency_key {key!r} already names job {ref.job_id}, a {found_kind} job: use "
+                          f"another key for this {planned.kind} job")
+    found_asked = (ref.labels or {}).get(retries.ASKED_LABEL)
+    if found_asked and planned.asked_json and found_asked not in retries.asked_labels(planned.asked_json):
+        # the label is one hash: which part differs cannot be told, and the caller may have sent the same ones
+        content = [name for name in retries.CONTENT_FIELDS if name in json.loads(planned.asked_json)]
+        raise KeyConflict(retries.conflict_message(key, f"job {ref.job_id} (found on the Hub by its label)",
+                                                   [" or ".join(["arguments", *content])]))
+    # what it reads says it whatever its label holds (a sweep run's is its arguments alone): other copies than
+    # this call's files make are a job on other bytes
+    read = {mount for mount in ref.mounts if mount.startswith(f"{MOUNT_ROOT}/")}
+    if read and read != {u.mount for u in uploads}:
+        raise KeyConflict(retries.conflict_message(key, f"job {ref.job_id} (found on the Hub by its label)",
+                                                   [retries.CONTENT_FIELDS[2]]))
+    asked = planned.asked_json or "{}"  # its label holds what it read only where the call's content is part of it
+    return bool(read) or (found_asked == retries.asked_label(asked)
+                          and any(name in json.loads(asked) for name in retries.CONTENT_FIELDS))
 
 
 class Launcher:
@@ -245,8 +269,8 @@ class Launcher:
                       claim: str | None, uploads: list[Upload]) -> Submission | None:
         """The job the Hub holds for this idempotency key (its label), adopted: the ledger is not the only memory
         of which keys launched, since it can be lost or moved aside. A Hub that cannot be read is no reason to
-        refuse: the ledger's reservation of the key still guards it. The job's uploads are recorded when its
-        label says it was this very call (the local files' content is part of it): its follow-ups mount them."""
+        refuse: the ledger's reservation of the key still guards it. The job's uploads are recorded when it mounts
+        this call's copies, or its label says it was this very call (content included): its follow-ups mount them."""
         if not key:
             return None
         try:
@@ -256,23 +280,13 @@ class Launcher:
             return None
         if ref is None:
             return None
-        found_kind = (ref.labels or {}).get("kind", planned.kind)
-        if found_kind != planned.kind:
-            raise KeyConflict(f"idempotency_key {key!r} already names job {ref.job_id}, a {found_kind} job: use "
-                              f"another key for this {planned.kind} job")
-        found_asked = (ref.labels or {}).get(retries.ASKED_LABEL)
-        if found_asked and planned.asked_json and found_asked not in retries.asked_labels(planned.asked_json):
-            # the label is one hash: which part differs cannot be told, and the caller may have sent the same ones
-            content = [name for name in retries.CONTENT_FIELDS if name in json.loads(planned.asked_json)]
-            raise KeyConflict(retries.conflict_message(key, f"job {ref.job_id} (found on the Hub by its label)",
-                                                       [" or ".join(["arguments", *content])]))
+        same_call = _found_is_this_call(ref, planned, key, uploads)
         note = f"idempotency_key matched job {ref.job_id}: returned it instead of submitting again"
         known = self.ledger.get(ref.job_id)
         if known is not None:  # recorded without its key (a reservation taken over): the key stays free
             if claim is not None:
                 self.ledger.release(key, claim)
             return submission_of(known, extra_warnings=[note], ledger=self.ledger)
-        same_call = bool(found_asked) and found_asked == retries.asked_label(planned.asked_json or "")
         bucket = f"{ref.namespace or planned.namespace}/{ARTIFACTS_BUCKET}"
         record = replace(planned, job_id=ref.job_id, namespace=ref.namespace, stage=ref.stage, job_url=ref.url,
                          idempotency_key=key, created_at=ref.created_at or planned.created_at, claim=None,
