@@ -130,6 +130,20 @@ async def test_an_image_folder_class_that_links_out_is_refused_unlisted(folders:
     assert not stdio.is_error and stdio.structured_content["valid"]
 
 
+@pytest.mark.parametrize("target", ["keys", "no-such-folder"])
+def test_image_folder_classes_refuses_a_link_out_whether_its_target_exists(folders: tuple[Path, Path],
+                                                                           target: str) -> None:
+    """image_folder_classes followed a class link (is_dir()) before asking whether the caller may read it: a link
+    to a server folder that exists was refused, one to a folder that does not was skipped, an answer that told
+    the caller which exist wherever this function alone decides (a keyed retry's content planning)."""
+    from hf_train_mcp.data.images import image_folder_classes
+
+    shared, private = folders
+    (shared / "images" / "probe").symlink_to(private / target, target_is_directory=True)
+    with pytest.raises(ValueError, match="'probe' in the dataset folder links outside"):
+        image_folder_classes(shared / "images", http(shared).allows_path)
+
+
 async def test_a_data_folder_with_a_file_linked_from_outside_is_refused(folders: tuple[Path, Path], offline) -> None:
     shared, private = folders
     (private / "rows.jsonl").write_text(json.dumps({"text": "id_rsa_canary", "label": "x"}) + "\n")

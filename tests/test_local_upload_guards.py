@@ -411,3 +411,26 @@ async def test_a_follow_up_of_a_job_on_a_local_base_model_needs_no_local_folder(
     assert not export.is_error, export.content[0].text
     (model,) = [v for v in trained if "merged" in v["path"]]
     assert all(model in input_volumes(spec) for spec in hub.posted_jobs()[-2:])
+
+
+@pytest.mark.parametrize("target", ["keys", "no-such-folder"])
+async def test_a_class_link_out_is_refused_whether_or_not_its_target_exists(hub: Emulator, tmp_path: Path,
+                                                                            target: str) -> None:
+    """An HTTP caller's image folder with a class folder linking out of the allowed folders, validation skipped:
+    refused alike whether the link's target exists or not (the answer tells nothing of the server's folders),
+    before anything is uploaded; the unit below it, image_folder_classes, is held to the same in
+    tests/test_http_data_paths.py."""
+    from hf_train_mcp_demo.tiny import example_rows, write_images
+
+    allowed, outside = tmp_path / "shared", tmp_path / "private-zone"
+    write_images(allowed, example_rows("image-classification", 8))
+    (outside / "keys").mkdir(parents=True)
+    (allowed / "images" / "probe").symlink_to(outside / target, target_is_directory=True)
+    arguments = {"model": hub.serve_model(VIT), "dataset": str(allowed / "images"), "method": "image-classification",
+                 "backend": "hf", "hub_model_id": "emu-user/colours", "max_steps": 5, "skip_validation": True,
+                 "dry_run": True}
+    async with Client(build_server(access=Access.http(local_dirs=[str(allowed)]))) as client:
+        result = await client.call_tool("submit_training", arguments)
+    text = result.content[0].text
+    assert result.is_error and "'probe'" in text and "links outside" in text and "private-zone" not in text, text
+

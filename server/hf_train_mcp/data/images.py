@@ -31,12 +31,13 @@ def image_folder_classes(path: Path, allowed: Allowed = _everything) -> list[str
         return None
     classes = []
     for child in sorted(path.iterdir()):
-        if child.name.startswith(".") or not child.is_dir():
+        if child.name.startswith("."):
             continue
-        if not allowed(child):
+        # a link out is refused before is_dir() follows it: whether its target exists is not the caller's to learn
+        if (child.is_symlink() or child.is_dir()) and not allowed(child):
             raise ValueError(f"{child.name!r} in the dataset folder links outside the folders callers of this server "
                              "may read: copy its images into the folder instead")
-        if any(is_image(f) for f in child.iterdir()):
+        if child.is_dir() and any(is_image(f) for f in child.iterdir()):
             classes.append(child.name)
     return classes or None
 
