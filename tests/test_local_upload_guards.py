@@ -434,3 +434,25 @@ async def test_a_class_link_out_is_refused_whether_or_not_its_target_exists(hub:
     text = result.content[0].text
     assert result.is_error and "'probe'" in text and "links outside" in text and "private-zone" not in text, text
 
+
+async def test_a_distillation_resumed_once_its_local_teacher_folder_is_gone(hub: Emulator, here: Path,
+                                                                         tiny_model: Path) -> None:
+    """resume_from of a distillation whose teacher was an uploaded local folder, the folder deleted since: the
+    teacher was sized from the folder (refused: not a folder) though the bucket holds the very files the job
+    distilled from. Sized by the config.json its upload recorded and mounted from the bucket, as a gone base
+    model is (planning/planner.py _prepare_training)."""
+    from tests.helpers import finished
+
+    shutil.copytree(tiny_model, here / "student")
+    shutil.copytree(tiny_model, here / "teacher")
+    hub.plan_next(JobPlan(scheduling_s=0.0, running_s=0.1))
+    arguments = {**TICKETS, "model": "./student", "method": "distill", "teacher_model": "./teacher"}
+    async with Client(build_server()) as client:
+        job = await call(client, "submit_training", arguments)
+        assert (await finished(client, job["job_id"], 30))["stage"] == "COMPLETED"
+        trained = hub.posted_jobs()[-1]
+        shutil.rmtree(here / "teacher")
+        resumed = await client.call_tool("submit_training", {**arguments, "resume_from": job["job_id"]})
+    assert not resumed.is_error, resumed.content[0].text
+    assert input_volumes(hub.posted_jobs()[-1]) == input_volumes(trained)
+

@@ -259,7 +259,9 @@ class Planner:
             self._check_chat_template(req, token or hub_token())
         step(f"sizing {req.model}")  # a base-model folder gone since the resumed job: by its upload's config
         size = self.model_size(copies.config_folder(resumed.get("model")) or req.model, token, offline=here)
-        teacher = self.teacher_size(req, token, offline=here)
+        teacher_copy = copies.config_folder(resumed.get("teacher model"))  # gone too: sized as the base model is
+        teacher = (self.model_size(teacher_copy, token, offline=here) if teacher_copy
+                   else self.teacher_size(req, token, offline=here))
         catalog = get_catalog(token, offline=here, backend=backend_name)
         resume_repo, resume_dir = self._resume_source(req, backend_name)
         step("planning and rendering the script")
