@@ -14,7 +14,8 @@ from hf_train_mcp.shell.app import build_server
 from hf_train_mcp.estimate.hardware import fallback_catalog
 from hf_train_mcp.estimate.memory import memory_need
 from hf_train_mcp.estimate.sizing import model_size, routed_expert_params
-from hf_train_mcp.models.family import ENCODER_TYPES, FUSED_EXPERT_LORA, MIXTRAL_STYLE_EXPERTS
+from hf_train_mcp.models.family import ENCODER_TYPES
+from hf_train_mcp.models.refusals import FUSED_EXPERT_LORA, MIXTRAL_STYLE_EXPERTS
 from hf_train_mcp.models.native import has_class
 from hf_train_mcp.models.files import quantization_of
 from hf_train_mcp.contract.requests import TrainingRequest

@@ -13,7 +13,8 @@ from hf_train_mcp.shell.app import build_server
 from hf_train_mcp.methods.sft import MAX_IMAGE_TOKENS
 from hf_train_mcp.estimate.images import ImageGrid
 from hf_train_mcp.estimate.sizing import param_counts
-from hf_train_mcp.models.family import CAUSAL_LM, NO_ACTIVATION_CHECKPOINTING, Family, decide, training_refusal
+from hf_train_mcp.models.family import CAUSAL_LM, NO_ACTIVATION_CHECKPOINTING, Family, decide
+from hf_train_mcp.models.refusals import training_refusal
 from hf_train_mcp.models.files import TEXT_DEFAULTS, VISION_DEFAULTS, model_files, one_read_each, text_config
 from tests.hub_configs import CONFIGS, config_of, folder, hub_total
 from tests.emulator import Emulator, ViewerDataset

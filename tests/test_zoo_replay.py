@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from hf_train_mcp.errors import TrainError
-from hf_train_mcp.models.family import FUSED_EXPERT_LORA, NO_ACTIVATION_CHECKPOINTING
+from hf_train_mcp.models.family import NO_ACTIVATION_CHECKPOINTING
+from hf_train_mcp.models.refusals import FUSED_EXPERT_LORA
 from hf_train_mcp_demo.tiny import example_rows, format_rows, write_images, write_jsonl
 from tests.conftest import needs_training
 from tests.hub_configs import CONFIGS

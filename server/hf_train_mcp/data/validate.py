@@ -123,7 +123,7 @@ def _model_issues(model: str, method: str, token: str | None, *, fmt: str, first
                   ) -> list[DatasetIssue]:
     """What the model named rules out for these rows, as submit_training and estimate_cost decide it from the same
     files: images for a model that reads none as a vision-language model (a text model, a dual encoder such as
-    CLIP), a classification or reward head the model has no class for (models/family.py); conversations for a
+    CLIP), a classification or reward head the model has no class for (models/refusals.py); conversations for a
     model without a chat template (models/chat_template.py)."""
     issues = _family_issues(model, method, token, vision=reads_images(fmt),
                             said=reads_images(fmt) or methods.get(method).classifier)
@@ -138,7 +138,8 @@ def _model_issues(model: str, method: str, token: str | None, *, fmt: str, first
 
 def _family_issues(model: str, method: str, token: str | None, *, vision: bool, said: bool) -> list[DatasetIssue]:
     """said: files that cannot be read are worth a warning (images, or a head: else the job's loading decides)."""
-    from hf_train_mcp.models.family import family_of, method_refusal
+    from hf_train_mcp.models.family import family_of
+    from hf_train_mcp.models.refusals import method_refusal
     from hf_train_mcp.models.files import model_files
 
     try:

@@ -9,7 +9,8 @@ from hf_train_mcp.access import Access, is_local
 from hf_train_mcp.data.formats import reads_images
 from hf_train_mcp.data.validate import conversational, image_facts, outside_images, validate_dataset
 from hf_train_mcp.errors import DatasetError, TrainError
-from hf_train_mcp.models.family import family_of, method_refusal
+from hf_train_mcp.models.family import family_of
+from hf_train_mcp.models.refusals import method_refusal
 from hf_train_mcp.models.files import model_files
 from hf_train_mcp.contract.requests import EvaluateRequest, TrainingRequest
 from hf_train_mcp.contract.results import DatasetReport

@@ -11,7 +11,8 @@ from hf_train_mcp.access import Access, is_local
 from hf_train_mcp.data.validate import outside_images
 from hf_train_mcp.errors import AccessError, NotFoundError, TrainError
 from hf_train_mcp.jobs.ledger import JobRecord
-from hf_train_mcp.models.family import Family, followup_method, followup_quantization_refusal, followup_refusal
+from hf_train_mcp.models.family import Family
+from hf_train_mcp.models.refusals import followup_method, followup_quantization_refusal, followup_refusal
 from hf_train_mcp.models.files import Quantization
 from hf_train_mcp.contract.requests import TrainingRequest
 

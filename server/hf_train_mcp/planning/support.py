@@ -1,6 +1,6 @@
 """What a model can be trained and exported as, said once for the README's support table: computed from the very
 decisions the tools make (the request checks of the methods and engines, planning/training.check_models with
-models/family.py's refusals and quantization_refusal, planning/subjects.for_family and planning/export's
+models/refusals.py's refusals (quantization_refusal among them), planning/subjects.for_family and planning/export's
 export_refusal), never from a rule of its own. A cell that says no carries the tool's own refusal (why, and what to
 send instead)."""
 

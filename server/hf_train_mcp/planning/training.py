@@ -19,8 +19,9 @@ from hf_train_mcp.estimate.advice import model_warnings
 from hf_train_mcp.estimate.cost import FlavorEstimate
 from hf_train_mcp.estimate.hardware import Catalog
 from hf_train_mcp.estimate.measured import probe_config, probe_timeout
-from hf_train_mcp.models.family import (UNKNOWN, Family, lora_reaches_experts, lora_target_refusal, method_refusal,
-                                       quantization_refusal, unnamed_architecture_refusal)
+from hf_train_mcp.models.family import UNKNOWN, Family
+from hf_train_mcp.models.refusals import (lora_reaches_experts, lora_target_refusal, method_refusal,
+                                          quantization_refusal, unnamed_architecture_refusal)
 from hf_train_mcp.estimate.sizing import ModelSize
 from hf_train_mcp.hub import hub_endpoint
 from hf_train_mcp.planning.budget import chosen_timeout, within_budget, worst_case_usd
@@ -36,7 +37,7 @@ __all__ = ["BUCKET_MOUNT", "LANGUAGE_TOWER", "DataFacts", "Hyper", "RunPlan", "c
 # Upper bounds at the next major: a job started next year must still run the API this script was written for.
 # torch < 2.11: from 2.11 on, PyPI's torch wheels are built for CUDA 13, which needs a 580+ host driver; the
 # CUDA 12.8 builds run on every Jobs GPU (and the script stops at once if a GPU flavor still sees no CUDA).
-# peft >= 0.22: the PEFT whose rewrite of LoRA targets on fused experts models/family.py FUSED_EXPERT_LORA is of
+# peft >= 0.22: the PEFT whose rewrite of LoRA targets on fused experts models/refusals.py FUSED_EXPERT_LORA is of
 # (0.22 added qwen2_moe): a job must not resolve an older one that adapts other modules than the plan says
 PEFT_REQUIREMENT = "peft>=0.22,<1"
 BASE_DEPENDENCIES = ["trl>=1.0,<2", "transformers>=5.0,<6", "datasets>=4.0,<6", "accelerate>=1.4,<2",
@@ -223,10 +224,10 @@ def _run_name_and_folder(req: TrainingRequest, where: type) -> tuple[str, str]:
 
 def check_models(req: "RunShape", size: ModelSize, *, teacher: ModelSize | None, data: DataFacts) -> None:
     """What the models' files rule out before anything is launched, for estimate_cost and submit_training alike
-    (validate_dataset asks models/family.py method_refusal too): the method's own checks (a distillation teacher of
+    (validate_dataset asks models/refusals.py method_refusal too): the method's own checks (a distillation teacher of
     another vocabulary size), images for a model that is no vision-language model, a chat method for a model that
     writes no text (or a distillation teacher that writes none or cannot be loaded), a classification or reward
-    head the model has no class for (models/family.py decides), a language model whose config.json names no
+    head the model has no class for (models/refusals.py decides), a language model whose config.json names no
     architectures for TRL to load, a checkpoint stored quantized that the job cannot train so, LoRA target names
     that name none of the model's modules (where its weights' names are known), and a LoRA dropout PEFT refuses on
     fused experts."""
