@@ -126,19 +126,24 @@ async def test_a_run_stopped_on_a_node_that_could_not_be_posted_says_where_the_f
     assert f"{BUCKET}/{place}" in text and "hf buckets rm" in text and ".." not in text, text
 
 
+def _image_folder_call(hub: Emulator, here: Path) -> tuple[list[dict], dict]:
+    """Eight labelled pictures in ./images and the call that trains a ViT on them on Jobs."""
+    from hf_train_mcp_demo.tiny import example_rows, write_images
+
+    rows = example_rows("image-classification", 8)
+    write_images(here, rows)
+    return rows, {"model": hub.serve_model(VIT), "dataset": "./images", "method": "image-classification",
+                  "backend": "hf", "hub_model_id": "emu-user/colours", "max_steps": 5}
+
+
 async def test_a_dry_run_counts_only_the_bytes_that_would_travel(hub: Emulator, here: Path) -> None:
     """An image folder with one picture changed since its upload: the launch copies the seven unchanged files inside
     the bucket by their xet hash and sends one file's bytes, but the dry run (and the upload question, which counts
     the same way: Launcher.count_uploads) said all eight would be sent: new_bytes counted every file missing from
     the new place (backends/jobs_uploads.py send, dry_run)."""
     from PIL import Image
-    from hf_train_mcp_demo.tiny import example_rows, write_images
 
-    vit = hub.serve_model(VIT)
-    rows = example_rows("image-classification", 8)
-    write_images(here, rows)
-    arguments = {"model": vit, "dataset": "./images", "method": "image-classification", "backend": "hf",
-                 "hub_model_id": "emu-user/colours", "max_steps": 5}
+    rows, arguments = _image_folder_call(hub, here)
     async with Client(build_server()) as client:
         await call(client, "submit_training", arguments)
         changed = here / rows[0]["image"]
@@ -300,13 +305,8 @@ async def test_a_refused_copy_inside_the_bucket_sends_the_files_instead(hub: Emu
     instead (backends/jobs_uploads.py _send_batch)."""
     import hf_xet
     from PIL import Image
-    from hf_train_mcp_demo.tiny import example_rows, write_images
 
-    vit = hub.serve_model(VIT)
-    rows = example_rows("image-classification", 8)
-    write_images(here, rows)
-    arguments = {"model": vit, "dataset": "./images", "method": "image-classification", "backend": "hf",
-                 "hub_model_id": "emu-user/colours", "max_steps": 5}
+    rows, arguments = _image_folder_call(hub, here)
     async with Client(build_server()) as client:
         await call(client, "submit_training", arguments)
         Image.new("RGB", (32, 32), (250, 10, 10)).save(here / rows[0]["image"])

@@ -89,6 +89,23 @@ def _planned_record(prepared: Prepared, submission: str, claim: str | None, sent
     )
 
 
+def _posted_record(planned: JobRecord, ref: JobRef, backend: Backend, prepared: Prepared, *, nodes: int) -> JobRecord:
+    """The ledger's entry of a posted job: its planned entry with what the backend answered."""
+    model_url, trackio_url = prepared.model_url, prepared.trackio_url
+    if not backend.pushes_to_hub and prepared.kind in ("train", "export"):  # the output stays in the job's folder
+        model_url = f"{ref.url}/{backend.output_dir}"
+    if not backend.pushes_to_hub and prepared.kind == "train":
+        trackio_url = f"{ref.url}/trackio"
+    return replace(
+        planned, job_id=ref.job_id, namespace=ref.namespace, stage=ref.stage, job_url=ref.url,
+        script_path=f"{ref.job_dir}/train.py" if ref.job_dir else None, job_dir=ref.job_dir,
+        model_url=model_url, trackio_url=trackio_url, idempotency_key=prepared.req.idempotency_key,
+        created_at=ref.created_at or now_iso(), doubted=int(ref.doubted),
+        claim=claim_id() if nodes > 1 else None,  # this server posts its other nodes (node_ranks.posting)
+        output_dir=f"{ref.job_dir}/output" if ref.job_dir else prepared.plan.config["output_dir"],
+    )
+
+
 def _labelled(spec: Any, prepared: Prepared, submission: str) -> Any:
     """The job's spec with the labels that find it again: its submission's, its idempotency key's, what was asked."""
     key = prepared.req.idempotency_key
@@ -134,14 +151,12 @@ class Launcher:
         return self._ledger()
 
     def launch(self, prepared: Prepared, claim: str | None, progress: Progress | None = None) -> Submission:
-        req, backend_name, kind = prepared.req, prepared.backend_name, prepared.kind
-        plan, script, spec, common = prepared.plan, prepared.script, prepared.spec, prepared.common
-        model_url, trackio_url = prepared.model_url, prepared.trackio_url
-        backend = self.backend(backend_name)
+        req, plan, script, spec = prepared.req, prepared.plan, prepared.script, prepared.spec
+        backend = self.backend(prepared.backend_name)
         if req.dry_run:
-            return Submission(job_id=None, stage=None, job_url=None, model_url=model_url, trackio_url=trackio_url,
-                              script=script.text, command=backend.command(spec),
-                              uploads=self._would_send(backend, prepared) or None, **common)
+            return Submission(job_id=None, stage=None, job_url=None, model_url=prepared.model_url,
+                              trackio_url=prepared.trackio_url, script=script.text, command=backend.command(spec),
+                              uploads=self._would_send(backend, prepared) or None, **prepared.common)
         if backend.reads_local_paths:  # a job on this machine reads the Hub with the server's token, if it must
             spec = replace(spec, read_token=self._local_job_reads_private(prepared.reads, plan.warnings))
         if claim is not None and not self.ledger.renew(req.idempotency_key, claim):
@@ -169,18 +184,7 @@ class Launcher:
             ref = self._submit(backend, script, spec, planned if journal else None)
         except TrainError as exc:  # the files stay in the bucket: the answer says where, as a launch's does
             raise saying_files(exc, sent)
-        if not backend.pushes_to_hub and kind in ("train", "export"):  # the output stays in the job's folder
-            model_url = f"{ref.url}/{backend.output_dir}"
-        if not backend.pushes_to_hub and kind == "train":
-            trackio_url = f"{ref.url}/trackio"
-        record = replace(
-            planned, job_id=ref.job_id, namespace=ref.namespace, stage=ref.stage, job_url=ref.url,
-            script_path=f"{ref.job_dir}/train.py" if ref.job_dir else None, job_dir=ref.job_dir,
-            model_url=model_url, trackio_url=trackio_url, idempotency_key=req.idempotency_key,
-            created_at=ref.created_at or now_iso(), doubted=int(ref.doubted),
-            claim=claim_id() if spec.nodes > 1 else None,  # this server posts its other nodes (node_ranks.posting)
-            output_dir=f"{ref.job_dir}/output" if ref.job_dir else plan.config["output_dir"],
-        )
+        record = _posted_record(planned, ref, backend, prepared, nodes=spec.nodes)
         if not self.ledger.record(record, claim, journal=journal):
             record.warnings_json = json.dumps([*plan.warnings, f"idempotency_key {req.idempotency_key!r} was taken "
                                                "over by another server while this slow submission ran"])

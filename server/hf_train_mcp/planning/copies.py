@@ -5,7 +5,7 @@ sizes it by the config.json its upload recorded. Copies are the ledger's upload 
 Upload.recorded)."""
 
 import json
-from dataclasses import fields
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,7 @@ from hf_train_mcp.errors import DatasetError
 from hf_train_mcp.jobs import keys
 from hf_train_mcp.jobs.ledger import Ledger
 from hf_train_mcp.jobs.records import SweepRunRecord
-from hf_train_mcp.jobs.uploads import named_uploads
+from hf_train_mcp.jobs.uploads import check_total, named_uploads, plan_dataset, plan_folder
 from hf_train_mcp.bucket_inputs import Upload
 from hf_train_mcp.paths import data_home
 from hf_train_mcp.planning.hyperparameters import DataFacts
@@ -35,6 +35,29 @@ def sweep_copies(ledger: Ledger, req: TrainingRequest) -> list[dict]:
     # text columns: the same bytes, the sweep's one copy)
     columns = _image_columns(mine) if mine else None
     return _sweep_uploads(ledger, [run for run in runs if mine is None or _image_columns(run) == columns])
+
+
+def uploads_for(refs: list[tuple[str | None, str]], *, access: Access, mapping: dict[str, str] | None,
+                recorded: list[dict] = ()) -> list[Upload]:
+    """The uploads of the local paths among `refs` ((ref, role) pairs): a copy a job already read (`recorded`,
+    a follow-up's parent's) as it is, else planned from the local files."""
+    known = {entry["ref"]: Upload.from_record(entry) for entry in recorded}
+    out = [known.get(ref) or (plan_dataset(ref, mapping=mapping, access=access) if role == "dataset"
+                              else plan_folder(ref, role, access))
+           for ref, role in refs if ref and is_local(ref)]
+    check_total(out)
+    return out
+
+
+def training_uploads(ledger: Ledger, req: TrainingRequest, data: DataFacts, resumed: dict[str, dict],
+                     access: Access) -> list[Upload]:
+    """A training run's uploads: its sweep's copies and those of the job it resumes where the local files are
+    gone, the rest planned; the dataset's carries this run's facts (a run resumed on the copy plans by them, and a
+    sweep's copy is read by runs of other mappings too)."""
+    refs = [(req.model, "model"), (req.dataset, "dataset"), (req.teacher_model, "teacher model")]
+    uploads = uploads_for(refs, access=access, mapping=req.column_mapping,
+                          recorded=[*sweep_copies(ledger, req), *resumed.values()])
+    return [replace(u, facts=asdict(data)) if u.role == "dataset" else u for u in uploads]
 
 
 def _image_columns(run: SweepRunRecord) -> list[str]:

@@ -25,6 +25,7 @@ from hf_train_mcp.hub import hub_token
 from hf_train_mcp.jobs.ledger import PENDING, JobRecord, Ledger, SubmissionInProgress
 from hf_train_mcp.estimate.measured import PROBE_STEPS, apply_measurement, attempt_key, probe_key, usable
 from hf_train_mcp.estimate.measured import prefix as measure_prefix
+from hf_train_mcp.planning import copies
 from hf_train_mcp.planning.hyperparameters import DataFacts, Hyper
 from hf_train_mcp.planning.placement import estimate_flavors
 from hf_train_mcp.planning.training import check_models
@@ -104,8 +105,9 @@ class Estimator:
         where its backend reads them as uploaded copies: all of them, as a first submission sends them."""
         if not backends.mounts_uploads(req.backend or default_backend()):
             return 0.0, {}
-        uploads = self.planner.uploads_for([(req.model, "model"), (req.dataset, "dataset"),
-                                            (getattr(req, "teacher_model", None), "teacher model")], mapping=mapping)
+        uploads = copies.uploads_for([(req.model, "model"), (req.dataset, "dataset"),
+                                      (getattr(req, "teacher_model", None), "teacher model")], mapping=mapping,
+                                     access=self.access)
         size = sum(u.size for u in uploads)
         if not size:
             return 0.0, {}

@@ -6,7 +6,7 @@ Previews are kept a few minutes, so that a spend confirmation asked in between d
 
 import os
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from collections.abc import Callable
 from typing import Any
@@ -31,8 +31,7 @@ from hf_train_mcp.models.files import custom_modules
 from hf_train_mcp.planning.datasets import checked_dataset, eval_data
 from hf_train_mcp.planning.training import plan_run
 from hf_train_mcp.jobs.prepared import Prepared, Progress
-from hf_train_mcp.jobs.uploads import (Upload, check_total, mounted, named_content, plan_dataset, plan_folder,
-                                      shown_bytes, withheld_warnings)
+from hf_train_mcp.jobs.uploads import Upload, check_total, mounted, named_content, shown_bytes, withheld_warnings
 from hf_train_mcp.contract.requests import EvaluateRequest, ExportRequest, RunShape, ScriptRequest
 from hf_train_mcp.contract.requests import SweepRequest, TrainingRequest
 from hf_train_mcp.planning.user_script import plan_script
@@ -233,33 +232,24 @@ class Planner:
         where = backends.traits(backend_name)
         here = not where.chooses_flavor  # sized and planned offline: nothing is asked of the Hub
         mounting = backends.mounts_uploads(backend_name)  # local files travel to the job as uploaded copies
-        if not where.reads_local_paths and not mounting:
-            for ref, what in ((req.model, "model"), (req.dataset, "dataset"), (req.teacher_model, "teacher_model")):
-                if ref and is_local(ref):
-                    raise TrainError(f"{what} {ref!r} is a local path, which {where.words.job} cannot read: push it "
-                                     f"to the Hub first, or use {where.words.instead}")
+        req = _local_paths(req, where, mounting)
         token = None if here else hub_token()
         namespace = self._namespace(req, backend_name, token)
-        if where.reads_local_paths or mounting:  # the job runs elsewhere: relative paths must not change meaning
-            req = req.model_copy(update={ref: str(Path(getattr(req, ref)).expanduser().resolve())
-                                         for ref in ("model", "dataset", "teacher_model")
-                                         if getattr(req, ref) and is_local(getattr(req, ref))})
         step(f"validating {req.dataset}")
         resumed = copies.resumed_copies(self.ledger, req) if mounting else {}
-        copy = resumed.get("dataset")
-        if copy is None:
+        if "dataset" not in resumed:
             req, data, warnings = checked_dataset(req, token or hub_token(), self.access)
         else:  # the local file is gone: the run reads the copy the resumed job read
-            req, data, warnings = copies.from_copy(self.ledger, req, copy)
+            req, data, warnings = copies.from_copy(self.ledger, req, resumed["dataset"])
         if req.resume_from and not req.output_bucket:
             previous = self.ledger.get(req.resume_from)
             if previous is not None and previous.output_bucket:  # resume where its checkpoints are
                 req = req.model_copy(update={"output_bucket": previous.output_bucket})
         if data.conversational and req.chat_template is None:
             self._check_chat_template(req, token or hub_token())
-        step(f"sizing {req.model}")  # a base-model folder gone since the resumed job: by its upload's config
+        step(f"sizing {req.model}")  # a folder gone since the resumed job: by its upload's config.json
         size = self.model_size(copies.config_folder(resumed.get("model")) or req.model, token, offline=here)
-        teacher_copy = copies.config_folder(resumed.get("teacher model"))  # gone too: sized as the base model is
+        teacher_copy = copies.config_folder(resumed.get("teacher model"))
         teacher = (self.model_size(teacher_copy, token, offline=here) if teacher_copy
                    else self.teacher_size(req, token, offline=here))
         catalog = get_catalog(token, offline=here, backend=backend_name)
@@ -280,32 +270,13 @@ class Planner:
                               pushed_before=self.ledger.pushed_to(req.hub_model_id), dry_run=req.dry_run)
         reads = [("model", req.model), ("dataset", req.dataset), ("model", req.teacher_model),
                  *([("model", resume_repo)] if resume_repo else [])]
+        uploads = []
         if mounting:
             step("hashing the local files the job reads")
-        refs = [(req.model, "model"), (req.dataset, "dataset"), (req.teacher_model, "teacher model")]
-        uploads = self.uploads_for(refs, mapping=req.column_mapping,
-                                   recorded=[*copies.sweep_copies(self.ledger, req), *resumed.values()]
-                                   ) if mounting else []
-        # the facts a run resumed on this copy plans by, once the local file is gone: this run's own (a sweep's
-        # copy is read by runs of other mappings too)
-        uploads = [replace(u, facts=asdict(data)) if u.role == "dataset" else u for u in uploads]
-        plan.warnings += copies.resumed_on_other_data(self.ledger, req, uploads)
+            uploads = copies.training_uploads(self.ledger, req, data, resumed, self.access)
+            plan.warnings += copies.resumed_on_other_data(self.ledger, req, uploads)
         return self._package(req, backend_name, kind, namespace, plan, hub_model_id=req.hub_model_id if pushes else None,
                              model=req.model, dataset=req.dataset, reads=reads, uploads=uploads)
-
-    def uploads_for(self, refs: list[tuple[str | None, str]], *, mapping: dict[str, str] | None,
-                 recorded: list[dict] = ()) -> list[Upload]:
-        """The uploads of the local paths among `refs` ((ref, role) pairs): a copy a job already read (`recorded`,
-        a follow-up's parent's) as it is, else planned from the local files."""
-        known = {entry["ref"]: Upload.from_record(entry) for entry in recorded}
-        out = []
-        for ref, role in refs:
-            if not ref or not is_local(ref):
-                continue
-            out.append(known.get(ref) or (plan_dataset(ref, mapping=mapping, access=self.access) if role == "dataset"
-                                          else plan_folder(ref, role, self.access)))
-        check_total(out)
-        return out
 
     def _package(self, req: Any, backend_name: str, kind: str, namespace: str | None, plan: Any, *,
                  hub_model_id: str | None, model: str, dataset: str | None, reads: list[tuple[str, str | None]],
@@ -382,10 +353,10 @@ class Planner:
         job = subject.job
         # a dataset the caller names is read as it is now (as it was just validated), never as the job's old copy
         recorded = [entry for entry in (job.uploads if job else []) if not (req.dataset and entry["role"] == "dataset")]
-        uploads = self.uploads_for([(subject.ref, "model"), (subject.base_model, "base model"),
-                                 (data.dataset if data else None, "dataset")],
-                                mapping=data.column_mapping if data else None, recorded=recorded,
-                                ) if backends.mounts_uploads(backend_name) else []
+        uploads = copies.uploads_for([(subject.ref, "model"), (subject.base_model, "base model"),
+                                      (data.dataset if data else None, "dataset")], access=self.access,
+                                     mapping=data.column_mapping if data else None, recorded=recorded,
+                                     ) if backends.mounts_uploads(backend_name) else []
         return self._package(
             req, backend_name, kind, namespace, plan, hub_model_id=None, model=subject.ref,
             dataset=data.dataset if data else None,
@@ -408,10 +379,22 @@ class Planner:
             check_push_target(target, token=token or hub_token(), access=self.access, warnings=plan.warnings,
                               pushed_before=self.ledger.pushed_to(target), dry_run=req.dry_run,
                               what="the export", export=True)
-        uploads = self.uploads_for([(subject.ref, "model"), (subject.base_model, "base model")], mapping=None,
-                                recorded=subject.job.uploads if subject.job else []
-                                ) if backends.mounts_uploads(backend_name) else []
+        uploads = copies.uploads_for([(subject.ref, "model"), (subject.base_model, "base model")], access=self.access,
+                                     mapping=None, recorded=subject.job.uploads if subject.job else []
+                                     ) if backends.mounts_uploads(backend_name) else []
         return self._package(
             req, backend_name, kind, namespace, plan, hub_model_id=plan.config["hub_model_id"], model=subject.ref,
             dataset=None, reads=[("model", subject.ref), ("model", subject.base_model)],
             parent_job_id=subject.job.job_id if subject.job else None, uploads=uploads)
+
+
+def _local_paths(req: TrainingRequest, where: Any, mounting: bool) -> TrainingRequest:
+    """The request with its local paths resolved where the job runs elsewhere (relative paths must not change
+    meaning), or refused where the job cannot read them at all."""
+    local = [name for name in ("model", "dataset", "teacher_model")
+             if getattr(req, name) and is_local(getattr(req, name))]
+    if not where.reads_local_paths and not mounting:
+        for name in local:
+            raise TrainError(f"{name} {getattr(req, name)!r} is a local path, which {where.words.job} cannot read: "
+                             f"push it to the Hub first, or use {where.words.instead}")
+    return req.model_copy(update={name: str(Path(getattr(req, name)).expanduser().resolve()) for name in local})
